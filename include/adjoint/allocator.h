@@ -1,0 +1,29 @@
+// The CPU caching allocator: 64-byte aligned blocks, freed blocks kept per size and reused,
+// and byte statistics (current, peak, cached) that memory tooling and benchmarks read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace adjoint {
+
+struct MemoryStats {
+  std::size_t current_bytes = 0;  ///< bytes held by live storages
+  std::size_t peak_bytes = 0;     ///< most current_bytes since the last reset
+  std::size_t cached_bytes = 0;   ///< freed blocks kept for reuse
+  uint64_t allocations = 0;       ///< blocks handed out (cache hits included)
+  uint64_t cache_hits = 0;        ///< of those, served from the cache
+};
+
+MemoryStats memory_stats();
+/// Sets peak_bytes to current_bytes.
+void reset_peak_memory_stats();
+/// Returns every cached block to the system.
+void empty_cache();
+
+namespace detail {
+void* allocate(std::size_t nbytes);
+void deallocate(void* ptr, std::size_t nbytes);
+}  // namespace detail
+
+}  // namespace adjoint

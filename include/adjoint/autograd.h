@@ -1,0 +1,222 @@
+// The reverse-mode engine's public face: graph nodes, backward and functional grad,
+// saved-tensor hooks, custom functions, and forward-mode dual tensors.
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "adjoint/grad_mode.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint {
+
+class Node;
+
+/// An input of a node: the node that produced it and which of that node's outputs it was.
+struct Edge {
+  std::shared_ptr<Node> node;
+  uint32_t input_nr = 0;
+  bool valid() const { return node != nullptr; }
+};
+
+/// One recorded operation. apply() maps gradients of its outputs to gradients of its inputs.
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  explicit Node(uint32_t num_outputs = 1);
+  virtual ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  /// The op's name followed by "Backward", e.g. "MulBackward".
+  virtual std::string name() const = 0;
+  /// grads[i]: gradient w.r.t. output i (undefined means zero). Returns one per next edge.
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
+  /// Frees saved tensors; a later apply() throws an error naming the op.
+  virtual void release_saved() {}
+
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  uint32_t num_outputs() const { return num_outputs_; }
+
+  /// A hook on the gradient of output `output_nr`, run before apply(); returns its id.
+  int add_tensor_pre_hook(uint32_t output_nr, std::function<Tensor(const Tensor&)> hook);
+  void remove_tensor_pre_hook(int id);
+  /// Runs the pre-hooks of each output on `grads` in registration order.
+  void run_tensor_pre_hooks(std::vector<Tensor>& grads);
+  bool has_tensor_pre_hooks() const { return !pre_hooks_.empty(); }
+
+  // Engine bookkeeping for the backward pass in progress (see src/autograd/engine.cpp).
+  struct RunState {
+    uint64_t run_id = 0;
+    uint32_t dependencies = 0;
+    bool needed = false;
+    std::vector<Tensor> buffer;
+  };
+  RunState run_;
+
+ protected:
+  std::vector<Edge> next_edges_;
+
+ private:
+  struct PreHook {
+    int id;
+    uint32_t output_nr;
+    std::function<Tensor(const Tensor&)> fn;
+  };
+  std::vector<PreHook> pre_hooks_;
+  uint64_t sequence_nr_;
+  uint32_t num_outputs_;
+};
+
+namespace autograd {
+
+/// Accumulates into .grad of the leaves reachable from `outputs`. Each output needs a
+/// gradient unless it has one element. retain_graph defaults to create_graph.
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
+              std::optional<bool> retain_graph = std::nullopt, bool create_graph = false);
+
+/// Gradients of `outputs` w.r.t. `inputs`, without touching any .grad. An input the outputs do
+/// not depend on is an error unless allow_unused, when its gradient is undefined.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {},
+                         std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                         bool allow_unused = false);
+
+/// The edge a gradient for `t` flows along: its grad_fn, or the AccumulateGrad of a leaf.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace autograd
+
+/// Pack/unpack hooks for every tensor an op saves for backward while this guard lives.
+/// Nestable and thread-local: the innermost pair applies.
+class SavedTensorHooks {
+ public:
+  using Pack = std::function<std::any(const Tensor&)>;
+  using Unpack = std::function<Tensor(const std::any&)>;
+  SavedTensorHooks(Pack pack, Unpack unpack);
+  ~SavedTensorHooks();
+  SavedTensorHooks(const SavedTensorHooks&) = delete;
+  SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Custom functions
+// ---------------------------------------------------------------------------------------------
+
+/// What a custom function's forward hands to its backward.
+class FunctionCtx {
+ public:
+  FunctionCtx();
+  ~FunctionCtx();
+  /// Tensors backward will need; unpacking checks they were not modified in place since.
+  void save_for_backward(const std::vector<Tensor>& tensors);
+  std::vector<Tensor> get_saved() const;
+  /// Outputs that have no gradient (indices, masks).
+  void mark_non_differentiable(const std::vector<Tensor>& outputs);
+  /// Whether input i (counting tensor inputs in order) needs a gradient.
+  bool needs_input_grad(std::size_t i) const;
+  /// Anything else backward needs (sizes, flags).
+  std::unordered_map<std::string, std::any> saved_data;
+
+  struct State;
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+namespace detail {
+/// Wires the outputs of a custom function into the graph (see src/autograd/function.cpp).
+using CustomBackward = std::function<std::vector<Tensor>(FunctionCtx&, std::vector<Tensor>)>;
+using CustomJvp = std::function<std::vector<Tensor>(FunctionCtx&, std::vector<Tensor>)>;
+std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<FunctionCtx> ctx,
+                                           const std::vector<Tensor>& inputs,
+                                           std::vector<Tensor> outputs, CustomBackward backward,
+                                           CustomJvp jvp);
+void collect_tensors(std::vector<Tensor>& out, const Tensor& t);
+void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts);
+template <class T>
+void collect_tensors(std::vector<Tensor>&, const T&) {}
+}  // namespace detail
+
+/// Base for user-defined differentiable functions, in libtorch's style:
+///
+///   struct Cube : Function<Cube> {
+///     static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+///       ctx.save_for_backward({x});
+///       return x * x * x;
+///     }
+///     static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
+///       Tensor x = ctx.get_saved()[0];
+///       return {g[0] * 3 * x * x};
+///     }
+///   };
+///   Tensor y = Cube::apply(x);
+///
+/// forward runs without recording and returns a Tensor or std::vector<Tensor>; backward
+/// returns one gradient per tensor argument (undefined for none). An optional
+///   static std::vector<Tensor> jvp(FunctionCtx&, std::vector<Tensor> tangents)
+/// gives forward mode (one tangent per tensor input in, one per output out).
+template <class Derived>
+struct Function {
+  template <class... Args>
+  static auto apply(Args&&... args) {
+    auto ctx = std::make_shared<FunctionCtx>();
+    std::vector<Tensor> inputs;
+    (detail::collect_tensors(inputs, args), ...);
+    using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
+    std::vector<Tensor> outs;
+    {
+      NoGradGuard no_grad;
+      if constexpr (std::is_same_v<Out, Tensor>) {
+        outs.push_back(Derived::forward(*ctx, std::forward<Args>(args)...));
+      } else {
+        outs = Derived::forward(*ctx, std::forward<Args>(args)...);
+      }
+    }
+    detail::CustomJvp jvp;
+    if constexpr (requires(FunctionCtx & c, std::vector<Tensor> t) { Derived::jvp(c, t); }) {
+      jvp = [](FunctionCtx& c, std::vector<Tensor> t) { return Derived::jvp(c, std::move(t)); };
+    }
+    outs = detail::record_custom_function(
+        Derived::name(), ctx, inputs, std::move(outs),
+        [](FunctionCtx& c, std::vector<Tensor> g) { return Derived::backward(c, std::move(g)); },
+        std::move(jvp));
+    if constexpr (std::is_same_v<Out, Tensor>) {
+      return outs[0];
+    } else {
+      return outs;
+    }
+  }
+  /// Override with `static std::string name()` for nicer grad_fn names.
+  static std::string name() { return "CustomFunction"; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Forward mode
+// ---------------------------------------------------------------------------------------------
+
+/// While alive, ops propagate the tangents of dual tensors through their JVP rules.
+class DualLevel {
+ public:
+  DualLevel();
+  ~DualLevel();
+  DualLevel(const DualLevel&) = delete;
+  DualLevel& operator=(const DualLevel&) = delete;
+};
+
+/// A view of `primal` carrying `tangent` (same shape and dtype).
+Tensor make_dual(const Tensor& primal, const Tensor& tangent);
+/// (primal, tangent); the tangent is undefined when none was attached.
+std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual);
+
+}  // namespace adjoint

@@ -1,0 +1,37 @@
+// Storage: the bytes behind one or more tensors (views share it), with the version counter
+// that in-place ops bump and saved tensors check. See Note [Saved tensor versions] in
+// src/autograd/saved_tensor.cpp. Memory comes from the caching allocator (allocator.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace adjoint {
+
+class StorageImpl {
+ public:
+  /// Takes `nbytes` from the caching allocator.
+  explicit StorageImpl(std::size_t nbytes);
+  /// Wraps memory owned elsewhere; `release` is called with `data` when the storage dies.
+  StorageImpl(void* data, std::size_t nbytes, void (*release)(void* ctx, void* data), void* ctx);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t nbytes() const { return nbytes_; }
+  uint64_t version() const { return *version_; }
+  void bump_version() { ++*version_; }
+  /// Shared with saved tensors, which check it without keeping the bytes alive.
+  const std::shared_ptr<uint64_t>& version_counter() const { return version_; }
+
+ private:
+  void* data_;
+  std::size_t nbytes_;
+  std::shared_ptr<uint64_t> version_ = std::make_shared<uint64_t>(0);
+  void (*release_)(void*, void*) = nullptr;
+  void* release_ctx_ = nullptr;
+};
+
+}  // namespace adjoint

@@ -1,0 +1,57 @@
+// TensorImpl: what a Tensor handle points at. Shape, strides and offset into a shared
+// storage, plus an optional AutogradMeta holding the slots the autograd layer fills in
+// (grad, grad_fn, tangent, hooks). Core code only stores these; it never interprets them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "adjoint/dtype.h"
+#include "adjoint/shape.h"
+#include "adjoint/storage.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint {
+
+class Node;
+
+using TensorHook = std::function<Tensor(const Tensor&)>;
+
+struct AutogradMeta {
+  Tensor grad;                           ///< accumulated gradient of a leaf (or retained)
+  std::shared_ptr<Node> grad_fn;         ///< the node that produced this tensor (non-leaves)
+  std::weak_ptr<Node> grad_accumulator;  ///< a leaf's AccumulateGrad node, made on demand
+  Tensor tangent;                        ///< forward-mode tangent, when a dual level is active
+  std::vector<std::pair<int, TensorHook>> leaf_hooks;  ///< hooks of a leaf, by id
+  uint32_t output_nr = 0;                              ///< which output of grad_fn this tensor is
+  bool requires_grad = false;
+  bool retains_grad = false;
+  int retain_hook_id = -1;
+};
+
+struct TensorImpl {
+  std::shared_ptr<StorageImpl> storage;
+  Shape shape;
+  Shape strides;       ///< in elements
+  int64_t offset = 0;  ///< in elements
+  int64_t numel = 1;
+  DType dtype = kDefaultFloat;
+  bool contiguous = true;
+  bool is_view = false;    ///< made by a view op: shares storage with another tensor
+  bool inference = false;  ///< made in inference mode: may not be saved for backward
+  std::unique_ptr<AutogradMeta> autograd;
+
+  TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt);
+  AutogradMeta& meta() {
+    if (!autograd) autograd = std::make_unique<AutogradMeta>();
+    return *autograd;
+  }
+  void* data() const {
+    return static_cast<char*>(storage->data()) + offset * static_cast<int64_t>(itemsize(dtype));
+  }
+  /// Recomputes numel and the contiguity flag after shape or strides change.
+  void refresh();
+};
+
+}  // namespace adjoint

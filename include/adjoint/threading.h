@@ -1,0 +1,11 @@
+// Thread count for kernels: elementwise and reductions split work over a small pool with a
+// fixed partition (so results do not depend on timing), and BLAS gets the same count.
+#pragma once
+
+namespace adjoint {
+
+/// Sets the number of threads for adjoint's kernels and for OpenBLAS.
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace adjoint

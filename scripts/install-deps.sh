@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages adjoint needs to build and test, if any is missing.
+# Idempotent: does nothing (no apt-get at all) when everything is present.
+#   scripts/install-deps.sh [extra-package ...]
+set -euo pipefail
+
+PKGS=(cmake g++ make libopenblas-dev libgtest-dev libgmock-dev "$@")
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "installing: ${missing[*]}" >&2
+$SUDO apt-get update -qq >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

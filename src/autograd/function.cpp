@@ -1,0 +1,192 @@
+// Custom functions: the node that runs a user's backward, and FunctionCtx's saved tensors.
+#include "adjoint/autograd.h"
+#include "adjoint/error.h"
+#include "adjoint/ops.h"
+#include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
+#include "autograd/saved_tensor.h"
+#include "core/mode_state.h"
+
+namespace adjoint {
+
+struct FunctionCtx::State {
+  std::vector<SavedTensor> saved;
+  std::vector<std::pair<Tensor, bool>> to_save;  // tensor, is an output of this function
+  std::vector<const TensorImpl*> non_differentiable;
+  std::vector<bool> needs_input_grad;
+  std::weak_ptr<Node> node;
+  std::string name;
+  bool released = false;
+  bool in_forward = true;
+};
+
+FunctionCtx::FunctionCtx() : state_(std::make_unique<State>()) {}
+FunctionCtx::~FunctionCtx() = default;
+
+void FunctionCtx::save_for_backward(const std::vector<Tensor>& tensors) {
+  ADJOINT_CHECK(state_->in_forward, Autograd, "save_for_backward",
+                "save_for_backward can only be called in forward");
+  state_->to_save.clear();
+  for (const Tensor& t : tensors) state_->to_save.emplace_back(t, false);
+}
+
+std::vector<Tensor> FunctionCtx::get_saved() const {
+  if (state_->in_forward) {
+    std::vector<Tensor> out;
+    for (auto& [t, is_out] : state_->to_save) out.push_back(t);
+    return out;
+  }
+  std::vector<Tensor> out;
+  auto node = state_->node.lock();
+  for (const SavedTensor& s : state_->saved) out.push_back(s.unpack(node, state_->name));
+  return out;
+}
+
+void FunctionCtx::mark_non_differentiable(const std::vector<Tensor>& outputs) {
+  for (const Tensor& t : outputs) state_->non_differentiable.push_back(t.impl());
+}
+
+bool FunctionCtx::needs_input_grad(std::size_t i) const {
+  return i < state_->needs_input_grad.size() && state_->needs_input_grad[i];
+}
+
+namespace {
+
+class CustomNode final : public Node {
+ public:
+  CustomNode(std::string name, std::shared_ptr<FunctionCtx> ctx, detail::CustomBackward backward,
+             uint32_t num_outputs)
+      : Node(num_outputs),
+        name_(std::move(name)),
+        ctx_(std::move(ctx)),
+        backward_(std::move(backward)) {}
+
+  std::string name() const override { return name_ + "Backward"; }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    // Undefined output gradients become zeros, as the user's backward expects tensors.
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (!grads[i].defined()) grads[i] = zeros(output_shapes_[i], output_dtypes_[i]);
+    std::vector<Tensor> result = backward_(*ctx_, std::move(grads));
+    ADJOINT_CHECK(result.size() == next_edges_.size(), Value, name_, "backward returned ",
+                  result.size(), " gradients but forward took ", next_edges_.size(),
+                  " tensor inputs");
+    for (std::size_t i = 0; i < result.size(); ++i) {
+      if (!next_edges_[i].valid()) {
+        result[i] = Tensor();
+      } else if (result[i].defined()) {
+        ADJOINT_CHECK(result[i].shape() == input_shapes_[i] ||
+                          broadcast_shapes(result[i].shape(), input_shapes_[i], name_.c_str()) ==
+                              result[i].shape(),
+                      Shape, name_, "backward returned a gradient of shape ", result[i].shape(),
+                      " for input ", i, " of shape ", input_shapes_[i]);
+        result[i] = detail::fit_gradient(std::move(result[i]), input_shapes_[i], input_dtypes_[i]);
+      }
+    }
+    return result;
+  }
+
+  void release_saved() override {
+    for (SavedTensor& s : ctx_->state().saved) s.release();
+    ctx_->state().released = true;
+  }
+
+  std::vector<Shape> input_shapes_, output_shapes_;
+  std::vector<DType> input_dtypes_, output_dtypes_;
+
+ private:
+  std::string name_;
+  std::shared_ptr<FunctionCtx> ctx_;
+  detail::CustomBackward backward_;
+};
+
+}  // namespace
+
+namespace detail {
+
+void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
+void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+
+std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<FunctionCtx> ctx,
+                                           const std::vector<Tensor>& inputs,
+                                           std::vector<Tensor> outputs, CustomBackward backward,
+                                           CustomJvp jvp) {
+  FunctionCtx::State& st = ctx->state();
+  st.in_forward = false;
+  st.name = name;
+  // An output that is an input (returned as is) gets a fresh handle so its history is ours.
+  for (Tensor& out : outputs) {
+    ADJOINT_CHECK(out.defined(), Value, name, "forward returned an undefined tensor");
+    for (const Tensor& in : inputs)
+      if (out.is_same(in)) out = out.detach();
+  }
+  bool any_requires_grad = false;
+  for (const Tensor& x : inputs) {
+    st.needs_input_grad.push_back(x.defined() && x.requires_grad());
+    any_requires_grad |= st.needs_input_grad.back();
+  }
+  auto is_non_diff = [&](const Tensor& t) {
+    return std::find(st.non_differentiable.begin(), st.non_differentiable.end(), t.impl()) !=
+           st.non_differentiable.end();
+  };
+  if (any_requires_grad && is_grad_enabled()) {
+    auto node = std::make_shared<CustomNode>(name, ctx, std::move(backward),
+                                             static_cast<uint32_t>(outputs.size()));
+    auto& edges = node->mutable_next_edges();
+    for (const Tensor& x : inputs) {
+      edges.push_back(x.defined() && x.requires_grad() ? autograd::gradient_edge(x) : Edge());
+      node->input_shapes_.push_back(x.defined() ? x.shape() : Shape());
+      node->input_dtypes_.push_back(x.defined() ? x.dtype() : kDefaultFloat);
+    }
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      node->output_shapes_.push_back(outputs[i].shape());
+      node->output_dtypes_.push_back(outputs[i].dtype());
+      if (is_floating(outputs[i].dtype()) && !is_non_diff(outputs[i]))
+        detail::set_history(outputs[i], node, static_cast<uint32_t>(i));
+    }
+    st.node = node;
+    for (auto& [t, is_out] : st.to_save) {
+      bool output = false;
+      for (const Tensor& o : outputs) output |= o.defined() && t.defined() && o.impl() == t.impl();
+      st.saved.emplace_back(t, output);
+    }
+  } else {
+    for (auto& [t, is_out] : st.to_save) st.saved.emplace_back(t, false);
+  }
+  st.to_save.clear();
+
+  // Forward mode through the custom function.
+  bool any_tangent = false;
+  if (is_forward_grad_enabled())
+    for (const Tensor& x : inputs) any_tangent |= x.defined() && x.tangent().defined();
+  if (any_tangent) {
+    ADJOINT_CHECK(static_cast<bool>(jvp), NotImplemented, name,
+                  "forward-mode AD through custom function ", name,
+                  " needs a static jvp(FunctionCtx&, std::vector<Tensor>) member");
+    std::vector<Tensor> tangents;
+    for (const Tensor& x : inputs) {
+      Tensor t = x.defined() ? x.tangent() : Tensor();
+      tangents.push_back(t.defined() || !x.defined() || !is_floating(x.dtype()) ? t
+                                                                                : zeros_like(x));
+    }
+    std::vector<Tensor> out_t;
+    {
+      detail::ForwardGradOff off;
+      out_t = jvp(*ctx, std::move(tangents));
+    }
+    ADJOINT_CHECK(out_t.size() == outputs.size(), Value, name, "jvp returned ", out_t.size(),
+                  " tangents for ", outputs.size(), " outputs");
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (!out_t[i].defined()) continue;
+      ADJOINT_CHECK(out_t[i].shape() == outputs[i].shape(), Shape, name, "jvp returned a tangent ",
+                    describe(out_t[i]), " for output ", describe(outputs[i]));
+      outputs[i].impl()->meta().tangent = out_t[i];
+    }
+  }
+  return outputs;
+}
+
+}  // namespace detail
+}  // namespace adjoint

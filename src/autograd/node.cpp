@@ -1,0 +1,92 @@
+// Node basics: sequence numbers (creation order, used by the engine's ready queue), tensor
+// pre-hooks, and the helpers apply<Op> shares.
+#include <atomic>
+#include <cctype>
+
+#include "adjoint/error.h"
+#include "autograd/apply.h"
+
+namespace adjoint {
+namespace {
+std::atomic<uint64_t> next_sequence_nr{0};
+std::atomic<int> next_hook_id{0};
+}  // namespace
+
+Node::Node(uint32_t num_outputs)
+    : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)),
+      num_outputs_(num_outputs) {}
+
+Node::~Node() {
+  // Tear down long chains iteratively: dropping the last reference to a node would otherwise
+  // recurse through every node behind it and overflow the stack on deep graphs.
+  std::vector<std::shared_ptr<Node>> stack;
+  auto take = [&](std::vector<Edge>& edges) {
+    for (Edge& e : edges)
+      if (e.node && e.node.use_count() == 1) stack.push_back(std::move(e.node));
+    edges.clear();
+  };
+  take(next_edges_);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    n->release_saved();  // first: saved inputs also hold the next nodes
+    take(n->next_edges_);
+  }
+}
+
+int Node::add_tensor_pre_hook(uint32_t output_nr, std::function<Tensor(const Tensor&)> hook) {
+  int id = next_hook_id.fetch_add(1);
+  pre_hooks_.push_back({id, output_nr, std::move(hook)});
+  return id;
+}
+
+void Node::remove_tensor_pre_hook(int id) {
+  std::erase_if(pre_hooks_, [id](const PreHook& h) { return h.id == id; });
+}
+
+void Node::run_tensor_pre_hooks(std::vector<Tensor>& grads) {
+  for (const PreHook& h : pre_hooks_) {
+    Tensor& g = grads[h.output_nr];
+    if (!g.defined()) continue;
+    Tensor r = h.fn(g);
+    if (r.defined()) g = std::move(r);
+  }
+}
+
+namespace detail {
+
+std::string backward_name(const char* op) {
+  std::string out;
+  bool upper = true;
+  for (const char* p = op; *p; ++p) {
+    if (*p == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*p))) : *p;
+    upper = false;
+  }
+  return out + "Backward";
+}
+
+Tensor fit_gradient(Tensor g, const Shape& shape, DType dtype) {
+  if (g.shape() != shape) g = sum_to(g, shape);
+  if (g.dtype() != dtype) g = g.to(dtype);
+  return g;
+}
+
+void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  AutogradMeta& m = out.impl()->meta();
+  m.requires_grad = true;
+  m.grad_fn = node;
+  m.output_nr = output_nr;
+}
+
+void check_tangent(const Tensor& out, const Tensor& tangent, const char* op) {
+  ADJOINT_CHECK(tangent.defined() && tangent.shape() == out.shape(), Internal, op,
+                "the JVP rule returned a tangent of ", describe(tangent), " for an output of ",
+                describe(out));
+}
+
+}  // namespace detail
+}  // namespace adjoint

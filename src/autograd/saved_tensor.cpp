@@ -1,0 +1,115 @@
+// Saving tensors for backward, the saved-tensor hook stack, and the version check.
+//
+// Note [Saved tensor versions]
+// Every storage has a version counter, shared by all views of it, that in-place ops bump.
+// A saved tensor remembers the version at save time; unpacking compares it with the current
+// one and throws, naming the op, the tensor's shape and both versions, if they differ: the
+// backward would otherwise silently use modified values. The counter is a separate shared
+// object so a pack hook may drop the bytes (offload, recompute) and the check still works.
+#include "autograd/saved_tensor.h"
+
+#include <vector>
+
+#include "adjoint/error.h"
+#include "adjoint/tensor_impl.h"
+
+namespace adjoint {
+namespace {
+
+struct HookPair {
+  SavedTensorHooks::Pack pack;
+  std::shared_ptr<SavedTensorHooks::Unpack> unpack;
+};
+thread_local std::vector<HookPair> tls_hooks;
+
+// A new handle to t's data with no autograd history.
+Tensor alias_without_history(const Tensor& t) {
+  const TensorImpl& src = *t.impl();
+  auto impl =
+      std::make_shared<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+  impl->is_view = src.is_view;
+  return Tensor(std::move(impl));
+}
+
+// A new handle to t's data whose gradient flows along `edge`. Always a fresh handle: setting
+// grad_fn on a handle the saved tensor keeps would make a node -> tensor -> node cycle.
+Tensor attach(const Tensor& data, const Edge& edge, bool requires_grad) {
+  Tensor t = alias_without_history(data);
+  if (!requires_grad) return t;
+  AutogradMeta& m = t.impl()->meta();
+  m.requires_grad = true;
+  m.grad_fn = edge.node;
+  m.output_nr = edge.input_nr;
+  return t;
+}
+
+}  // namespace
+
+SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
+  tls_hooks.push_back({std::move(pack), std::make_shared<Unpack>(std::move(unpack))});
+}
+SavedTensorHooks::~SavedTensorHooks() { tls_hooks.pop_back(); }
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
+  if (!t.defined()) return;
+  const TensorImpl& impl = *t.impl();
+  ADJOINT_CHECK(!impl.inference, Autograd, "autograd", "an inference tensor ", describe(t),
+                " cannot be saved for backward; make it outside InferenceMode or clone() it");
+  defined_ = true;
+  is_output_ = is_output;
+  version_counter_ = impl.storage->version_counter();
+  saved_version_ = *version_counter_;
+  shape_ = impl.shape;
+  dtype_ = impl.dtype;
+  requires_grad_ = t.requires_grad();
+  if (is_output) output_nr_ = impl.autograd ? impl.autograd->output_nr : 0;
+  if (!tls_hooks.empty()) {
+    HookPair& hooks = tls_hooks.back();
+    if (!is_output && requires_grad_) edge_ = autograd::gradient_edge(t);
+    unpack_ = hooks.unpack;
+    // The hook sees a tensor without history, as PyTorch's pack hooks do for outputs.
+    packed_ = hooks.pack(is_output ? alias_without_history(t) : t.detach());
+    return;
+  }
+  data_ = is_output ? alias_without_history(t) : t;
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, std::string_view op) const {
+  if (!defined_) return {};
+  ADJOINT_CHECK(!released_, Autograd, "backward",
+                "trying to backward through the graph a second time (or to read saved tensors "
+                "after they were freed): the saved tensors of ",
+                op,
+                " were freed when backward last ran; pass retain_graph=true to the first "
+                "backward if you need to run backward twice");
+  ADJOINT_CHECK(*version_counter_ == saved_version_, Autograd, "backward",
+                "a tensor needed for the gradient of ", op,
+                " was modified by an in-place operation: ", shape_, " (", dtype_,
+                ") saved at version ", saved_version_, " is now at version ", *version_counter_,
+                "; use an out-of-place op, or clone() the tensor before modifying it");
+  Tensor t;
+  if (unpack_) {
+    t = (*unpack_)(packed_);
+    ADJOINT_CHECK(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, Autograd,
+                  "saved_tensor_hooks", "the unpack hook of a tensor saved by ", op, " returned ",
+                  describe(t), " but ", shape_, " (", dtype_, ") was saved");
+    if (is_output_) return attach(t, Edge{owner, output_nr_}, requires_grad_);
+    return attach(t, edge_, requires_grad_);
+  }
+  if (!is_output_) return data_;
+  return attach(data_, Edge{owner, output_nr_}, requires_grad_);
+}
+
+void SavedTensor::release() {
+  data_ = Tensor();
+  packed_.reset();
+  edge_ = Edge();
+  released_ = true;
+}
+
+std::size_t SavedTensor::nbytes() const {
+  if (!data_.defined()) return 0;
+  return data_.nbytes();
+}
+
+}  // namespace adjoint

@@ -1,0 +1,46 @@
+// SavedTensor: a tensor an op keeps for its backward, with the version it had when saved.
+// See Note [Saved tensor versions] in saved_tensor.cpp.
+#pragma once
+
+#include <any>
+#include <memory>
+
+#include "adjoint/autograd.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint {
+
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  /// Saves `t`. An op's own output is saved without its grad_fn (which would be a reference
+  /// cycle through the node) and re-attached to `owner` when unpacked.
+  SavedTensor(const Tensor& t, bool is_output);
+
+  /// The saved tensor, checked against in-place modification; `owner` is the node unpacking it.
+  Tensor unpack(const std::shared_ptr<Node>& owner, std::string_view op) const;
+  void release();
+  bool defined() const { return defined_; }
+  bool released() const { return released_; }
+  /// Bytes this saved tensor holds (0 once released or when a pack hook took it elsewhere).
+  std::size_t nbytes() const;
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  Tensor data_;      // what was saved (no hooks active), else undefined
+  std::any packed_;  // what the pack hook returned
+  std::shared_ptr<SavedTensorHooks::Unpack> unpack_;
+  std::shared_ptr<uint64_t> version_counter_;
+  uint64_t saved_version_ = 0;
+  Edge edge_;               // an input's gradient edge (when packed by a hook)
+  uint32_t output_nr_ = 0;  // for outputs: which output of the owner node
+  Shape shape_;
+  DType dtype_ = kDefaultFloat;
+  bool is_output_ = false;
+  bool requires_grad_ = false;
+  bool defined_ = false;
+  bool released_ = false;
+};
+
+}  // namespace adjoint

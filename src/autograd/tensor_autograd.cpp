@@ -1,0 +1,146 @@
+// The autograd methods of Tensor: requires_grad, .grad, hooks, retain_grad, detach, backward.
+#include "adjoint/autograd.h"
+#include "adjoint/error.h"
+#include "adjoint/ops.h"
+#include "adjoint/tensor_impl.h"
+#include "autograd/accumulate_grad.h"
+
+namespace adjoint {
+namespace {
+AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m && m->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  ADJOINT_CHECK(defined(), Value, "requires_grad_", "called on an undefined tensor");
+  AutogradMeta* m = meta_of(*this);
+  if (m && m->grad_fn) {
+    ADJOINT_CHECK(requires_grad, Autograd, "requires_grad_",
+                  "requires_grad can only be turned off on leaf tensors; use detach() to get "
+                  "a tensor without history");
+    return *this;
+  }
+  ADJOINT_CHECK(!requires_grad || is_floating(dtype()), DType, "requires_grad_",
+                "only floating-point tensors can require gradients, got ", describe(*this));
+  impl()->meta().requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const {
+  AutogradMeta* m = meta_of(*this);
+  return !m || !m->grad_fn;
+}
+
+Tensor Tensor::grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  ADJOINT_CHECK(defined(), Value, "set_grad", "called on an undefined tensor");
+  ADJOINT_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), Shape, "set_grad",
+                "gradient ", describe(g), " does not match the tensor ", describe(*this));
+  impl()->meta().grad = g;
+}
+
+void Tensor::zero_grad(bool set_to_none) const {
+  AutogradMeta* m = meta_of(*this);
+  if (!m || !m->grad.defined()) return;
+  if (set_to_none) {
+    m->grad = Tensor();
+  } else {
+    NoGradGuard no_grad;
+    m->grad = m->grad.detach();
+    m->grad.zero_();
+  }
+}
+
+std::shared_ptr<Node> Tensor::grad_fn() const {
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+void Tensor::retain_grad() const {
+  ADJOINT_CHECK(requires_grad(), Autograd, "retain_grad",
+                "can't retain_grad on a tensor that does not require grad (", describe(*this), ")");
+  AutogradMeta& m = impl()->meta();
+  if (!m.grad_fn || m.retains_grad) return;  // leaves keep .grad anyway
+  m.retains_grad = true;
+  std::weak_ptr<TensorImpl> weak = impl_ptr();
+  m.retain_hook_id = m.grad_fn->add_tensor_pre_hook(m.output_nr, [weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      AutogradMeta& mm = impl->meta();
+      if (!mm.grad.defined()) {
+        NoGradGuard no_grad;
+        mm.grad = g.detach().clone();
+      } else {
+        mm.grad = mm.grad + g;
+      }
+    }
+    return Tensor();
+  });
+}
+
+bool Tensor::retains_grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m && m->retains_grad;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this},
+                     gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{},
+                     retain_graph || create_graph, create_graph);
+}
+
+HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  ADJOINT_CHECK(requires_grad(), Autograd, "register_hook",
+                "cannot register a hook on a tensor that does not require grad (", describe(*this),
+                ")");
+  AutogradMeta& m = impl()->meta();
+  if (m.grad_fn) {
+    std::weak_ptr<Node> node = m.grad_fn;
+    int id = m.grad_fn->add_tensor_pre_hook(m.output_nr, std::move(hook));
+    return HookHandle([node, id] {
+      if (auto n = node.lock()) n->remove_tensor_pre_hook(id);
+    });
+  }
+  static int next_id = 0;
+  int id = next_id++;
+  m.leaf_hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<TensorImpl> weak = impl_ptr();
+  return HookHandle([weak, id] {
+    if (auto impl = weak.lock())
+      std::erase_if(impl->meta().leaf_hooks, [id](const auto& h) { return h.first == id; });
+  });
+}
+
+Tensor Tensor::detach() const {
+  ADJOINT_CHECK(defined(), Value, "detach", "called on an undefined tensor");
+  const TensorImpl& src = *impl();
+  auto out =
+      std::make_shared<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+  out->is_view = true;
+  out->inference = src.inference;
+  return Tensor(std::move(out));
+}
+
+Tensor& Tensor::detach_() {
+  AutogradMeta* m = meta_of(*this);
+  if (m) {
+    m->grad_fn = nullptr;
+    m->requires_grad = false;
+    m->output_nr = 0;
+  }
+  return *this;
+}
+
+Tensor Tensor::tangent() const {
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->tangent : Tensor();
+}
+
+}  // namespace adjoint

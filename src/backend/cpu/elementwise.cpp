@@ -1,0 +1,392 @@
+// Elementwise kernels: unary (with scalar parameters), binary with broadcasting, where, casts,
+// copies and fills. Every kernel is one call to strided_loop with a per-element lambda.
+#include <cmath>
+
+#include "adjoint/error.h"
+#include "backend/cpu/loops.h"
+#include "backend/kernels.h"
+#include "core/dispatch.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::kernels {
+namespace {
+
+// out[i] = f(in[i]) for contiguous out over in's shape.
+template <class Out, class In, class F>
+void map1(const Tensor& out, const Tensor& in, F f) {
+  Operands<2> ops{
+      {static_cast<char*>(out.raw_data()), static_cast<char*>(in.raw_data())},
+      {broadcast_byte_strides(out, out.shape()), broadcast_byte_strides(in, out.shape())}};
+  strided_loop(out.shape(), ops,
+               [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
+                 if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+                   Out* o = reinterpret_cast<Out*>(p[0]);
+                   const In* x = reinterpret_cast<const In*>(p[1]);
+                   for (int64_t j = 0; j < n; ++j) o[j] = f(x[j]);
+                 } else {
+                   for (int64_t j = 0; j < n; ++j)
+                     *reinterpret_cast<Out*>(p[0] + j * s[0]) =
+                         f(*reinterpret_cast<const In*>(p[1] + j * s[1]));
+                 }
+               });
+}
+
+template <class Out, class In, class F>
+void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  const Shape& shape = out.shape();
+  Operands<3> ops{{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
+                   static_cast<char*>(b.raw_data())},
+                  {broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape),
+                   broadcast_byte_strides(b, shape)}};
+  strided_loop(shape, ops,
+               [&](const std::array<char*, 3>& p, const std::array<int64_t, 3>& s, int64_t n) {
+                 if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
+                   Out* o = reinterpret_cast<Out*>(p[0]);
+                   const In* x = reinterpret_cast<const In*>(p[1]);
+                   const In* y = reinterpret_cast<const In*>(p[2]);
+                   for (int64_t j = 0; j < n; ++j) o[j] = f(x[j], y[j]);
+                 } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
+                   Out* o = reinterpret_cast<Out*>(p[0]);
+                   const In* x = reinterpret_cast<const In*>(p[1]);
+                   const In y = *reinterpret_cast<const In*>(p[2]);
+                   for (int64_t j = 0; j < n; ++j) o[j] = f(x[j], y);
+                 } else {
+                   for (int64_t j = 0; j < n; ++j)
+                     *reinterpret_cast<Out*>(p[0] + j * s[0]) =
+                         f(*reinterpret_cast<const In*>(p[1] + j * s[1]),
+                           *reinterpret_cast<const In*>(p[2] + j * s[2]));
+                 }
+               });
+}
+
+template <class T>
+T sigmoid_of(T x) {
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+bool returns_bool(Unary k) {
+  switch (k) {
+    case Unary::EqScalar:
+    case Unary::NeScalar:
+    case Unary::LtScalar:
+    case Unary::LeScalar:
+    case Unary::GtScalar:
+    case Unary::GeScalar:
+    case Unary::LogicalNot:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* unary_name(Unary k) {
+  switch (k) {
+    case Unary::Neg:
+      return "neg";
+    case Unary::Exp:
+      return "exp";
+    case Unary::Log:
+      return "log";
+    case Unary::Log1p:
+      return "log1p";
+    case Unary::Expm1:
+      return "expm1";
+    case Unary::Sqrt:
+      return "sqrt";
+    case Unary::Rsqrt:
+      return "rsqrt";
+    case Unary::Abs:
+      return "abs";
+    case Unary::Sign:
+      return "sign";
+    case Unary::Sin:
+      return "sin";
+    case Unary::Cos:
+      return "cos";
+    case Unary::Tan:
+      return "tan";
+    case Unary::Tanh:
+      return "tanh";
+    case Unary::Erf:
+      return "erf";
+    case Unary::Sigmoid:
+      return "sigmoid";
+    case Unary::Relu:
+      return "relu";
+    case Unary::Reciprocal:
+      return "reciprocal";
+    case Unary::Square:
+      return "square";
+    case Unary::LeakyRelu:
+      return "leaky_relu";
+    case Unary::Softplus:
+      return "softplus";
+    case Unary::ClampMin:
+    case Unary::ClampMax:
+      return "clamp";
+    case Unary::AddScalar:
+      return "add";
+    case Unary::MulScalar:
+      return "mul";
+    case Unary::RSubScalar:
+      return "sub";
+    case Unary::RDivScalar:
+      return "div";
+    case Unary::PowScalar:
+    case Unary::RPowScalar:
+      return "pow";
+    case Unary::GeluErf:
+    case Unary::GeluTanh:
+      return "gelu";
+    case Unary::Silu:
+      return "silu";
+    default:
+      return "compare";
+  }
+}
+
+// Kinds that make sense on int64 (the rest need floating point).
+bool integral_ok(Unary k) {
+  switch (k) {
+    case Unary::Neg:
+    case Unary::Abs:
+    case Unary::Sign:
+    case Unary::Square:
+    case Unary::Relu:
+    case Unary::ClampMin:
+    case Unary::ClampMax:
+    case Unary::AddScalar:
+    case Unary::MulScalar:
+    case Unary::RSubScalar:
+      return true;
+    default:
+      return returns_bool(k);
+  }
+}
+
+template <class T>
+void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, double b_) {
+  const T a = static_cast<T>(a_), b = static_cast<T>(b_);
+  switch (k) {
+    case Unary::Neg:
+      return map1<T, T>(out, x, [](T v) { return -v; });
+    case Unary::Abs:
+      return map1<T, T>(out, x, [](T v) { return v < 0 ? -v : v; });
+    case Unary::Sign:
+      return map1<T, T>(out, x, [](T v) { return T((v > 0) - (v < 0)); });
+    case Unary::Square:
+      return map1<T, T>(out, x, [](T v) { return v * v; });
+    case Unary::Relu:
+      return map1<T, T>(out, x, [](T v) { return v > 0 ? v : T(0); });
+    case Unary::ClampMin:
+      return map1<T, T>(out, x, [a](T v) { return v < a ? a : v; });
+    case Unary::ClampMax:
+      return map1<T, T>(out, x, [a](T v) { return v > a ? a : v; });
+    case Unary::AddScalar:
+      return map1<T, T>(out, x, [a](T v) { return v + a; });
+    case Unary::MulScalar:
+      return map1<T, T>(out, x, [a](T v) { return v * a; });
+    case Unary::RSubScalar:
+      return map1<T, T>(out, x, [a](T v) { return a - v; });
+    case Unary::EqScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v == a_; });
+    case Unary::NeScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v != a_; });
+    case Unary::LtScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v < a_; });
+    case Unary::LeScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v <= a_; });
+    case Unary::GtScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v > a_; });
+    case Unary::GeScalar:
+      return map1<bool, T>(out, x, [a_](T v) { return v >= a_; });
+    case Unary::LogicalNot:
+      return map1<bool, T>(out, x, [](T v) { return v == T(0); });
+    default:
+      break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (k) {
+      case Unary::Exp:
+        return map1<T, T>(out, x, [](T v) { return std::exp(v); });
+      case Unary::Log:
+        return map1<T, T>(out, x, [](T v) { return std::log(v); });
+      case Unary::Log1p:
+        return map1<T, T>(out, x, [](T v) { return std::log1p(v); });
+      case Unary::Expm1:
+        return map1<T, T>(out, x, [](T v) { return std::expm1(v); });
+      case Unary::Sqrt:
+        return map1<T, T>(out, x, [](T v) { return std::sqrt(v); });
+      case Unary::Rsqrt:
+        return map1<T, T>(out, x, [](T v) { return T(1) / std::sqrt(v); });
+      case Unary::Sin:
+        return map1<T, T>(out, x, [](T v) { return std::sin(v); });
+      case Unary::Cos:
+        return map1<T, T>(out, x, [](T v) { return std::cos(v); });
+      case Unary::Tan:
+        return map1<T, T>(out, x, [](T v) { return std::tan(v); });
+      case Unary::Tanh:
+        return map1<T, T>(out, x, [](T v) { return std::tanh(v); });
+      case Unary::Erf:
+        return map1<T, T>(out, x, [](T v) { return std::erf(v); });
+      case Unary::Sigmoid:
+        return map1<T, T>(out, x, [](T v) { return sigmoid_of(v); });
+      case Unary::Reciprocal:
+        return map1<T, T>(out, x, [](T v) { return T(1) / v; });
+      case Unary::LeakyRelu:
+        return map1<T, T>(out, x, [a](T v) { return v > 0 ? v : v * a; });
+      case Unary::Softplus:
+        return map1<T, T>(out, x,
+                          [a, b](T v) { return v * a > b ? v : std::log1p(std::exp(v * a)) / a; });
+      case Unary::RDivScalar:
+        return map1<T, T>(out, x, [a](T v) { return a / v; });
+      case Unary::PowScalar:
+        if (a_ == 2) return map1<T, T>(out, x, [](T v) { return v * v; });
+        if (a_ == 0.5) return map1<T, T>(out, x, [](T v) { return std::sqrt(v); });
+        return map1<T, T>(out, x, [a](T v) { return std::pow(v, a); });
+      case Unary::RPowScalar:
+        return map1<T, T>(out, x, [a](T v) { return std::pow(a, v); });
+      case Unary::GeluErf:
+        return map1<T, T>(out, x,
+                          [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(M_SQRT1_2))); });
+      case Unary::GeluTanh:
+        return map1<T, T>(out, x, [](T v) {
+          const T k = T(0.7978845608028654);  // sqrt(2 / pi)
+          return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
+        });
+      case Unary::Silu:
+        return map1<T, T>(out, x, [](T v) { return v * sigmoid_of(v); });
+      default:
+        break;
+    }
+  }
+  ADJOINT_ASSERT(false, "unhandled unary kind ", static_cast<int>(k));
+}
+
+}  // namespace
+
+Tensor unary(Unary k, const Tensor& x, double a, double b) {
+  const char* op = unary_name(k);
+  ADJOINT_CHECK(is_floating(x.dtype()) || integral_ok(k), DType, op,
+                "expected a floating tensor, got ", describe(x));
+  Tensor out = make_empty(x.shape(), returns_bool(k) ? DType::Bool : x.dtype());
+  dispatch_all(x.dtype(), op, [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      // Bool inputs only reach comparisons and logical_not: compute on 0/1 as int64.
+      Tensor as_int = cast(x, DType::Int64);
+      unary_numeric<int64_t>(k, out, as_int, a, b);
+    } else {
+      unary_numeric<T>(k, out, x, a, b);
+    }
+  });
+  return out;
+}
+
+Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
+  ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), "binary");
+  bool to_bool = k >= Binary::Eq;
+  Tensor out = make_empty(shape, to_bool ? DType::Bool : a.dtype());
+  dispatch_all(a.dtype(), "binary", [&]<class T>() {
+    switch (k) {
+      case Binary::Eq:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x == y; });
+      case Binary::Ne:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x != y; });
+      case Binary::Lt:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x < y; });
+      case Binary::Le:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x <= y; });
+      case Binary::Gt:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x > y; });
+      case Binary::Ge:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x >= y; });
+      case Binary::And:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x && y; });
+      case Binary::Or:
+        return map2<bool, T>(out, a, b, [](T x, T y) { return x || y; });
+      default:
+        break;
+    }
+    if constexpr (std::is_same_v<T, bool>) {
+      ADJOINT_CHECK(false, DType, "binary", "arithmetic on bool tensors is not supported");
+    } else {
+      switch (k) {
+        case Binary::Add:
+          return map2<T, T>(out, a, b, [](T x, T y) { return x + y; });
+        case Binary::Sub:
+          return map2<T, T>(out, a, b, [](T x, T y) { return x - y; });
+        case Binary::Mul:
+          return map2<T, T>(out, a, b, [](T x, T y) { return x * y; });
+        case Binary::Div:
+          if constexpr (std::is_integral_v<T>) {
+            ADJOINT_CHECK(false, DType, "div", "integer division goes through floats in ops");
+          } else {
+            return map2<T, T>(out, a, b, [](T x, T y) { return x / y; });
+          }
+        case Binary::Pow:
+          return map2<T, T>(out, a, b, [](T x, T y) { return static_cast<T>(std::pow(x, y)); });
+        case Binary::Minimum:
+          return map2<T, T>(out, a, b, [](T x, T y) { return (x < y || x != x) ? x : y; });
+        case Binary::Maximum:
+          return map2<T, T>(out, a, b, [](T x, T y) { return (x > y || x != x) ? x : y; });
+        default:
+          break;
+      }
+    }
+    ADJOINT_ASSERT(false, "unhandled binary kind");
+  });
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  ADJOINT_ASSERT(a.dtype() == b.dtype() && cond.dtype() == DType::Bool);
+  Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = make_empty(shape, a.dtype());
+  dispatch_all(a.dtype(), "where", [&]<class T>() {
+    Operands<4> ops{{static_cast<char*>(out.raw_data()), static_cast<char*>(cond.raw_data()),
+                     static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
+                    {broadcast_byte_strides(out, shape), broadcast_byte_strides(cond, shape),
+                     broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)}};
+    strided_loop(shape, ops,
+                 [&](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
+                   for (int64_t j = 0; j < n; ++j) {
+                     bool c = *reinterpret_cast<const bool*>(p[1] + j * s[1]);
+                     *reinterpret_cast<T*>(p[0] + j * s[0]) =
+                         c ? *reinterpret_cast<const T*>(p[2] + j * s[2])
+                           : *reinterpret_cast<const T*>(p[3] + j * s[3]);
+                   }
+                 });
+  });
+  return out;
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  dispatch_all(dst.dtype(), "copy", [&]<class D>() {
+    dispatch_all(src.dtype(), "copy",
+                 [&]<class S>() { map1<D, S>(dst, src, [](S v) { return static_cast<D>(v); }); });
+  });
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  Tensor out = make_empty(x.shape(), dtype);
+  copy_into(out, x);
+  return out;
+}
+
+void fill(const Tensor& dst, Scalar value) {
+  dispatch_all(dst.dtype(), "fill", [&]<class T>() {
+    T v = value.is_floating() ? static_cast<T>(value.to_double()) : static_cast<T>(value.to_int());
+    Operands<1> ops{{static_cast<char*>(dst.raw_data())},
+                    {broadcast_byte_strides(dst, dst.shape())}};
+    strided_loop(dst.shape(), ops,
+                 [&](const std::array<char*, 1>& p, const std::array<int64_t, 1>& s, int64_t n) {
+                   for (int64_t j = 0; j < n; ++j) *reinterpret_cast<T*>(p[0] + j * s[0]) = v;
+                 });
+  });
+}
+
+}  // namespace adjoint::kernels

@@ -1,0 +1,141 @@
+// Matrix products through OpenBLAS. A 2-d operand whose rows or columns are contiguous is
+// passed as is, with the transpose flag and leading dimension read off its strides, so
+// transposed views (Wᵀ in linear, the transposes in matmul's VJP) cost no copy.
+#include <cblas.h>
+
+#include "adjoint/error.h"
+#include "backend/kernels.h"
+#include "core/dispatch.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::kernels {
+namespace {
+
+struct MatrixArg {
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// How BLAS can read a rows x cols matrix with these element strides, if it can.
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, MatrixArg& out) {
+  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) {
+    out = {CblasNoTrans, rs};
+    return true;
+  }
+  if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) {
+    out = {CblasTrans, cs};
+    return true;
+  }
+  if (rows == 1 && cs == 1) {  // a single row: any row stride works
+    out = {CblasNoTrans, std::max<int64_t>(cols, 1)};
+    return true;
+  }
+  if (cols == 1 && rs == 1) {
+    out = {CblasTrans, std::max<int64_t>(rows, 1)};
+    return true;
+  }
+  return false;
+}
+
+template <class T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    // Integer matmul: a plain triple loop (no BLAS for int64).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        T acc = beta == T(0) ? T(0) : c[i * ldc + j];
+        for (int64_t p = 0; p < k; ++p) {
+          T av = ta == CblasNoTrans ? a[i * lda + p] : a[p * lda + i];
+          T bv = tb == CblasNoTrans ? b[p * ldb + j] : b[j * ldb + p];
+          acc += av * bv;
+        }
+        c[i * ldc + j] = acc;
+      }
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
+  const int64_t nd = a_in.dim();
+  const int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
+  Shape out_shape = a_in.shape();
+  out_shape[nd - 1] = n;
+  Tensor out = make_empty(out_shape, a_in.dtype());
+  if (out.numel() == 0) return out;
+  MatrixArg la{}, lb{};
+  Tensor a = a_in, b = b_in;
+  if (!blas_layout(m, k, a.strides()[nd - 2], a.strides()[nd - 1], la)) {
+    a = cast(a, a.dtype());
+    la = {CblasNoTrans, std::max<int64_t>(k, 1)};
+  }
+  if (!blas_layout(k, n, b.strides()[nd - 2], b.strides()[nd - 1], lb)) {
+    b = cast(b, b.dtype());
+    lb = {CblasNoTrans, std::max<int64_t>(n, 1)};
+  }
+  const int64_t batch = out.numel() / (m * n);
+  dispatch_numeric(a.dtype(), "matmul", [&]<class T>() {
+    const T* ap = a.data_ptr<T>();
+    const T* bp = b.data_ptr<T>();
+    T* cp = out.data_ptr<T>();
+    for (int64_t i = 0; i < batch; ++i) {
+      // Batch offsets of operand i, following each operand's own (maybe zero) batch strides.
+      int64_t ao = 0, bo = 0, rem = i;
+      for (int64_t d = nd - 3; d >= 0; --d) {
+        int64_t idx = rem % out_shape[d];
+        rem /= out_shape[d];
+        ao += idx * a.strides()[d];
+        bo += idx * b.strides()[d];
+      }
+      if (k == 0) {
+        std::fill(cp + i * m * n, cp + (i + 1) * m * n, T(0));
+        continue;
+      }
+      gemm<T>(la.trans, lb.trans, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, T(0), cp + i * m * n, n);
+    }
+  });
+  return out;
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
+  Tensor out = make_empty({rows, outf}, x_in.dtype());
+  if (out.numel() == 0) return out;
+  Tensor x = x_in, w = w_in;
+  MatrixArg lx{}, lw{};
+  if (!blas_layout(rows, in, x.strides()[0], x.strides()[1], lx)) {
+    x = cast(x, x.dtype());
+    lx = {CblasNoTrans, std::max<int64_t>(in, 1)};
+  }
+  if (!blas_layout(outf, in, w.strides()[0], w.strides()[1], lw)) {
+    w = cast(w, w.dtype());
+    lw = {CblasNoTrans, std::max<int64_t>(in, 1)};
+  }
+  // Wᵀ: flip W's transpose flag.
+  CBLAS_TRANSPOSE wt = lw.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
+  dispatch_numeric(x.dtype(), "linear", [&]<class T>() {
+    T* o = out.data_ptr<T>();
+    T beta = T(0);
+    if (bias.defined()) {
+      Tensor bc = bias.is_contiguous() ? bias : cast(bias, bias.dtype());
+      const T* bp = bc.data_ptr<T>();
+      for (int64_t r = 0; r < rows; ++r) std::copy(bp, bp + outf, o + r * outf);
+      beta = T(1);
+    }
+    if (in == 0) {
+      if (!bias.defined()) std::fill(o, o + rows * outf, T(0));
+      return;
+    }
+    gemm<T>(lx.trans, wt, rows, outf, in, x.data_ptr<T>(), lx.ld, w.data_ptr<T>(), lw.ld, beta, o,
+            outf);
+  });
+  return out;
+}
+
+}  // namespace adjoint::kernels

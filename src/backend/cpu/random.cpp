@@ -1,0 +1,39 @@
+// Factory fills: arange and the random distributions, drawn sequentially from the generator
+// so the same seed gives the same tensor whatever the thread count.
+#include "adjoint/error.h"
+#include "backend/kernels.h"
+#include "core/dispatch.h"
+
+namespace adjoint::kernels {
+
+void arange(const Tensor& dst, double start, double step) {
+  dispatch_numeric(dst.dtype(), "arange", [&]<class T>() {
+    T* p = dst.data_ptr<T>();
+    for (int64_t i = 0; i < dst.numel(); ++i)
+      p[i] = static_cast<T>(start + step * static_cast<double>(i));
+  });
+}
+
+void uniform(const Tensor& dst, double low, double high, Generator& gen) {
+  dispatch_floating(dst.dtype(), "rand", [&]<class T>() {
+    T* p = dst.data_ptr<T>();
+    for (int64_t i = 0; i < dst.numel(); ++i)
+      p[i] = static_cast<T>(low + (high - low) * gen.next_double());
+  });
+}
+
+void normal(const Tensor& dst, double mean, double std, Generator& gen) {
+  dispatch_floating(dst.dtype(), "randn", [&]<class T>() {
+    T* p = dst.data_ptr<T>();
+    for (int64_t i = 0; i < dst.numel(); ++i) p[i] = static_cast<T>(mean + std * gen.next_normal());
+  });
+}
+
+void randint(const Tensor& dst, int64_t low, int64_t high, Generator& gen) {
+  int64_t* p = dst.data_ptr<int64_t>();
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  for (int64_t i = 0; i < dst.numel(); ++i)
+    p[i] = low + static_cast<int64_t>(gen.next_u64() % range);
+}
+
+}  // namespace adjoint::kernels

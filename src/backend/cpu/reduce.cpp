@@ -1,0 +1,187 @@
+// Reductions (sum, prod, max, min) over any set of dims, and argmax/argmin along one dim.
+// Each output element is reduced by one thread in a fixed order, so results do not depend on
+// the thread count. Floating sums accumulate in double.
+#include <algorithm>
+#include <limits>
+
+#include "adjoint/error.h"
+#include "backend/kernels.h"
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::kernels {
+namespace {
+
+const char* reduce_name(Reduce k) {
+  switch (k) {
+    case Reduce::Sum:
+      return "sum";
+    case Reduce::Prod:
+      return "prod";
+    case Reduce::Max:
+      return "max";
+    case Reduce::Min:
+      return "min";
+  }
+  return "reduce";
+}
+
+// The reduction split into kept dims (one output each) and reduced dims (looped per output).
+struct Plan {
+  Shape out_shape;                 // keepdim or not, as asked
+  Shape kept_sizes, kept_strides;  // in elements of x
+  Shape red_sizes, red_strides;
+  int64_t outputs = 1, per_output = 1;
+};
+
+Plan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
+  const int64_t nd = x.dim();
+  std::vector<bool> reduced(nd, dims.empty());
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, nd, op);
+    if (nd > 0) {
+      ADJOINT_CHECK(!reduced[w] || dims.empty(), Value, op, "dim ", d, " appears more than once");
+      reduced[w] = true;
+    }
+  }
+  Plan p;
+  for (int64_t i = 0; i < nd; ++i) {
+    if (reduced[i]) {
+      p.red_sizes.push_back(x.shape()[i]);
+      p.red_strides.push_back(x.strides()[i]);
+      p.per_output *= x.shape()[i];
+      if (keepdim) p.out_shape.push_back(1);
+    } else {
+      p.kept_sizes.push_back(x.shape()[i]);
+      p.kept_strides.push_back(x.strides()[i]);
+      p.outputs *= x.shape()[i];
+      p.out_shape.push_back(x.shape()[i]);
+    }
+  }
+  return p;
+}
+
+// Offset (elements) of flat index `i` over sizes/strides.
+int64_t offset_of(int64_t i, const Shape& sizes, const Shape& strides) {
+  int64_t off = 0;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    off += (i % sizes[d]) * strides[d];
+    i /= sizes[d];
+  }
+  return off;
+}
+
+template <class T, class Acc, class Step>
+void run_plan(const Plan& p, const T* x, Acc* out, Acc init, Step step) {
+  const bool inner_contiguous = p.red_sizes.size() == 1 && p.red_strides[0] == 1;
+  parallel_for(p.outputs, std::max<int64_t>(32768 / std::max<int64_t>(p.per_output, 1), 1),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t o = begin; o < end; ++o) {
+                   const T* base = x + offset_of(o, p.kept_sizes, p.kept_strides);
+                   Acc acc = init;
+                   if (inner_contiguous) {
+                     for (int64_t j = 0; j < p.per_output; ++j) acc = step(acc, base[j]);
+                   } else {
+                     for (int64_t j = 0; j < p.per_output; ++j)
+                       acc = step(acc, base[offset_of(j, p.red_sizes, p.red_strides)]);
+                   }
+                   out[o] = acc;
+                 }
+               });
+}
+
+}  // namespace
+
+Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const char* op = reduce_name(k);
+  Plan p = make_plan(x, dims, keepdim, op);
+  ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,
+                op, "cannot reduce over an empty dimension (input ", describe(x), ")");
+  DType out_dtype = is_floating(x.dtype())                    ? x.dtype()
+                    : (k == Reduce::Sum || k == Reduce::Prod) ? DType::Int64
+                                                              : x.dtype();
+  Tensor out = make_empty(p.out_shape, out_dtype);
+  const char* data = static_cast<const char*>(x.raw_data());
+  dispatch_all(x.dtype(), op, [&]<class T>() {
+    const T* xs = reinterpret_cast<const T*>(data);
+    if constexpr (std::is_floating_point_v<T>) {
+      T* o = out.data_ptr<T>();
+      std::vector<double> acc(p.outputs);
+      switch (k) {
+        case Reduce::Sum:
+          run_plan<T, double>(p, xs, acc.data(), 0.0, [](double a, T v) { return a + v; });
+          break;
+        case Reduce::Prod:
+          run_plan<T, double>(p, xs, acc.data(), 1.0, [](double a, T v) { return a * v; });
+          break;
+        case Reduce::Max:
+          run_plan<T, double>(p, xs, acc.data(), -std::numeric_limits<double>::infinity(),
+                              [](double a, T v) {
+                                return (v > a || v != v || a != a) ? (a != a ? a : double(v)) : a;
+                              });
+          break;
+        case Reduce::Min:
+          run_plan<T, double>(p, xs, acc.data(), std::numeric_limits<double>::infinity(),
+                              [](double a, T v) {
+                                return (v < a || v != v || a != a) ? (a != a ? a : double(v)) : a;
+                              });
+          break;
+      }
+      for (int64_t i = 0; i < p.outputs; ++i) o[i] = static_cast<T>(acc[i]);
+    } else {
+      using Acc = int64_t;
+      std::vector<Acc> acc(p.outputs);
+      switch (k) {
+        case Reduce::Sum:
+          run_plan<T, Acc>(p, xs, acc.data(), 0, [](Acc a, T v) { return a + Acc(v); });
+          break;
+        case Reduce::Prod:
+          run_plan<T, Acc>(p, xs, acc.data(), 1, [](Acc a, T v) { return a * Acc(v); });
+          break;
+        case Reduce::Max:
+          run_plan<T, Acc>(p, xs, acc.data(), std::numeric_limits<Acc>::min(),
+                           [](Acc a, T v) { return std::max(a, Acc(v)); });
+          break;
+        case Reduce::Min:
+          run_plan<T, Acc>(p, xs, acc.data(), std::numeric_limits<Acc>::max(),
+                           [](Acc a, T v) { return std::min(a, Acc(v)); });
+          break;
+      }
+      dispatch_all(out.dtype(), op, [&]<class O>() {
+        O* o = out.data_ptr<O>();
+        for (int64_t i = 0; i < p.outputs; ++i) o[i] = static_cast<O>(acc[i]);
+      });
+    }
+  });
+  return out;
+}
+
+Tensor arg_reduce(ArgReduce k, const Tensor& x, int64_t dim, bool keepdim) {
+  const char* op = k == ArgReduce::ArgMax ? "argmax" : "argmin";
+  Plan p = make_plan(x, {dim}, keepdim, op);
+  ADJOINT_CHECK(p.per_output > 0, Shape, op, "cannot reduce over an empty dimension (input ",
+                describe(x), ")");
+  Tensor out = make_empty(p.out_shape, DType::Int64);
+  int64_t* o = out.data_ptr<int64_t>();
+  dispatch_all(x.dtype(), op, [&]<class T>() {
+    const T* xs = static_cast<const T*>(x.raw_data());
+    const bool want_max = k == ArgReduce::ArgMax;
+    parallel_for(p.outputs, 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const T* base = xs + offset_of(i, p.kept_sizes, p.kept_strides);
+        int64_t best = 0;
+        T best_v = base[0];
+        for (int64_t j = 1; j < p.per_output; ++j) {
+          T v = base[j * p.red_strides[0]];
+          if (best_v != best_v) break;  // NaN wins and stays
+          if (v != v || (want_max ? v > best_v : v < best_v)) best = j, best_v = v;
+        }
+        o[i] = best;
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace adjoint::kernels

@@ -1,0 +1,103 @@
+// The kernel table: every computation ops perform goes through these functions, keyed by a
+// kind enum. Kernels see plain tensors (no autograd), allocate their outputs contiguously and
+// accept any strides on input. This is the CPU backend; a CUDA backend adds a second table.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "adjoint/generator.h"
+#include "adjoint/scalar.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint::kernels {
+
+// Unary kinds, some with parameters a and b. Comparisons with a scalar give bool.
+enum class Unary {
+  Neg,
+  Exp,
+  Log,
+  Log1p,
+  Expm1,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Sign,
+  Sin,
+  Cos,
+  Tan,
+  Tanh,
+  Erf,
+  Sigmoid,
+  Relu,
+  Reciprocal,
+  Square,
+  LeakyRelu,   // a = negative slope
+  Softplus,    // a = beta, b = threshold
+  ClampMin,    // max(x, a)
+  ClampMax,    // min(x, a)
+  AddScalar,   // x + a
+  MulScalar,   // x * a
+  RSubScalar,  // a - x
+  RDivScalar,  // a / x
+  PowScalar,   // x ^ a
+  RPowScalar,  // a ^ x
+  GeluErf,
+  GeluTanh,
+  Silu,
+  EqScalar,
+  NeScalar,
+  LtScalar,
+  LeScalar,
+  GtScalar,
+  GeScalar,
+  LogicalNot,  // -> bool
+};
+Tensor unary(Unary kind, const Tensor& x, double a = 0, double b = 0);
+
+// Binary kinds; both operands have the same dtype and broadcast. Comparisons give bool.
+enum class Binary { Add, Sub, Mul, Div, Pow, Minimum, Maximum, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+Tensor binary(Binary kind, const Tensor& a, const Tensor& b);
+
+/// cond ? a : b with broadcasting; a and b share a dtype, cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+/// A contiguous copy converted to `dtype`.
+Tensor cast(const Tensor& x, DType dtype);
+/// dst[...] = src[...], broadcasting src to dst's shape and converting dtype; dst may be strided.
+void copy_into(const Tensor& dst, const Tensor& src);
+void fill(const Tensor& dst, Scalar value);
+
+enum class Reduce { Sum, Prod, Max, Min };
+/// Reduces over `dims` (wrapped, any order; empty means all). Sum of bool/int64 gives int64.
+Tensor reduce(Reduce kind, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+enum class ArgReduce { ArgMax, ArgMin };
+/// Index of the first max (min) along `dim`, int64.
+Tensor arg_reduce(ArgReduce kind, const Tensor& x, int64_t dim, bool keepdim);
+
+/// Batched matrix product of [..., m, k] and [..., k, n] tensors whose batch dims are equal
+/// (the ops layer broadcasts first). Either operand may be a transposed view: no copy then.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x Wᵀ + bias for x [rows, in], W [out, in], bias [out] or undefined.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+
+// Indexing: index is int64; bounds are checked and reported with `op`.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const char* op);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op);
+/// A copy of x with src added at index along dim.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                   const char* op);
+/// A copy of x with source's slices added at index along dim.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 const char* op);
+
+/// Numerically stable softmax (or log-softmax) along dim.
+Tensor softmax(const Tensor& x, int64_t dim, bool log);
+
+// Factories and random fills (contiguous dst).
+void arange(const Tensor& dst, double start, double step);
+void uniform(const Tensor& dst, double low, double high, Generator& gen);
+void normal(const Tensor& dst, double mean, double std, Generator& gen);
+void randint(const Tensor& dst, int64_t low, int64_t high, Generator& gen);
+
+}  // namespace adjoint::kernels

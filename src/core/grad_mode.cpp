@@ -1,0 +1,25 @@
+// Thread-local grad, inference and forward-mode switches.
+#include "adjoint/grad_mode.h"
+
+#include "core/mode_state.h"
+
+namespace adjoint {
+
+thread_local ModeState tls_mode;
+
+bool is_grad_enabled() { return tls_mode.grad_enabled; }
+void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }
+bool is_inference_mode() { return tls_mode.inference; }
+bool is_forward_grad_enabled() { return tls_mode.dual_levels > 0; }
+
+InferenceMode::InferenceMode()
+    : prev_grad_(tls_mode.grad_enabled), prev_inference_(tls_mode.inference) {
+  tls_mode.grad_enabled = false;
+  tls_mode.inference = true;
+}
+InferenceMode::~InferenceMode() {
+  tls_mode.grad_enabled = prev_grad_;
+  tls_mode.inference = prev_inference_;
+}
+
+}  // namespace adjoint

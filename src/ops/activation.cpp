@@ -1,0 +1,148 @@
+// Activations: relu, leaky_relu, sigmoid, gelu (erf and tanh forms), silu, softplus, clamp.
+// Each has its own forward kernel (one pass over memory) and pointwise derivative factor
+// written with ops, so VJP = gy * f'(x) and JVP = tx * f'(x).
+#include <cmath>
+
+#include "adjoint/error.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+template <class Derived>
+struct Pointwise {
+  Tensor vjp(const Ctx& c, const Tensor& gy) const {
+    return gy * static_cast<const Derived*>(this)->factor(c);
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const {
+    return tx * static_cast<const Derived*>(this)->factor(c);
+  }
+};
+
+struct Relu : Pointwise<Relu> {
+  static constexpr const char* name = "relu";
+  static constexpr Save save = Save::Output;
+  Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Relu, x); }
+  // d/dx max(x, 0) = [x > 0]
+  Tensor factor(const Ctx& c) const { return gt(c.output(), 0).to(c.output().dtype()); }
+};
+
+struct LeakyRelu : Pointwise<LeakyRelu> {
+  static constexpr const char* name = "leaky_relu";
+  static constexpr Save save = Save::Inputs;
+  double slope;
+  Tensor forward(const Tensor& x) const { return kernels::unary(Unary::LeakyRelu, x, slope); }
+  // d/dx = 1 for x > 0, slope otherwise
+  Tensor factor(const Ctx& c) const {
+    Tensor pos = gt(c.input(0), 0).to(c.input(0).dtype());
+    return pos * (1 - slope) + slope;
+  }
+};
+
+struct Sigmoid : Pointwise<Sigmoid> {
+  static constexpr const char* name = "sigmoid";
+  static constexpr Save save = Save::Output;
+  Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sigmoid, x); }
+  // d/dx sigmoid(x) = y (1 - y)
+  Tensor factor(const Ctx& c) const { return c.output() * (1 - c.output()); }
+};
+
+struct Gelu : Pointwise<Gelu> {
+  static constexpr const char* name = "gelu";
+  static constexpr Save save = Save::Inputs;
+  GeluApproximation approximate;
+  Tensor forward(const Tensor& x) const {
+    return kernels::unary(approximate == GeluApproximation::Tanh ? Unary::GeluTanh : Unary::GeluErf,
+                          x);
+  }
+  Tensor factor(const Ctx& c) const {
+    const Tensor& x = c.input(0);
+    if (approximate == GeluApproximation::None) {
+      // d/dx x Φ(x) = Φ(x) + x φ(x)
+      Tensor cdf = (erf(x * M_SQRT1_2) + 1) * 0.5;
+      Tensor pdf = exp(x.square() * -0.5) * (M_2_SQRTPI * M_SQRT1_2 * 0.5);
+      return cdf + x * pdf;
+    }
+    // u = k (x + 0.044715 x^3), t = tanh(u):
+    // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
+    const double k = 0.7978845608028654;
+    Tensor x2 = x.square();
+    Tensor t = tanh((x + x * x2 * 0.044715) * k);
+    return (t + 1) * 0.5 + x * (1 - t.square()) * (x2 * (3 * 0.044715) + 1) * (0.5 * k);
+  }
+};
+
+struct Silu : Pointwise<Silu> {
+  static constexpr const char* name = "silu";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Silu, x); }
+  // d/dx x s(x) = s (1 + x (1 - s))
+  Tensor factor(const Ctx& c) const {
+    Tensor s = sigmoid(c.input(0));
+    return s * (c.input(0) * (1 - s) + 1);
+  }
+};
+
+struct Softplus : Pointwise<Softplus> {
+  static constexpr const char* name = "softplus";
+  static constexpr Save save = Save::Inputs;
+  double beta, threshold;
+  Tensor forward(const Tensor& x) const {
+    return kernels::unary(Unary::Softplus, x, beta, threshold);
+  }
+  // d/dx log(1 + exp(beta x)) / beta = sigmoid(beta x); 1 above the threshold (linear region)
+  Tensor factor(const Ctx& c) const {
+    const Tensor& x = c.input(0);
+    return where(gt(x * beta, threshold), ones_like(x), sigmoid(x * beta));
+  }
+};
+
+struct Clamp : Pointwise<Clamp> {
+  static constexpr const char* name = "clamp";
+  static constexpr Save save = Save::Inputs;
+  std::optional<double> lo, hi;
+  Tensor forward(const Tensor& x) const {
+    Tensor y = x;
+    if (lo) y = kernels::unary(Unary::ClampMin, y, *lo);
+    if (hi) y = kernels::unary(Unary::ClampMax, y, *hi);
+    return y.is_same(x) ? kernels::cast(x, x.dtype()) : y;
+  }
+  // d/dx clamp(x, lo, hi) = [lo <= x <= hi]
+  Tensor factor(const Ctx& c) const {
+    const Tensor& x = c.input(0);
+    Tensor inside = ones_like(x).to(DType::Bool);
+    if (lo) inside = logical_and(inside, ge(x, *lo));
+    if (hi) inside = logical_and(inside, le(x, *hi));
+    return inside.to(x.dtype());
+  }
+};
+
+}  // namespace
+
+Tensor relu(const Tensor& x) { return apply(Relu{}, x); }
+Tensor leaky_relu(const Tensor& x, double slope) {
+  return apply(LeakyRelu{{}, slope}, to_floating(x));
+}
+Tensor sigmoid(const Tensor& x) { return apply(Sigmoid{}, to_floating(x)); }
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  return apply(Gelu{{}, approximate}, to_floating(x));
+}
+Tensor silu(const Tensor& x) { return apply(Silu{}, to_floating(x)); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  ADJOINT_CHECK(beta != 0, Value, "softplus", "beta must be nonzero");
+  return apply(Softplus{{}, beta, threshold}, to_floating(x));
+}
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  ADJOINT_CHECK(lo || hi, Value, "clamp", "at least one of min and max must be given");
+  ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "clamp",
+                "clamp is not supported for bool tensors");
+  return apply(Clamp{{}, lo, hi}, x);
+}
+
+Tensor Tensor::sigmoid() const { return adjoint::sigmoid(*this); }
+Tensor Tensor::relu() const { return adjoint::relu(*this); }
+Tensor Tensor::clamp(std::optional<double> lo, std::optional<double> hi) const {
+  return adjoint::clamp(*this, lo, hi);
+}
+
+}  // namespace adjoint

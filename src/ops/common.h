@@ -1,0 +1,44 @@
+// Helpers shared by the op families: type promotion (PyTorch's result_type), promotion of
+// integer inputs for ops that need floats, and reading a Scalar as a double.
+#pragma once
+
+#include "adjoint/ops.h"
+#include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
+#include "backend/kernels.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint {
+
+using kernels::Binary;
+using kernels::Unary;
+
+/// Category used by promotion: bool 0, integer 1, floating 2.
+inline int type_category(DType d) { return is_floating(d) ? 2 : d == DType::Int64 ? 1 : 0; }
+
+/// Result dtype of a binary op on two tensors. Dimensioned tensors decide over 0-d tensors,
+/// unless a 0-d tensor is of a higher category (torch.result_type).
+inline DType result_type(const Tensor& a, const Tensor& b) {
+  const bool a0 = a.dim() == 0, b0 = b.dim() == 0;
+  if (a0 == b0) return promote_types(a.dtype(), b.dtype());
+  const Tensor& dimmed = a0 ? b : a;
+  const Tensor& zero_d = a0 ? a : b;
+  if (type_category(zero_d.dtype()) > type_category(dimmed.dtype())) return zero_d.dtype();
+  return dimmed.dtype();
+}
+
+/// Result dtype of a tensor with a number: the number only matters when of a higher category.
+inline DType result_type(const Tensor& a, Scalar s) {
+  if (type_category(s.kind()) <= type_category(a.dtype())) return a.dtype();
+  return s.is_floating() ? kDefaultFloat : DType::Int64;
+}
+
+/// x itself if floating, else x converted to the default float dtype.
+inline Tensor to_floating(const Tensor& x) {
+  return is_floating(x.dtype()) ? x : x.to(kDefaultFloat);
+}
+
+/// x converted to dtype (no-op when equal).
+inline Tensor cast_to(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : x.to(dtype); }
+
+}  // namespace adjoint

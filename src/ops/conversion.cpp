@@ -1,0 +1,105 @@
+// Conversions and copies: to(dtype), clone, contiguous; and the broadcasting pair
+// expand / sum_to, which are each other's VJP.
+#include "adjoint/error.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+struct ToDtype {
+  static constexpr const char* name = "to";
+  static constexpr Save save = Save::None;
+  DType dtype;
+  Tensor forward(const Tensor& x) const { return kernels::cast(x, dtype); }
+  // d/dx cast(x) = 1 (apply casts the gradient back to x's dtype).
+  Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.to(dtype); }
+};
+
+struct Clone {
+  static constexpr const char* name = "clone";
+  static constexpr Save save = Save::None;
+  Tensor forward(const Tensor& x) const { return kernels::cast(x, x.dtype()); }
+  Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
+};
+
+struct Expand {
+  static constexpr const char* name = "expand";
+  static constexpr Save save = Save::None;
+  Shape shape;
+  Tensor forward(const Tensor& x) const {
+    const std::size_t lead = shape.size() - x.dim();
+    Shape strides(shape.size(), 0);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
+      strides[lead + i] = x.shape()[i] == 1 && shape[lead + i] != 1 ? 0 : x.strides()[i];
+    return make_view(x, shape, strides, x.storage_offset());
+  }
+  // The VJP of broadcasting is summing back.
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return sum_to(gy, c.input_shape(0)); }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return expand(tx, shape); }
+};
+
+struct SumTo {
+  static constexpr const char* name = "sum_to";
+  static constexpr Save save = Save::None;
+  Shape shape;
+  Tensor forward(const Tensor& x) const {
+    const std::size_t lead = x.dim() - shape.size();
+    std::vector<int64_t> dims;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
+      if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+        dims.push_back(static_cast<int64_t>(i));
+    Tensor r = dims.empty() ? kernels::cast(x, x.dtype())
+                            : kernels::reduce(kernels::Reduce::Sum, x, dims, true);
+    return reshape_fresh(r, shape);
+  }
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return expand(gy, c.input_shape(0)); }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return sum_to(tx, shape); }
+};
+
+}  // namespace
+
+Tensor to(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return apply(ToDtype{dtype}, x);
+}
+Tensor clone(const Tensor& x) { return apply(Clone{}, x); }
+Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+
+Tensor expand(const Tensor& x, const Shape& shape_in) {
+  ADJOINT_CHECK(static_cast<int64_t>(shape_in.size()) >= x.dim(), Shape, "expand", "cannot expand ",
+                describe(x), " to fewer dims ", shape_in);
+  Shape shape = shape_in;
+  const std::size_t lead = shape.size() - x.dim();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i >= lead && shape[i] == -1) shape[i] = x.shape()[i - lead];
+    ADJOINT_CHECK(shape[i] >= 0, Shape, "expand", "invalid size ", shape_in[i], " in ", shape_in);
+    if (i >= lead) {
+      int64_t have = x.shape()[i - lead];
+      ADJOINT_CHECK(have == shape[i] || have == 1, Shape, "expand", "cannot expand ", describe(x),
+                    " to ", shape_in, ": dim ", i, " has size ", have, " (must be 1 or ", shape[i],
+                    ")");
+    }
+  }
+  if (shape == x.shape()) return x;
+  return apply(Expand{shape}, x);
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  ADJOINT_CHECK(static_cast<int64_t>(shape.size()) <= x.dim() &&
+                    broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(),
+                Shape, "sum_to", "cannot sum ", describe(x), " down to ", shape);
+  return apply(SumTo{shape}, x);
+}
+
+Tensor Tensor::to(DType dtype) const { return adjoint::to(*this, dtype); }
+Tensor Tensor::clone() const { return adjoint::clone(*this); }
+Tensor Tensor::contiguous() const { return adjoint::contiguous(*this); }
+Tensor Tensor::expand(const Shape& shape) const { return adjoint::expand(*this, shape); }
+Tensor Tensor::expand_as(const Tensor& other) const {
+  return adjoint::expand(*this, other.shape());
+}
+
+}  // namespace adjoint

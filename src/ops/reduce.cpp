@@ -1,0 +1,82 @@
+// Sum and mean (the reductions other ops' rules are written with). The other reductions
+// live in reduce_stats.cpp (var, std, prod, norm, logsumexp) and reduce_extrema.cpp.
+#include "ops/reduce_util.h"
+
+#include "adjoint/error.h"
+
+namespace adjoint {
+
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim,
+                                    const char* op) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    for (int64_t i = 0; i < ndim; ++i) out.push_back(i);
+    return out;
+  }
+  std::vector<bool> seen(std::max<int64_t>(ndim, 1), false);
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, ndim, op);
+    ADJOINT_CHECK(!seen[w], Value, op, "dim ", d, " appears more than once in the list of dims");
+    seen[w] = true;
+    if (ndim > 0) out.push_back(w);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims) {
+  Shape s = in;
+  for (int64_t d : dims) s[d] = 1;
+  return s;
+}
+
+Tensor expand_reduced(const Tensor& g, const Shape& input_shape, const std::vector<int64_t>& dims,
+                      bool keepdim) {
+  Tensor r = keepdim ? g : g.reshape(keepdim_shape(input_shape, dims));
+  return r.expand(input_shape);
+}
+
+namespace {
+
+struct Sum {
+  static constexpr const char* name = "sum";
+  static constexpr Save save = Save::None;
+  std::vector<int64_t> dims;  // normalized
+  bool keepdim;
+  Tensor forward(const Tensor& x) const {
+    return kernels::reduce(kernels::Reduce::Sum, x, dims, keepdim);
+  }
+  // d/dx_i sum(x) = 1: the gradient is broadcast back over the reduced dims
+  Tensor vjp(const Ctx& c, const Tensor& gy) const {
+    return expand_reduced(gy, c.input_shape(0), dims, keepdim);
+  }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return sum(tx, dims, keepdim); }
+};
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  std::vector<int64_t> d = normalize_dims(dims, x.dim(), "sum");
+  Tensor in = x.dtype() == DType::Bool ? x.to(DType::Int64) : x;
+  return apply(Sum{d, keepdim}, in);
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ADJOINT_CHECK(is_floating(x.dtype()), DType, "mean",
+                "expected a floating tensor (convert with to()), got ", describe(x));
+  std::vector<int64_t> d = normalize_dims(dims, x.dim(), "mean");
+  int64_t count = 1;
+  for (int64_t i : d) count *= x.shape()[i];
+  return sum(x, d, keepdim) / static_cast<double>(count);
+}
+
+Tensor Tensor::sum() const { return adjoint::sum(*this); }
+Tensor Tensor::sum(const std::vector<int64_t>& dims, bool keepdim) const {
+  return adjoint::sum(*this, dims, keepdim);
+}
+Tensor Tensor::mean() const { return adjoint::mean(*this); }
+Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
+  return adjoint::mean(*this, dims, keepdim);
+}
+
+}  // namespace adjoint

@@ -1,0 +1,158 @@
+// View ops that only change shape and strides: view, reshape, permute, transpose, squeeze,
+// unsqueeze. Outputs share storage with the input; slicing and joining live in shape.cpp.
+#include "adjoint/error.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+Shape infer_shape(const Shape& requested, int64_t numel, const Tensor& x, const char* op) {
+  Shape s = requested;
+  int64_t known = 1, infer_at = -1;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      ADJOINT_CHECK(infer_at < 0, Shape, op, "only one dimension can be -1, got ", requested);
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      ADJOINT_CHECK(s[i] >= 0, Shape, op, "invalid size ", s[i], " in ", requested);
+      known *= s[i];
+    }
+  }
+  if (infer_at >= 0) {
+    ADJOINT_CHECK(known != 0 && numel % known == 0, Shape, op, "shape ", requested,
+                  " is invalid for input ", describe(x));
+    s[infer_at] = numel / known;
+  }
+  ADJOINT_CHECK(s.numel() == numel, Shape, op, "shape ", requested, " is invalid for input ",
+                describe(x), " of ", numel, " elements");
+  return s;
+}
+
+struct View {
+  static constexpr const char* name = "view";
+  static constexpr Save save = Save::None;
+  Shape shape;
+  Tensor forward(const Tensor& x) const {
+    return make_view(x, shape, contiguous_strides(shape), x.storage_offset());
+  }
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
+};
+
+struct Permute {
+  static constexpr const char* name = "permute";
+  static constexpr Save save = Save::None;
+  std::vector<int64_t> dims;
+  Tensor forward(const Tensor& x) const {
+    Shape shape(dims.size()), strides(dims.size());
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      shape[i] = x.shape()[dims[i]];
+      strides[i] = x.strides()[dims[i]];
+    }
+    return make_view(x, shape, strides, x.storage_offset());
+  }
+  std::vector<int64_t> inverse() const {
+    std::vector<int64_t> inv(dims.size());
+    for (std::size_t i = 0; i < dims.size(); ++i) inv[dims[i]] = static_cast<int64_t>(i);
+    return inv;
+  }
+  Tensor vjp(const Ctx&, const Tensor& gy) const { return gy.permute(inverse()); }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.permute(dims); }
+};
+
+// squeeze/unsqueeze: insert or drop size-1 dims, keeping the other strides.
+struct Restride {
+  static constexpr const char* name = "view";
+  static constexpr Save save = Save::None;
+  Shape shape, strides;
+  Tensor forward(const Tensor& x) const { return make_view(x, shape, strides, x.storage_offset()); }
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
+};
+
+}  // namespace
+
+Tensor view(const Tensor& x, const Shape& shape) {
+  Shape s = infer_shape(shape, x.numel(), x, "view");
+  ADJOINT_CHECK(x.is_contiguous(), Shape, "view", "view needs a contiguous tensor, got ",
+                describe(x), " with strides ", x.strides(), "; use reshape()");
+  if (s == x.shape()) return x;
+  return apply(View{s}, x);
+}
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  Shape s = infer_shape(shape, x.numel(), x, "reshape");
+  if (s == x.shape()) return x;
+  return view(x.is_contiguous() ? x : x.contiguous(), s);
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  const int64_t nd = x.dim();
+  ADJOINT_CHECK(static_cast<int64_t>(dims.size()) == nd, Shape, "permute", "got ", dims.size(),
+                " dims for a tensor with ", nd, " dims (", describe(x), ")");
+  std::vector<int64_t> d;
+  std::vector<bool> seen(nd, false);
+  for (int64_t i : dims) {
+    int64_t w = wrap_dim(i, nd, "permute");
+    ADJOINT_CHECK(!seen[w], Value, "permute", "dim ", i, " repeats in the permutation");
+    seen[w] = true;
+    d.push_back(w);
+  }
+  bool identity = true;
+  for (int64_t i = 0; i < nd; ++i) identity &= d[i] == i;
+  if (identity) return x;
+  return apply(Permute{d}, x);
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  const int64_t nd = x.dim();
+  int64_t a = wrap_dim(dim0, nd, "transpose"), b = wrap_dim(dim1, nd, "transpose");
+  if (nd == 0 || a == b) return x;
+  std::vector<int64_t> dims(nd);
+  for (int64_t i = 0; i < nd; ++i) dims[i] = i;
+  std::swap(dims[a], dims[b]);
+  return apply(Permute{dims}, x);
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
+  Shape shape = x.shape(), strides = x.strides();
+  int64_t stride = d < x.dim() ? x.strides()[d] * x.shape()[d] : 1;
+  shape.insert(d, 1);
+  strides.insert(d, stride);
+  return apply(Restride{shape, strides}, x);
+}
+
+Tensor squeeze(const Tensor& x, int64_t dim) {
+  if (x.dim() == 0) return x;
+  int64_t d = wrap_dim(dim, x.dim(), "squeeze");
+  if (x.shape()[d] != 1) return x;
+  Shape shape = x.shape(), strides = x.strides();
+  shape.erase(d);
+  strides.erase(d);
+  return apply(Restride{shape, strides}, x);
+}
+
+Tensor squeeze(const Tensor& x) {
+  Shape shape, strides;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (x.shape()[i] == 1) continue;
+    shape.push_back(x.shape()[i]);
+    strides.push_back(x.strides()[i]);
+  }
+  if (shape.size() == static_cast<std::size_t>(x.dim())) return x;
+  return apply(Restride{shape, strides}, x);
+}
+
+Tensor Tensor::view(const Shape& shape) const { return adjoint::view(*this, shape); }
+Tensor Tensor::reshape(const Shape& shape) const { return adjoint::reshape(*this, shape); }
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return adjoint::permute(*this, dims);
+}
+Tensor Tensor::transpose(int64_t a, int64_t b) const { return adjoint::transpose(*this, a, b); }
+Tensor Tensor::t() const { return dim() < 2 ? *this : adjoint::transpose(*this, 0, 1); }
+Tensor Tensor::unsqueeze(int64_t dim) const { return adjoint::unsqueeze(*this, dim); }
+Tensor Tensor::squeeze(int64_t dim) const { return adjoint::squeeze(*this, dim); }
+Tensor Tensor::squeeze() const { return adjoint::squeeze(*this); }
+
+}  // namespace adjoint
