@@ -142,6 +142,8 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
                                            const std::vector<Tensor>& inputs,
                                            std::vector<Tensor> outputs, CustomBackward backward,
                                            CustomJvp jvp);
+/// Fills ctx.needs_input_grad before forward runs, so forward can read it (as in PyTorch).
+void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs);
 void collect_tensors(std::vector<Tensor>& out, const Tensor& t);
 void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts);
 template <class T>
@@ -173,6 +175,7 @@ struct Function {
     auto ctx = std::make_shared<FunctionCtx>();
     std::vector<Tensor> inputs;
     (detail::collect_tensors(inputs, args), ...);
+    detail::begin_custom_function(*ctx, inputs);
     using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
     std::vector<Tensor> outs;
     {

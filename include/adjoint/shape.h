@@ -19,10 +19,23 @@ class Shape {
   Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.end()); }
   Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.data() + dims.size()); }
   explicit Shape(std::size_t n, int64_t value = 0) { resize(n, value); }
-  Shape(const Shape& o) { assign(o.begin(), o.end()); }
+  Shape(const Shape& o) {
+    if (!o.heap_) {
+      std::copy(o.inline_, o.inline_ + kInline, inline_);  // fixed size: no branches, no loop
+      size_ = o.size_;
+    } else {
+      assign(o.begin(), o.end());
+    }
+  }
   Shape(Shape&& o) noexcept { steal(std::move(o)); }
   Shape& operator=(const Shape& o) {
-    if (this != &o) assign(o.begin(), o.end());
+    if (this == &o) return *this;
+    if (!o.heap_ && !heap_) {
+      std::copy(o.inline_, o.inline_ + kInline, inline_);
+      size_ = o.size_;
+    } else {
+      assign(o.begin(), o.end());
+    }
     return *this;
   }
   Shape& operator=(Shape&& o) noexcept {

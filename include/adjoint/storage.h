@@ -21,15 +21,13 @@ class StorageImpl {
 
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
-  uint64_t version() const { return *version_; }
-  void bump_version() { ++*version_; }
-  /// Shared with saved tensors, which check it without keeping the bytes alive.
-  const std::shared_ptr<uint64_t>& version_counter() const { return version_; }
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   void* data_;
   std::size_t nbytes_;
-  std::shared_ptr<uint64_t> version_ = std::make_shared<uint64_t>(0);
+  uint64_t version_ = 0;
   void (*release_)(void*, void*) = nullptr;
   void* release_ctx_ = nullptr;
 };

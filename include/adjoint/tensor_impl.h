@@ -30,6 +30,14 @@ struct AutogradMeta {
   int retain_hook_id = -1;
 };
 
+namespace detail {
+AutogradMeta* new_autograd_meta();
+void delete_autograd_meta(AutogradMeta* m);
+struct AutogradMetaDeleter {
+  void operator()(AutogradMeta* m) const { delete_autograd_meta(m); }
+};
+}  // namespace detail
+
 struct TensorImpl {
   std::shared_ptr<StorageImpl> storage;
   Shape shape;
@@ -40,11 +48,13 @@ struct TensorImpl {
   bool contiguous = true;
   bool is_view = false;    ///< made by a view op: shares storage with another tensor
   bool inference = false;  ///< made in inference mode: may not be saved for backward
-  std::unique_ptr<AutogradMeta> autograd;
+  std::unique_ptr<AutogradMeta, detail::AutogradMetaDeleter> autograd;  ///< null until needed
 
   TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt);
+  /// A contiguous tensor at offset 0 (the hot path: strides computed in place).
+  TensorImpl(std::shared_ptr<StorageImpl> s, const Shape& shp, DType dt);
   AutogradMeta& meta() {
-    if (!autograd) autograd = std::make_unique<AutogradMeta>();
+    if (!autograd) autograd.reset(detail::new_autograd_meta());
     return *autograd;
   }
   void* data() const {

@@ -6,14 +6,19 @@
 
 namespace adjoint {
 
+void AccumulateGrad::run_hooks(Tensor& g) const {
+  if (!g.defined() || !leaf_->autograd) return;
+  for (auto& [id, hook] : leaf_->autograd->leaf_hooks) {
+    Tensor r = hook(g);
+    if (r.defined()) g = std::move(r);
+  }
+}
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   AutogradMeta& m = leaf_->meta();
-  for (auto& [id, hook] : m.leaf_hooks) {
-    Tensor r = hook(g);
-    if (r.defined()) g = std::move(r);
-  }
+  run_hooks(g);
   const bool create_graph = tls_mode.grad_enabled;  // the engine sets grad mode to create_graph
   if (!m.grad.defined()) {
     // Take the incoming buffer when nothing else can see it; otherwise copy, so that later

@@ -12,6 +12,8 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+  /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).
+  void run_hooks(Tensor& g) const;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:

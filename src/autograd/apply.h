@@ -30,6 +30,7 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
+#include "core/pool.h"
 
 namespace adjoint {
 
@@ -41,24 +42,36 @@ struct Saver {
   void save(const Tensor& t) { tensors.push_back(t); }
 };
 
+/// An input's shape and dtype, kept by the node for unbroadcasting and for the rules.
+struct InputInfo {
+  Shape shape;
+  DType dtype = kDefaultFloat;
+};
+
 /// What an op's VJP and JVP see: the inputs and output (saved ones in backward, live ones in
-/// forward mode), extra saved tensors, and which inputs need a gradient.
+/// forward mode), extra saved tensors, and which inputs need a gradient. It only points at
+/// data owned by the caller, so building one costs nothing.
 class Ctx {
  public:
-  const Tensor& input(std::size_t i) const { return inputs[i]; }
-  const Tensor& output() const { return out; }
-  const Tensor& saved(std::size_t i) const { return extras[i]; }
-  bool needs_grad(std::size_t i) const { return needs[i]; }
-  const Shape& input_shape(std::size_t i) const { return shapes[i]; }
-  DType input_dtype(std::size_t i) const { return dtypes[i]; }
-  std::size_t num_inputs() const { return shapes.size(); }
+  const Tensor& input(std::size_t i) const { return inputs_[i]; }
+  const Tensor& output() const { return *out_; }
+  const Tensor& saved(std::size_t i) const { return extras_[i]; }
+  bool needs_grad(std::size_t i) const { return !edges_ || edges_[i].valid(); }
+  const Shape& input_shape(std::size_t i) const { return info_[i].shape; }
+  DType input_dtype(std::size_t i) const { return info_[i].dtype; }
+  std::size_t num_inputs() const { return n_; }
 
-  std::vector<Tensor> inputs;
-  Tensor out;
-  std::vector<Tensor> extras;
-  std::vector<bool> needs;
-  std::vector<Shape> shapes;
-  std::vector<DType> dtypes;
+  Ctx(const Tensor* inputs, const Tensor* out, const Tensor* extras, const InputInfo* info,
+      const Edge* edges, std::size_t n)
+      : inputs_(inputs), out_(out), extras_(extras), info_(info), edges_(edges), n_(n) {}
+
+ private:
+  const Tensor* inputs_;
+  const Tensor* out_;
+  const Tensor* extras_;
+  const InputInfo* info_;
+  const Edge* edges_;  // null in forward mode: every input counts as needing a gradient
+  std::size_t n_;
 };
 
 namespace detail {
@@ -76,8 +89,10 @@ std::string backward_name(const char* op);
 Tensor fit_gradient(Tensor g, const Shape& shape, DType dtype);
 /// Attaches `node` as the grad_fn of output `out`.
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr);
-/// Throws for ops whose output should require grad but is not floating.
+/// Throws unless the JVP rule returned a tangent shaped like the output.
 void check_tangent(const Tensor& out, const Tensor& tangent, const char* op);
+/// A new handle on t's data whose gradients still flow to t's graph, without t's tangent.
+Tensor alias_with_history(const Tensor& t);
 
 template <class R>
 std::vector<Tensor> grads_to_vector(R&& r) {
@@ -107,30 +122,33 @@ class OpNode final : public Node {
   std::string name() const override { return detail::backward_name(Op::name); }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const std::size_t n = shapes_.size();
+    const std::size_t n = info_.size();
     if (!grads[0].defined()) return std::vector<Tensor>(n);
-    Ctx c;
     auto self = shared_from_this();
-    const std::string op_name = has_saved_ ? name() : std::string();
-    c.inputs.resize(n);
+    // Unpack into a small local buffer (most ops have at most four inputs).
+    std::array<Tensor, 4> small;
+    std::vector<Tensor> big;
+    Tensor* inputs = small.data();
+    if (n > small.size()) {
+      big.resize(n);
+      inputs = big.data();
+    }
     for (std::size_t i = 0; i < saved_inputs_.size(); ++i)
-      c.inputs[i] = saved_inputs_[i].unpack(self, op_name);
-    c.out = saved_output_.unpack(self, op_name);
-    for (const SavedTensor& s : saved_extras_) c.extras.push_back(s.unpack(self, op_name));
-    c.needs.resize(n);
-    for (std::size_t i = 0; i < n; ++i) c.needs[i] = next_edges_[i].valid();
-    c.shapes = shapes_;
-    c.dtypes = dtypes_;
-    std::vector<Tensor> out = detail::grads_to_vector(op_.vjp(c, grads[0]));
-    out.resize(n);
+      inputs[i] = saved_inputs_[i].unpack(self);
+    const Tensor out = saved_output_.unpack(self);
+    std::vector<Tensor> extras;
+    for (const SavedTensor& s : saved_extras_) extras.push_back(s.unpack(self));
+    const Ctx c(inputs, &out, extras.data(), info_.data(), next_edges_.data(), n);
+    std::vector<Tensor> result = detail::grads_to_vector(op_.vjp(c, grads[0]));
+    result.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      if (!c.needs[i]) {
-        out[i] = Tensor();
-      } else if (out[i].defined()) {
-        out[i] = detail::fit_gradient(std::move(out[i]), shapes_[i], dtypes_[i]);
+      if (!next_edges_[i].valid()) {
+        result[i] = Tensor();
+      } else if (result[i].defined()) {
+        result[i] = detail::fit_gradient(std::move(result[i]), info_[i].shape, info_[i].dtype);
       }
     }
-    return out;
+    return result;
   }
 
   void release_saved() override {
@@ -143,9 +161,7 @@ class OpNode final : public Node {
   std::vector<SavedTensor> saved_inputs_;
   SavedTensor saved_output_;
   std::vector<SavedTensor> saved_extras_;
-  std::vector<Shape> shapes_;
-  std::vector<DType> dtypes_;
-  bool has_saved_ = false;
+  std::vector<InputInfo> info_;
 };
 
 namespace detail {
@@ -162,18 +178,16 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   Tensor out = run_forward(saver);
 
   if (record && is_floating(out.dtype())) {
-    auto node = std::make_shared<OpNode<Op>>(op);
+    auto node = detail::make_pooled<OpNode<Op>>(op);
     const std::size_t n = inputs.size();
     auto& edges = node->mutable_next_edges();
     edges.resize(n);
-    node->shapes_.resize(n);
-    node->dtypes_.resize(n);
+    node->info_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       const Tensor& x = inputs[i];
       if (!x.defined()) continue;
       if (requires_grad(x)) edges[i] = autograd::gradient_edge(x);
-      node->shapes_[i] = x.shape();
-      node->dtypes_[i] = x.dtype();
+      node->info_[i] = InputInfo{x.shape(), x.dtype()};
     }
     set_history(out, node, 0);
     constexpr auto save = static_cast<uint8_t>(Op::save);
@@ -183,19 +197,17 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
     }
     if (save & static_cast<uint8_t>(Save::Output)) node->saved_output_ = SavedTensor(out, true);
     for (const Tensor& e : saver.tensors) node->saved_extras_.emplace_back(e, false);
-    node->has_saved_ = save != 0 || !saver.tensors.empty();
   }
 
   if (any_tangent && is_floating(out.dtype())) {
-    Ctx c;
-    c.inputs.assign(inputs.begin(), inputs.end());
-    c.out = out;
-    c.extras = std::move(saver.tensors);
-    for (const Tensor& x : inputs) {
-      c.needs.push_back(true);
-      c.shapes.push_back(x.defined() ? x.shape() : Shape());
-      c.dtypes.push_back(x.defined() ? x.dtype() : kDefaultFloat);
-    }
+    std::vector<InputInfo> info;
+    for (const Tensor& x : inputs)
+      info.push_back(x.defined() ? InputInfo{x.shape(), x.dtype()} : InputInfo{});
+    // The rule sees an alias of the output: ops it records may save it, and saving `out`
+    // itself would make out -> tangent -> tangent's graph -> out a reference cycle.
+    const Tensor out_alias = alias_with_history(out);
+    const Ctx c(inputs.data(), &out_alias, saver.tensors.data(), info.data(), nullptr,
+                inputs.size());
     std::vector<Tensor> tangents(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];

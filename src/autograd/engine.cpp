@@ -128,10 +128,15 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     n->run_.buffer.clear();
     if (n->has_tensor_pre_hooks()) n->run_tensor_pre_hooks(grads);
     if (capturing) {
+      auto* acc = dynamic_cast<AccumulateGrad*>(n);
+      bool captured = false;
+      for (const Capture& c : captures) captured |= c.node == n;
+      // An input leaf's hooks see (and may replace) its gradient, as in backward().
+      if (acc && captured) acc->run_hooks(grads[0]);
       for (Capture& c : captures)
         if (c.node == n) accumulate(c.grad, grads[c.input_nr]);
       // grad() never touches .grad, and skips branches that lead to no input.
-      if (!n->run_.needed || dynamic_cast<AccumulateGrad*>(n)) continue;
+      if (!n->run_.needed || acc) continue;
     }
     std::vector<Tensor> outputs = n->apply(std::move(grads));
     if (!keep_graph) n->release_saved();

@@ -4,28 +4,11 @@
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
 #include "core/mode_state.h"
+#include "core/pool.h"
 
 namespace adjoint {
-namespace {
-// A new handle sharing data and reverse-mode history with `t` (gradients still reach t's
-// graph through its gradient edge) but carrying no tangent.
-Tensor alias_with_history(const Tensor& t) {
-  const TensorImpl& src = *t.impl();
-  auto impl =
-      std::make_shared<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
-  impl->is_view = true;
-  Tensor alias(std::move(impl));
-  if (t.requires_grad()) {
-    Edge e = autograd::gradient_edge(t);
-    AutogradMeta& m = alias.impl()->meta();
-    m.requires_grad = true;
-    m.grad_fn = e.node;
-    m.output_nr = e.input_nr;
-  }
-  return alias;
-}
-}  // namespace
 
 DualLevel::DualLevel() {
   ADJOINT_CHECK(tls_mode.dual_levels == 0, NotImplemented, "DualLevel",
@@ -44,13 +27,13 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
                 describe(primal));
   ADJOINT_CHECK(is_floating(primal.dtype()), DType, "make_dual",
                 "only floating tensors can carry tangents, got ", describe(primal));
-  Tensor dual = alias_with_history(primal);
+  Tensor dual = detail::alias_with_history(primal);
   dual.impl()->meta().tangent = tangent;
   return dual;
 }
 
 std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual) {
-  return {alias_with_history(dual), dual.tangent()};
+  return {detail::alias_with_history(dual), dual.tangent()};
 }
 
 }  // namespace adjoint

@@ -38,7 +38,7 @@ std::vector<Tensor> FunctionCtx::get_saved() const {
   }
   std::vector<Tensor> out;
   auto node = state_->node.lock();
-  for (const SavedTensor& s : state_->saved) out.push_back(s.unpack(node, state_->name));
+  for (const SavedTensor& s : state_->saved) out.push_back(s.unpack(node));
   return out;
 }
 
@@ -104,6 +104,14 @@ class CustomNode final : public Node {
 
 namespace detail {
 
+void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs) {
+  FunctionCtx::State& st = ctx.state();
+  const bool grad_mode = is_grad_enabled();
+  st.needs_input_grad.clear();
+  for (const Tensor& x : inputs)
+    st.needs_input_grad.push_back(grad_mode && x.defined() && x.requires_grad());
+}
+
 void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
 void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
   out.insert(out.end(), ts.begin(), ts.end());
@@ -123,6 +131,7 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
       if (out.is_same(in)) out = out.detach();
   }
   bool any_requires_grad = false;
+  st.needs_input_grad.clear();
   for (const Tensor& x : inputs) {
     st.needs_input_grad.push_back(x.defined() && x.requires_grad());
     any_requires_grad |= st.needs_input_grad.back();

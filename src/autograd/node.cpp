@@ -82,6 +82,23 @@ void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t 
   m.output_nr = output_nr;
 }
 
+Tensor alias_with_history(const Tensor& t) {
+  const TensorImpl& src = *t.impl();
+  auto impl =
+      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+  impl->is_view = true;
+  impl->inference = src.inference;
+  Tensor alias(std::move(impl));
+  if (t.requires_grad()) {
+    Edge e = autograd::gradient_edge(t);
+    AutogradMeta& m = alias.impl()->meta();
+    m.requires_grad = true;
+    m.grad_fn = e.node;
+    m.output_nr = e.input_nr;
+  }
+  return alias;
+}
+
 void check_tangent(const Tensor& out, const Tensor& tangent, const char* op) {
   ADJOINT_CHECK(tangent.defined() && tangent.shape() == out.shape(), Internal, op,
                 "the JVP rule returned a tangent of ", describe(tangent), " for an output of ",

@@ -5,13 +5,16 @@
 // A saved tensor remembers the version at save time; unpacking compares it with the current
 // one and throws, naming the op, the tensor's shape and both versions, if they differ: the
 // backward would otherwise silently use modified values. The counter is a separate shared
-// object so a pack hook may drop the bytes (offload, recompute) and the check still works.
+// A saved tensor holds its storage only weakly for this check: when a pack hook took the
+// values elsewhere (offload, recompute) and the storage has since died, nothing can modify
+// it any more and the hook's copy holds the values as saved.
 #include "autograd/saved_tensor.h"
 
 #include <vector>
 
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
+#include "core/pool.h"
 
 namespace adjoint {
 namespace {
@@ -26,7 +29,7 @@ thread_local std::vector<HookPair> tls_hooks;
 Tensor alias_without_history(const Tensor& t) {
   const TensorImpl& src = *t.impl();
   auto impl =
-      std::make_shared<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
   impl->is_view = src.is_view;
   return Tensor(std::move(impl));
 }
@@ -43,6 +46,10 @@ Tensor attach(const Tensor& data, const Edge& edge, bool requires_grad) {
   return t;
 }
 
+std::string owner_name(const std::shared_ptr<Node>& owner) {
+  return owner ? owner->name() : std::string("a custom function");
+}
+
 }  // namespace
 
 SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
@@ -57,8 +64,8 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
                 " cannot be saved for backward; make it outside InferenceMode or clone() it");
   defined_ = true;
   is_output_ = is_output;
-  version_counter_ = impl.storage->version_counter();
-  saved_version_ = *version_counter_;
+  storage_ = impl.storage;
+  saved_version_ = impl.storage->version();
   shape_ = impl.shape;
   dtype_ = impl.dtype;
   requires_grad_ = t.requires_grad();
@@ -74,25 +81,27 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   data_ = is_output ? alias_without_history(t) : t;
 }
 
-Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, std::string_view op) const {
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
   if (!defined_) return {};
   ADJOINT_CHECK(!released_, Autograd, "backward",
                 "trying to backward through the graph a second time (or to read saved tensors "
                 "after they were freed): the saved tensors of ",
-                op,
+                owner_name(owner),
                 " were freed when backward last ran; pass retain_graph=true to the first "
                 "backward if you need to run backward twice");
-  ADJOINT_CHECK(*version_counter_ == saved_version_, Autograd, "backward",
-                "a tensor needed for the gradient of ", op,
-                " was modified by an in-place operation: ", shape_, " (", dtype_,
-                ") saved at version ", saved_version_, " is now at version ", *version_counter_,
-                "; use an out-of-place op, or clone() the tensor before modifying it");
+  if (auto storage = storage_.lock()) {
+    ADJOINT_CHECK(storage->version() == saved_version_, Autograd, "backward",
+                  "a tensor needed for the gradient of ", owner_name(owner),
+                  " was modified by an in-place operation: ", shape_, " (", dtype_,
+                  ") saved at version ", saved_version_, " is now at version ", storage->version(),
+                  "; use an out-of-place op, or clone() the tensor before modifying it");
+  }
   Tensor t;
   if (unpack_) {
     t = (*unpack_)(packed_);
     ADJOINT_CHECK(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, Autograd,
-                  "saved_tensor_hooks", "the unpack hook of a tensor saved by ", op, " returned ",
-                  describe(t), " but ", shape_, " (", dtype_, ") was saved");
+                  "saved_tensor_hooks", "the unpack hook of a tensor saved by ", owner_name(owner),
+                  " returned ", describe(t), " but ", shape_, " (", dtype_, ") was saved");
     if (is_output_) return attach(t, Edge{owner, output_nr_}, requires_grad_);
     return attach(t, edge_, requires_grad_);
   }

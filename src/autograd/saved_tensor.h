@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "adjoint/autograd.h"
+#include "adjoint/storage.h"
 #include "adjoint/tensor.h"
 
 namespace adjoint {
@@ -17,8 +18,9 @@ class SavedTensor {
   /// cycle through the node) and re-attached to `owner` when unpacked.
   SavedTensor(const Tensor& t, bool is_output);
 
-  /// The saved tensor, checked against in-place modification; `owner` is the node unpacking it.
-  Tensor unpack(const std::shared_ptr<Node>& owner, std::string_view op) const;
+  /// The saved tensor, checked against in-place modification; `owner` is the node unpacking
+  /// it (its name() appears in errors).
+  Tensor unpack(const std::shared_ptr<Node>& owner) const;
   void release();
   bool defined() const { return defined_; }
   bool released() const { return released_; }
@@ -31,7 +33,7 @@ class SavedTensor {
   Tensor data_;      // what was saved (no hooks active), else undefined
   std::any packed_;  // what the pack hook returned
   std::shared_ptr<SavedTensorHooks::Unpack> unpack_;
-  std::shared_ptr<uint64_t> version_counter_;
+  std::weak_ptr<StorageImpl> storage_;  // for the version check; weak so hooks may drop it
   uint64_t saved_version_ = 0;
   Edge edge_;               // an input's gradient edge (when packed by a hook)
   uint32_t output_nr_ = 0;  // for outputs: which output of the owner node

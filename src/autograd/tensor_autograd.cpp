@@ -4,10 +4,30 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "core/pool.h"
 
 namespace adjoint {
 namespace {
 AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
+
+// The pre-hook behind retain_grad: stores (or adds) the gradient into .grad. As in PyTorch 2,
+// it runs after the tensor's other hooks whatever the registration order, so .grad shows what
+// they return; register_hook moves it back to the end of the node's hooks.
+std::function<Tensor(const Tensor&)> retain_grad_hook(const Tensor& t) {
+  std::weak_ptr<TensorImpl> weak = t.impl_ptr();
+  return [weak](const Tensor& g) {
+    if (auto impl = weak.lock()) {
+      AutogradMeta& mm = impl->meta();
+      if (!mm.grad.defined()) {
+        NoGradGuard no_grad;
+        mm.grad = g.detach().clone();
+      } else {
+        mm.grad = mm.grad + g;
+      }
+    }
+    return Tensor();
+  };
+}
 }  // namespace
 
 bool Tensor::requires_grad() const {
@@ -70,19 +90,7 @@ void Tensor::retain_grad() const {
   AutogradMeta& m = impl()->meta();
   if (!m.grad_fn || m.retains_grad) return;  // leaves keep .grad anyway
   m.retains_grad = true;
-  std::weak_ptr<TensorImpl> weak = impl_ptr();
-  m.retain_hook_id = m.grad_fn->add_tensor_pre_hook(m.output_nr, [weak](const Tensor& g) {
-    if (auto impl = weak.lock()) {
-      AutogradMeta& mm = impl->meta();
-      if (!mm.grad.defined()) {
-        NoGradGuard no_grad;
-        mm.grad = g.detach().clone();
-      } else {
-        mm.grad = mm.grad + g;
-      }
-    }
-    return Tensor();
-  });
+  m.retain_hook_id = m.grad_fn->add_tensor_pre_hook(m.output_nr, retain_grad_hook(*this));
 }
 
 bool Tensor::retains_grad() const {
@@ -104,6 +112,10 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
   if (m.grad_fn) {
     std::weak_ptr<Node> node = m.grad_fn;
     int id = m.grad_fn->add_tensor_pre_hook(m.output_nr, std::move(hook));
+    if (m.retains_grad) {  // keep retain_grad's hook last (see retain_grad_hook)
+      m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
+      m.retain_hook_id = m.grad_fn->add_tensor_pre_hook(m.output_nr, retain_grad_hook(*this));
+    }
     return HookHandle([node, id] {
       if (auto n = node.lock()) n->remove_tensor_pre_hook(id);
     });
@@ -122,7 +134,7 @@ Tensor Tensor::detach() const {
   ADJOINT_CHECK(defined(), Value, "detach", "called on an undefined tensor");
   const TensorImpl& src = *impl();
   auto out =
-      std::make_shared<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
   out->is_view = true;
   out->inference = src.inference;
   return Tensor(std::move(out));

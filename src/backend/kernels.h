@@ -54,10 +54,34 @@ enum class Unary {
   LogicalNot,  // -> bool
 };
 Tensor unary(Unary kind, const Tensor& x, double a = 0, double b = 0);
+/// unary() into an existing tensor of x's shape and the result dtype; out may be x itself.
+void unary_into(Unary kind, const Tensor& out, const Tensor& x, double a = 0, double b = 0);
 
 // Binary kinds; both operands have the same dtype and broadcast. Comparisons give bool.
-enum class Binary { Add, Sub, Mul, Div, Pow, Minimum, Maximum, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+// TanhBackward(gy, y) = gy (1 - y^2) and SigmoidBackward(gy, y) = gy y (1 - y): the fused
+// gradients of the two saturating activations.
+enum class Binary {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Minimum,
+  Maximum,
+  TanhBackward,
+  SigmoidBackward,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  And,
+  Or,
+};
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b);
+/// binary() into an existing tensor of the broadcast shape; out may be a itself (in-place ops).
+void binary_into(Binary kind, const Tensor& out, const Tensor& a, const Tensor& b);
 
 /// cond ? a : b with broadcasting; a and b share a dtype, cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

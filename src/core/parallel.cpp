@@ -26,7 +26,9 @@ class Pool {
     stop();
     threads_ = std::max(threads, 1);
     quit_ = false;
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { work(i); });
+    // New workers start at the current generation: the last job is done, not theirs to run.
+    for (int i = 1; i < threads_; ++i)
+      workers_.emplace_back([this, i, gen = generation_] { work(i, gen); });
   }
 
   void run(int chunks, const std::function<void(int)>& task) {
@@ -44,8 +46,7 @@ class Pool {
   }
 
  private:
-  void work(int index) {
-    uint64_t seen = 0;
+  void work(int index, uint64_t seen) {
     for (;;) {
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
@@ -102,10 +103,10 @@ int parallel_chunks(int64_t n, int64_t grain) {
   return static_cast<int>(std::min<int64_t>(by_grain, pool().size()));
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  int chunks = parallel_chunks(n, grain);
-  if (chunks <= 1 || in_parallel_region) {
-    if (n > 0) fn(0, n);
+namespace detail {
+void parallel_run(int64_t n, int chunks, const std::function<void(int64_t, int64_t)>& fn) {
+  if (in_parallel_region) {
+    fn(0, n);
     return;
   }
   std::unique_lock lock(run_mu, std::try_to_lock);
@@ -121,6 +122,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   };
   pool().run(chunks, task);
 }
+}  // namespace detail
 
 void set_num_threads(int n) {
   pool().resize(n);

@@ -5,6 +5,7 @@
 
 #include "adjoint/error.h"
 #include "core/dispatch.h"
+#include "core/pool.h"
 
 namespace adjoint {
 
@@ -15,6 +16,16 @@ TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int
       offset(off),
       dtype(dt) {
   refresh();
+}
+
+TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, const Shape& shp, DType dt)
+    : storage(std::move(s)), shape(shp), strides(shp.size()), dtype(dt) {
+  int64_t stride = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= std::max<int64_t>(shape[i], 1);
+  }
+  numel = shape.numel();
 }
 
 void TensorImpl::refresh() {
@@ -30,6 +41,18 @@ void TensorImpl::refresh() {
     expected *= shape[i];
   }
 }
+
+namespace detail {
+// AutogradMeta comes from the small-object pool: every recorded op makes one.
+AutogradMeta* new_autograd_meta() {
+  PoolAllocator<AutogradMeta> alloc;
+  return new (alloc.allocate(1)) AutogradMeta();
+}
+void delete_autograd_meta(AutogradMeta* m) {
+  m->~AutogradMeta();
+  PoolAllocator<AutogradMeta>().deallocate(m, 1);
+}
+}  // namespace detail
 
 namespace {
 const TensorImpl& checked(const Tensor& t, const char* what) {

@@ -7,6 +7,9 @@
 #include "ops/common.h"
 
 namespace adjoint {
+
+Tensor sigmoid_backward(const Tensor& gy, const Tensor& y);
+
 namespace {
 
 template <class Derived>
@@ -39,12 +42,32 @@ struct LeakyRelu : Pointwise<LeakyRelu> {
   }
 };
 
-struct Sigmoid : Pointwise<Sigmoid> {
+// sigmoid_backward(gy, y) = gy y (1 - y) as one kernel, differentiable itself:
+// d/dgy = y (1 - y), d/dy = gy (1 - 2y).
+struct SigmoidBackward {
+  static constexpr const char* name = "sigmoid_backward";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& gy, const Tensor& y) const {
+    return kernels::binary(Binary::SigmoidBackward, gy, y);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& y = c.input(1);
+    return {c.needs_grad(0) ? sigmoid_backward(g, y) : Tensor(),
+            c.needs_grad(1) ? g * gy * (1 - y * 2) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor& t_y) const {
+    return sigmoid_backward(t_gy, c.input(1)) + c.input(0) * (1 - c.input(1) * 2) * t_y;
+  }
+};
+
+struct Sigmoid {
   static constexpr const char* name = "sigmoid";
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sigmoid, x); }
   // d/dx sigmoid(x) = y (1 - y)
-  Tensor factor(const Ctx& c) const { return c.output() * (1 - c.output()); }
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return sigmoid_backward(gy, c.output()); }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const { return sigmoid_backward(tx, c.output()); }
 };
 
 struct Gelu : Pointwise<Gelu> {
@@ -124,6 +147,10 @@ Tensor leaky_relu(const Tensor& x, double slope) {
   return apply(LeakyRelu{{}, slope}, to_floating(x));
 }
 Tensor sigmoid(const Tensor& x) { return apply(Sigmoid{}, to_floating(x)); }
+Tensor sigmoid_backward(const Tensor& gy, const Tensor& y) {
+  if (gy.dtype() != y.dtype()) return sigmoid_backward(gy.to(y.dtype()), y);
+  return apply(SigmoidBackward{}, gy, y);
+}
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   return apply(Gelu{{}, approximate}, to_floating(x));
 }

@@ -15,6 +15,11 @@ Tensor finish(Tensor t, const TensorOptions& o) {
   return t;
 }
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
+const Shape& checked_shape(const Shape& shape, const char* op) {
+  for (int64_t d : shape)
+    ADJOINT_CHECK(d >= 0, Value, op, "negative dimension ", d, " in shape ", shape);
+  return shape;
+}
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions o) {
@@ -22,18 +27,20 @@ Tensor empty(const Shape& shape, TensorOptions o) {
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(checked_shape(shape, "full"), o.dtype());
   kernels::fill(t, value);
   return finish(std::move(t), o);
 }
 
 Tensor zeros(const Shape& shape, TensorOptions o) {
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(checked_shape(shape, "zeros"), o.dtype());
   if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
   return finish(std::move(t), o);
 }
 
-Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1, o); }
+Tensor ones(const Shape& shape, TensorOptions o) {
+  return full(checked_shape(shape, "ones"), 1, o);
+}
 Tensor scalar_tensor(Scalar value, TensorOptions o) { return full(Shape{}, value, o); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
@@ -83,20 +90,20 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 }
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(checked_shape(shape, "rand"), o.dtype());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
 
 Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(checked_shape(shape, "randn"), o.dtype());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   ADJOINT_CHECK(low < high, Value, "randint", "expected low < high, got [", low, ", ", high, ")");
-  Tensor t = make_empty(shape, DType::Int64);
+  Tensor t = make_empty(checked_shape(shape, "randint"), DType::Int64);
   kernels::randint(t, low, high, gen_or_default(gen));
   return t;
 }

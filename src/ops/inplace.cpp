@@ -1,8 +1,9 @@
-// In-place ops (add_, mul_, zero_, copy_, ...). Each computes its result with the
-// out-of-place op, writes it into the tensor's storage and bumps the storage's version, so
-// nodes that saved the old values notice (see Note [Saved tensor versions]). When the op is
-// recorded, the tensor's history moves to the new node, and the out-of-place op runs on a
-// clone of the old value because it may save it.
+// In-place ops (add_, mul_, zero_, copy_, ...). Every one bumps the storage's version, so
+// nodes that saved the old values notice (see Note [Saved tensor versions]).
+// - Nothing to record (grad mode off, or no input requires grad): the kernel writes straight
+//   into the tensor, with no temporary (optimizer steps, zero_grad, gradient accumulation).
+// - Recorded: the out-of-place op runs on a clone of the old value (it may save it), the
+//   result is written back, and the tensor's history moves to the new node.
 #include "adjoint/error.h"
 #include "ops/common.h"
 
@@ -25,20 +26,59 @@ void check_inplace(const Tensor& self, bool recording, const char* op) {
                 ") while recording gradients is not supported yet; use the out-of-place op");
 }
 
+// As PyTorch: an in-place result may narrow within its category (float64 into float32) but
+// not cross categories (a float result into an int64 tensor).
+void check_storable(DType result, const Tensor& self, const char* op) {
+  ADJOINT_CHECK(type_category(result) <= type_category(self.dtype()), DType, op, "the result type ",
+                result, " cannot be stored in ", describe(self));
+}
+
+void check_broadcast_into(const Tensor& self, const Tensor& other, const char* op) {
+  ADJOINT_CHECK(broadcast_shapes(self.shape(), other.shape(), op) == self.shape(), Shape, op,
+                "the operand ", describe(other),
+                " does not broadcast to the tensor being modified ", describe(self));
+}
+
+void bump(Tensor& self) { self.impl()->storage->bump_version(); }
+
+// self = self <kind> other, written by the kernel directly.
+Tensor& direct_binary(Tensor& self, Binary kind, const Tensor& other, const char* op) {
+  check_broadcast_into(self, other, op);
+  check_storable(result_type(self, other), self, op);
+  NoGradGuard no_grad;
+  kernels::binary_into(kind, self, self, cast_to(other, self.dtype()));
+  bump(self);
+  return self;
+}
+
+// self = unary kind of self with parameter a, written by the kernel directly.
+Tensor& direct_unary(Tensor& self, Unary kind, Scalar a, const char* op) {
+  check_storable(result_type(self, a), self, op);
+  kernels::unary_into(kind, self, self, a.to_double());
+  bump(self);
+  return self;
+}
+
 Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* op) {
   ADJOINT_CHECK(result.shape() == self.shape(), Shape, op, "the result has shape ", result.shape(),
                 " but the tensor being modified is ", describe(self));
-  ADJOINT_CHECK(promote_types(result.dtype(), self.dtype()) == self.dtype(), DType, op,
-                "the result type ", result.dtype(), " cannot be stored in ", describe(self));
+  check_storable(result.dtype(), self, op);
   kernels::copy_into(self, result);
-  self.impl()->storage->bump_version();
+  bump(self);
   if (recording && result.requires_grad()) {
     AutogradMeta& m = self.impl()->meta();
+    Edge e = autograd::gradient_edge(result);
+    // retain_grad follows the tensor to its new grad_fn (as in PyTorch): .grad is then the
+    // gradient of the modified value.
+    const bool retained = m.retains_grad;
+    if (retained) {
+      if (m.grad_fn) m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
+      m.retains_grad = false;
+    }
     m.requires_grad = true;
-    m.grad_fn = result.grad_fn();
-    m.output_nr = result.impl()->autograd->output_nr;
-    ADJOINT_ASSERT(m.grad_fn || result.is_leaf());
-    if (!m.grad_fn) m.grad_fn = autograd::gradient_edge(result).node;  // result was a leaf
+    m.grad_fn = e.node;
+    m.output_nr = e.input_nr;
+    if (retained) self.retain_grad();
   }
   if (Tensor t = result.tangent(); t.defined())
     self.impl()->meta().tangent = cast_to(t, self.dtype());
@@ -46,59 +86,96 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
 }
 
 template <class Compute>
-Tensor& inplace(Tensor& self, const Tensor* other, const char* op, Compute compute) {
-  const bool recording = recording_with(self, other);
-  check_inplace(self, recording, op);
-  Tensor result = compute(recording ? self.clone() : self);
-  return commit(self, result, recording, op);
-}
-
-// fill_, zero_ and copy_ replace the value, so nothing flows back to the old one.
-Tensor& overwrite(Tensor& self, const Tensor& value, const Tensor* other, const char* op) {
-  const bool recording = recording_with(self, other);
-  check_inplace(self, recording, op);
-  if (recording && !value.requires_grad()) self.detach_();
-  return commit(self, value, recording, op);
+Tensor& recorded(Tensor& self, const char* op, Compute compute) {
+  check_inplace(self, true, op);
+  Tensor result = compute(self.clone());
+  return commit(self, result, true, op);
 }
 
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
-  return inplace(*this, &o, "add_", [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
-}
-Tensor& Tensor::add_(Scalar o) {
-  return inplace(*this, nullptr, "add_", [&](const Tensor& s) { return adjoint::add(s, o); });
+  if (recording_with(*this, &o))
+    return recorded(*this, "add_", [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
+  check_inplace(*this, false, "add_");
+  return direct_binary(*this, Binary::Add, alpha.to_double() == 1 ? o : o * alpha, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
-  return inplace(*this, &o, "sub_", [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
-}
-Tensor& Tensor::sub_(Scalar o) {
-  return inplace(*this, nullptr, "sub_", [&](const Tensor& s) { return adjoint::sub(s, o); });
+  if (recording_with(*this, &o))
+    return recorded(*this, "sub_", [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
+  check_inplace(*this, false, "sub_");
+  return direct_binary(*this, Binary::Sub, alpha.to_double() == 1 ? o : o * alpha, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  return inplace(*this, &o, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
-}
-Tensor& Tensor::mul_(Scalar o) {
-  return inplace(*this, nullptr, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+  if (recording_with(*this, &o))
+    return recorded(*this, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+  check_inplace(*this, false, "mul_");
+  return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  return inplace(*this, &o, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  if (recording_with(*this, &o))
+    return recorded(*this, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  check_inplace(*this, false, "div_");
+  check_storable(kDefaultFloat, *this, "div_");  // true division gives floats
+  return direct_binary(*this, Binary::Div, o, "div_");
+}
+Tensor& Tensor::add_(Scalar o) {
+  if (recording_with(*this, nullptr))
+    return recorded(*this, "add_", [&](const Tensor& s) { return adjoint::add(s, o); });
+  check_inplace(*this, false, "add_");
+  return direct_unary(*this, Unary::AddScalar, o, "add_");
+}
+Tensor& Tensor::sub_(Scalar o) {
+  return add_(o.is_floating() ? Scalar(-o.to_double()) : Scalar(-o.to_int()));
+}
+Tensor& Tensor::mul_(Scalar o) {
+  if (recording_with(*this, nullptr))
+    return recorded(*this, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+  check_inplace(*this, false, "mul_");
+  return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
-  return inplace(*this, nullptr, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  if (recording_with(*this, nullptr))
+    return recorded(*this, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  check_inplace(*this, false, "div_");
+  check_storable(kDefaultFloat, *this, "div_");
+  return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  return inplace(*this, nullptr, "clamp_",
-                 [&](const Tensor& s) { return adjoint::clamp(s, lo, hi); });
+  if (recording_with(*this, nullptr))
+    return recorded(*this, "clamp_", [&](const Tensor& s) { return adjoint::clamp(s, lo, hi); });
+  check_inplace(*this, false, "clamp_");
+  ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
+  if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
+  if (hi) kernels::unary_into(Unary::ClampMax, *this, *this, *hi);
+  bump(*this);
+  return *this;
 }
+
+// fill_, zero_ and copy_ replace the value: nothing flows back to the old one, so a tensor
+// with history loses it (fill_) or takes the source's (copy_).
 Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) {
-  return overwrite(*this, full(shape(), v, dtype()), nullptr, "fill_");
+  const bool recording = recording_with(*this, nullptr);
+  check_inplace(*this, recording, "fill_");
+  if (recording) detach_();
+  kernels::fill(*this, v);
+  bump(*this);
+  return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src) {
   ADJOINT_CHECK(src.defined(), Value, "copy_", "source is an undefined tensor");
+  check_broadcast_into(*this, src, "copy_");
+  const bool recording = recording_with(*this, &src);
+  check_inplace(*this, recording, "copy_");
+  if (!recording) {
+    kernels::copy_into(*this, src);
+    bump(*this);
+    return *this;
+  }
   Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
-  return overwrite(*this, value, &src, "copy_");
+  if (!value.requires_grad()) detach_();
+  return commit(*this, value, true, "copy_");
 }
 
 }  // namespace adjoint

@@ -5,8 +5,8 @@
 // Register from a tests/gradcheck/samples_<family>.cpp file (linked into the gradcheck test):
 //
 //   ADJOINT_REGISTER_SAMPLES(unary) {
-//     add("exp/scalar", [](const Inputs& x) { return exp(x[0]); }, {randn64({})});
-//     add("exp/noncontiguous", [](const Inputs& x) { return exp(x[0]); },
+//     sink.add("exp/scalar", [](const Inputs& x) { return exp(x[0]); }, {randn64({})});
+//     sink.add("exp/noncontiguous", [](const Inputs& x) { return exp(x[0]); },
 //         {randn64({3, 4}).t()});
 //   }
 //

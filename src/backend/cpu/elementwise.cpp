@@ -4,6 +4,7 @@
 
 #include "adjoint/error.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/tensor_factory.h"
@@ -11,9 +12,20 @@
 namespace adjoint::kernels {
 namespace {
 
+constexpr int64_t kFlatGrain = 32768;  // elements per thread below which threads cost more
+
 // out[i] = f(in[i]) for contiguous out over in's shape.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& in, F f) {
+  if (in.is_contiguous() && out.is_contiguous() && in.shape() == out.shape()) {
+    // The common case: one flat loop, no stride bookkeeping.
+    Out* o = static_cast<Out*>(out.raw_data());
+    const In* x = static_cast<const In*>(in.raw_data());
+    parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) o[j] = f(x[j]);
+    });
+    return;
+  }
   Operands<2> ops{
       {static_cast<char*>(out.raw_data()), static_cast<char*>(in.raw_data())},
       {broadcast_byte_strides(out, out.shape()), broadcast_byte_strides(in, out.shape())}};
@@ -34,6 +46,24 @@ void map1(const Tensor& out, const Tensor& in, F f) {
 template <class Out, class In, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Shape& shape = out.shape();
+  if (out.is_contiguous() && a.is_contiguous() && a.shape() == shape) {
+    Out* o = static_cast<Out*>(out.raw_data());
+    const In* x = static_cast<const In*>(a.raw_data());
+    const In* y = static_cast<const In*>(b.raw_data());
+    if (b.is_contiguous() && b.shape() == shape) {
+      parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) o[j] = f(x[j], y[j]);
+      });
+      return;
+    }
+    if (b.numel() == 1) {
+      const In yv = *y;
+      parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) o[j] = f(x[j], yv);
+      });
+      return;
+    }
+  }
   Operands<3> ops{{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
                    static_cast<char*>(b.raw_data())},
                   {broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape),
@@ -207,6 +237,19 @@ void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, doubl
     default:
       break;
   }
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    // Contiguous transcendental kinds run vectorised (simd_math.cpp), in the same fixed chunks;
+    // the lambdas below stay the reference and serve strided inputs.
+    if (simd_unary_handles(k) && x.is_contiguous() && out.is_contiguous() &&
+        x.shape() == out.shape()) {
+      const T* in = static_cast<const T*>(x.raw_data());
+      T* o = static_cast<T*>(out.raw_data());
+      parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+        simd_unary(k, in + begin, o + begin, end - begin, a_, b_);
+      });
+      return;
+    }
+  }
   if constexpr (std::is_floating_point_v<T>) {
     switch (k) {
       case Unary::Exp:
@@ -267,11 +310,10 @@ void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, doubl
 
 }  // namespace
 
-Tensor unary(Unary k, const Tensor& x, double a, double b) {
+void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
   const char* op = unary_name(k);
   ADJOINT_CHECK(is_floating(x.dtype()) || integral_ok(k), DType, op,
                 "expected a floating tensor, got ", describe(x));
-  Tensor out = make_empty(x.shape(), returns_bool(k) ? DType::Bool : x.dtype());
   dispatch_all(x.dtype(), op, [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
       // Bool inputs only reach comparisons and logical_not: compute on 0/1 as int64.
@@ -281,14 +323,23 @@ Tensor unary(Unary k, const Tensor& x, double a, double b) {
       unary_numeric<T>(k, out, x, a, b);
     }
   });
+}
+
+Tensor unary(Unary k, const Tensor& x, double a, double b) {
+  Tensor out = make_empty(x.shape(), returns_bool(k) ? DType::Bool : x.dtype());
+  unary_into(k, out, x, a, b);
   return out;
 }
 
 Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
-  ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
   Shape shape = broadcast_shapes(a.shape(), b.shape(), "binary");
-  bool to_bool = k >= Binary::Eq;
-  Tensor out = make_empty(shape, to_bool ? DType::Bool : a.dtype());
+  Tensor out = make_empty(shape, k >= Binary::Eq ? DType::Bool : a.dtype());
+  binary_into(k, out, a, b);
+  return out;
+}
+
+void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
+  ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
   dispatch_all(a.dtype(), "binary", [&]<class T>() {
     switch (k) {
       case Binary::Eq:
@@ -332,13 +383,16 @@ Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
           return map2<T, T>(out, a, b, [](T x, T y) { return (x < y || x != x) ? x : y; });
         case Binary::Maximum:
           return map2<T, T>(out, a, b, [](T x, T y) { return (x > y || x != x) ? x : y; });
+        case Binary::TanhBackward:
+          return map2<T, T>(out, a, b, [](T g, T y) { return g * (T(1) - y * y); });
+        case Binary::SigmoidBackward:
+          return map2<T, T>(out, a, b, [](T g, T y) { return g * y * (T(1) - y); });
         default:
           break;
       }
     }
     ADJOINT_ASSERT(false, "unhandled binary kind");
   });
-  return out;
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

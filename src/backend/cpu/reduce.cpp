@@ -33,6 +33,8 @@ struct Plan {
   Shape kept_sizes, kept_strides;  // in elements of x
   Shape red_sizes, red_strides;
   int64_t outputs = 1, per_output = 1;
+  int64_t leading_rows = 0;  // see leading_rows()
+  bool trailing = false;     // x contiguous and the reduced dims are its last ones
 };
 
 Plan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
@@ -59,6 +61,13 @@ Plan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, 
       p.out_shape.push_back(x.shape()[i]);
     }
   }
+  if (x.is_contiguous() && nd > 0) {
+    int64_t first_reduced = nd;
+    for (int64_t i = nd; i-- > 0 && reduced[i];) first_reduced = i;
+    bool all_trailing = true;
+    for (int64_t i = 0; i < first_reduced; ++i) all_trailing &= !reduced[i];
+    p.trailing = all_trailing && first_reduced < nd;
+  }
   return p;
 }
 
@@ -72,9 +81,34 @@ int64_t offset_of(int64_t i, const Shape& sizes, const Shape& strides) {
   return off;
 }
 
+// For a contiguous x whose reduced dims all come before its kept dims (a bias gradient:
+// summing [rows, cols] over rows), the number of leading rows; 0 otherwise.
+int64_t leading_rows(const Tensor& x, const std::vector<int64_t>& dims, const Plan& p) {
+  if (!x.is_contiguous() || p.red_sizes.empty() || p.kept_sizes.empty()) return 0;
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    if (wrap_dim(sorted[i], x.dim(), "reduce") != static_cast<int64_t>(i)) return 0;
+  return p.per_output;
+}
+
+// out[j] = step-fold of x[i * cols + j] over rows i: row-wise, so the inner loop vectorises.
+template <class T, class Acc, class Step>
+void run_leading(int64_t rows, int64_t cols, const T* x, Acc* out, Acc init, Step step) {
+  parallel_for(cols, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) out[j] = init;
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* row = x + i * cols;
+      for (int64_t j = begin; j < end; ++j) out[j] = step(out[j], row[j]);
+    }
+  });
+}
+
 template <class T, class Acc, class Step>
 void run_plan(const Plan& p, const T* x, Acc* out, Acc init, Step step) {
-  const bool inner_contiguous = p.red_sizes.size() == 1 && p.red_strides[0] == 1;
+  if (p.leading_rows > 0) return run_leading(p.leading_rows, p.outputs, x, out, init, step);
+  // Contiguous inner block: the reduced dims are the trailing ones of a contiguous x.
+  const bool inner_contiguous = (p.red_sizes.size() == 1 && p.red_strides[0] == 1) || p.trailing;
   parallel_for(p.outputs, std::max<int64_t>(32768 / std::max<int64_t>(p.per_output, 1), 1),
                [&](int64_t begin, int64_t end) {
                  for (int64_t o = begin; o < end; ++o) {
@@ -96,6 +130,7 @@ void run_plan(const Plan& p, const T* x, Acc* out, Acc init, Step step) {
 Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
   Plan p = make_plan(x, dims, keepdim, op);
+  p.leading_rows = leading_rows(x, dims, p);
   ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,
                 op, "cannot reduce over an empty dimension (input ", describe(x), ")");
   DType out_dtype = is_floating(x.dtype())                    ? x.dtype()

@@ -1,0 +1,124 @@
+// adjoint-bench: runs one workload of ../shared/bench/README.md with adjoint and prints one
+// JSON line with the same fields as the libtorch reference (torch-ref), "impl":"adjoint".
+//
+//   adjoint-bench --workload {op-overhead|mlp|deep-mlp} [--steps N] [--warmup N]
+//                 [--threads N] [--blas-threads N] [--verbose]
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "adjoint/adjoint.h"
+#include "report.h"
+
+// From OpenBLAS, which adjoint links for its matmuls.
+extern "C" {
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+
+namespace {
+
+struct Workload {
+  const char* name;
+  void (*fn)(const bench::Opts&, bench::Json&);
+  int default_steps;
+};
+
+constexpr Workload kWorkloads[] = {
+    {"op-overhead", bench::op_overhead, 100},
+    {"mlp", bench::mlp, 100},
+    {"deep-mlp", bench::deep_mlp, 30},
+};
+
+void print_usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s --workload {op-overhead|mlp|deep-mlp} [--steps N] [--warmup N] "
+               "[--threads N] [--blas-threads N] [--verbose]\n",
+               argv0);
+}
+
+// Parses a positive (or, with allow_zero, non-negative) integer option value.
+bool parse_int(const char* s, int& out, bool allow_zero) {
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < (allow_zero ? 0 : 1) || v > 1000000) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Opts o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--verbose") {
+      o.verbose = true;
+      continue;
+    }
+    if (a == "-h" || a == "--help") {
+      print_usage(argv[0]);
+      return 0;
+    }
+    int* target = a == "--steps"          ? &o.steps
+                  : a == "--warmup"       ? &o.warmup
+                  : a == "--threads"      ? &o.threads
+                  : a == "--blas-threads" ? &o.blas_threads
+                                          : nullptr;
+    if (a == "--workload" && i + 1 < argc) {
+      o.workload = argv[++i];
+    } else if (target && i + 1 < argc) {
+      if (!parse_int(argv[++i], *target, target == &o.steps || target == &o.blas_threads)) {
+        std::fprintf(stderr, "error: bad value '%s' for %s\n", argv[i], a.c_str());
+        print_usage(argv[0]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "error: unknown or incomplete option '%s'\n", a.c_str());
+      print_usage(argv[0]);
+      return 2;
+    }
+  }
+  const Workload* w = nullptr;
+  for (const auto& t : kWorkloads)
+    if (o.workload == t.name) w = &t;
+  if (!w) {
+    if (o.workload.empty()) {
+      std::fprintf(stderr, "error: --workload is required\n");
+    } else {
+      std::fprintf(stderr, "error: unknown workload '%s'; adjoint-bench has:", o.workload.c_str());
+      for (const auto& t : kWorkloads) std::fprintf(stderr, " %s", t.name);
+      std::fprintf(stderr, "\n");
+    }
+    print_usage(argv[0]);
+    return 2;
+  }
+  if (o.steps == 0) o.steps = w->default_steps;
+  if (o.blas_threads < 1) o.blas_threads = o.threads;
+
+  // adjoint's own pool (elementwise, reductions) and OpenBLAS's pthread pool.
+  adjoint::set_num_threads(o.threads);
+  if (o.blas_threads != o.threads) openblas_set_num_threads(o.blas_threads);
+
+  bench::Json j;
+  j.str("impl", "adjoint");
+  j.str("workload", o.workload);
+  j.integer("threads", o.threads);
+  try {
+    w->fn(o, j);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // adjoint's pool sleeps on a condition variable between jobs and uses no OpenMP.
+  j.str("omp_wait_policy", "n/a");
+  j.integer("adjoint_threads", adjoint::get_num_threads());
+  j.integer("blas_threads", openblas_get_num_threads());
+  j.str("blas", std::string(openblas_get_config()) + " core=" + openblas_get_corename());
+  std::cout << j.dump() << std::endl;
+  return 0;
+}

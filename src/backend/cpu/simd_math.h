@@ -1,0 +1,33 @@
+// Vectorised transcendental unary kernels (exp, log, tanh, sigmoid, gelu, silu, erf, ...) for
+// contiguous float32 and float64 arrays, compiled once per instruction set with Google Highway
+// and chosen at run time for the CPU at hand. Internal to the CPU backend: elementwise.cpp
+// calls them on its contiguous fast path, and its scalar lambdas remain the reference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/kernels.h"
+
+namespace adjoint::kernels {
+
+/// True for the kinds simd_unary computes: Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Tanh, Erf,
+/// Sigmoid, Softplus, GeluErf, GeluTanh, Silu.
+bool simd_unary_handles(Unary kind);
+
+/// out[i] = kind(in[i]) for i in [0, n), with the kind's parameters a and b as in unary().
+/// `out` may equal `in`; neither needs any alignment. Returns false without writing anything
+/// for a kind it does not handle.
+bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
+bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
+
+// For tests, so each compiled instruction set can be checked on a CPU that has several.
+/// Names of the instruction sets compiled in and supported by this CPU, best first.
+std::vector<std::string> simd_targets();
+/// Makes simd_unary use simd_targets()[index] until called again; -1 restores the best one.
+void simd_pin_target_for_test(int index);
+/// Name of the instruction set simd_unary uses now.
+std::string simd_active_target();
+
+}  // namespace adjoint::kernels

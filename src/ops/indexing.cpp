@@ -1,0 +1,218 @@
+// Indexing ops: index_select, gather and their transposes index_add and scatter_add (each
+// pair is the other's VJP), and the composites embedding, masked_fill, one_hot, tril, triu.
+// Indices are int64 tensors, saved for backward through the Saver so in-place changes to them
+// are caught; they never receive a gradient.
+#include <algorithm>
+
+#include "adjoint/error.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+void check_index_dtype(const Tensor& index, const char* op) {
+  ADJOINT_CHECK(index.defined(), Value, op, "index is undefined");
+  ADJOINT_CHECK(index.dtype() == DType::Int64, DType, op, "indices must be int64, got ",
+                describe(index));
+}
+
+struct IndexSelect {
+  static constexpr const char* name = "index_select";
+  static constexpr Save save = Save::None;
+  int64_t dim;
+  const char* op;  // reported in index errors ("embedding" when called from there)
+  Tensor forward(Saver& s, const Tensor& x, const Tensor& index) const {
+    s.save(index);
+    return kernels::index_select(x, dim, index, op);
+  }
+  // y = x[index] along dim, so dx = index_add(0, dim, index, gy).
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    return {index_add(zeros(c.input_shape(0), gy.dtype()), dim, c.saved(0), gy), Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
+    return index_select(tx, dim, c.saved(0));
+  }
+};
+
+struct Gather {
+  static constexpr const char* name = "gather";
+  static constexpr Save save = Save::None;
+  int64_t dim;
+  Tensor forward(Saver& s, const Tensor& x, const Tensor& index) const {
+    s.save(index);
+    return kernels::gather(x, dim, index, name);
+  }
+  // y[p] = x[p with p[dim] = index[p]], so dx = scatter_add(0, dim, index, gy).
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    return {scatter_add(zeros(c.input_shape(0), gy.dtype()), dim, c.saved(0), gy), Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
+    return gather(tx, dim, c.saved(0));
+  }
+};
+
+struct ScatterAdd {
+  static constexpr const char* name = "scatter_add";
+  static constexpr Save save = Save::None;
+  int64_t dim;
+  Tensor forward(Saver& s, const Tensor& x, const Tensor& index, const Tensor& src) const {
+    s.save(index);
+    return kernels::scatter_add(x, dim, index, src, name);
+  }
+  // y = x + scatter(src): dx = gy, dsrc = gather(gy, dim, index).
+  std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
+    return {gy, Tensor(), c.needs_grad(2) ? gather(gy, dim, c.saved(0)) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&, const Tensor& ts) const {
+    return scatter_add(tx, dim, c.saved(0), ts);
+  }
+};
+
+struct IndexAdd {
+  static constexpr const char* name = "index_add";
+  static constexpr Save save = Save::None;
+  int64_t dim;
+  Tensor forward(Saver& s, const Tensor& x, const Tensor& index, const Tensor& source) const {
+    s.save(index);
+    return kernels::index_add(x, dim, index, source, name);
+  }
+  // y = x + index_add(0, source): dx = gy, dsource = index_select(gy, dim, index).
+  std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
+    return {gy, Tensor(), c.needs_grad(2) ? index_select(gy, dim, c.saved(0)) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&, const Tensor& ts) const {
+    return index_add(tx, dim, c.saved(0), ts);
+  }
+};
+
+Tensor index_select_as(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+  ADJOINT_CHECK(x.defined(), Value, op, "input is undefined");
+  check_index_dtype(index, op);
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  return apply(IndexSelect{d, op}, x, index);
+}
+
+// Both operands cast to their common dtype (scatter_add and index_add add them).
+std::pair<Tensor, Tensor> promote_pair(const Tensor& x, const Tensor& y, const char* what,
+                                       const char* op) {
+  ADJOINT_CHECK(x.defined() && y.defined(), Value, op, "input or ", what, " is undefined");
+  const DType dt = promote_types(x.dtype(), y.dtype());
+  return {cast_to(x, dt), cast_to(y, dt)};
+}
+
+// tril/triu keep element (i, j) of the last two dims where j - i <= diagonal (tril) or
+// j - i >= diagonal (triu); the mask is built once and broadcast over the batch dims.
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
+  ADJOINT_CHECK(x.defined(), Value, op, "input is undefined");
+  ADJOINT_CHECK(x.dim() >= 2, Shape, op, "expected a tensor with at least 2 dims, got ",
+                describe(x));
+  const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
+  Tensor mask = make_empty({rows, cols}, DType::Bool);
+  bool* m = mask.data_ptr<bool>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      m[i * cols + j] = lower ? j - i <= diagonal : j - i >= diagonal;
+  // d tril(x) = mask * dx (Where's rule)
+  return where(mask, x, zeros({}, x.dtype()));
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return index_select_as(x, dim, index, "index_select");
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  ADJOINT_CHECK(x.defined(), Value, "gather", "input is undefined");
+  check_index_dtype(index, "gather");
+  return apply(Gather{wrap_dim(dim, x.dim(), "gather")}, x, index);
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_index_dtype(index, "scatter_add");
+  auto [a, s] = promote_pair(x, src, "src", "scatter_add");
+  const int64_t d = wrap_dim(dim, a.dim(), "scatter_add");
+  // Elements of src beyond the index's extent are not used; narrowing src first gives them
+  // a zero gradient through the slice rule.
+  ADJOINT_CHECK(s.dim() == index.dim(), Shape, "scatter_add", "index ", describe(index),
+                " and src ", describe(s), " must have the same number of dims");
+  for (int64_t k = 0; k < s.dim(); ++k) {
+    ADJOINT_CHECK(index.shape()[k] <= s.shape()[k], Shape, "scatter_add", "index ", describe(index),
+                  " is larger than src ", describe(s), " in dim ", k);
+    if (index.shape()[k] < s.shape()[k]) s = narrow(s, k, 0, index.shape()[k]);
+  }
+  return apply(ScatterAdd{d}, a, index, s);
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  check_index_dtype(index, "index_add");
+  auto [a, s] = promote_pair(x, source, "source", "index_add");
+  return apply(IndexAdd{wrap_dim(dim, a.dim(), "index_add")}, a, index, s);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  ADJOINT_CHECK(x.defined() && mask.defined(), Value, "masked_fill", "input or mask is undefined");
+  ADJOINT_CHECK(mask.dtype() == DType::Bool, DType, "masked_fill", "mask must be bool, got ",
+                describe(mask));
+  ADJOINT_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), Shape,
+                "masked_fill", "mask ", describe(mask), " does not broadcast to input ",
+                describe(x));
+  // d masked_fill(x) = where(mask, 0, dx) (Where's rule)
+  return where(mask, scalar_tensor(value, x.dtype()), x);
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  ADJOINT_CHECK(weight.defined(), Value, "embedding", "weight is undefined");
+  check_index_dtype(indices, "embedding");
+  ADJOINT_CHECK(weight.dim() == 2, Shape, "embedding", "weight must be 2-d [vocabulary, dim], got ",
+                describe(weight));
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.shape()[1]);
+  // Rows picked by the flattened indices; IndexSelect's VJP index_adds gy back, summing
+  // repeated indices.
+  Tensor rows = index_select_as(weight, 0, indices.reshape({-1}), "embedding");
+  return rows.reshape(out_shape);
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  check_index_dtype(indices, "one_hot");
+  const std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  if (num_classes == -1) {
+    ADJOINT_CHECK(!idx.empty(), Value, "one_hot",
+                  "cannot infer the number of classes from an empty tensor; pass num_classes");
+    num_classes = *std::max_element(idx.begin(), idx.end()) + 1;
+  }
+  ADJOINT_CHECK(num_classes >= 0, Value, "one_hot", "num_classes must be -1 or >= 0, got ",
+                num_classes);
+  for (int64_t v : idx)
+    ADJOINT_CHECK(v >= 0 && v < num_classes, Index, "one_hot", "index ", v, " is out of range for ",
+                  num_classes, " classes");
+  Shape shape = indices.shape();
+  shape.push_back(num_classes);
+  Tensor out = make_empty(shape, DType::Int64);
+  kernels::fill(out, 0);
+  int64_t* o = out.data_ptr<int64_t>();
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    o[static_cast<int64_t>(i) * num_classes + idx[i]] = 1;
+  return out;
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
+
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
+  return adjoint::index_select(*this, dim, index);
+}
+Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
+  return adjoint::gather(*this, dim, index);
+}
+Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const {
+  return adjoint::scatter_add(*this, dim, index, src);
+}
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
+  return adjoint::masked_fill(*this, mask, value);
+}
+Tensor Tensor::tril(int64_t diagonal) const { return adjoint::tril(*this, diagonal); }
+Tensor Tensor::triu(int64_t diagonal) const { return adjoint::triu(*this, diagonal); }
+
+}  // namespace adjoint

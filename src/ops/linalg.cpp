@@ -1,0 +1,224 @@
+// Linear algebra: matmul (torch.matmul semantics, batched with broadcasting), linear (x Wᵀ + b
+// as one op, the hot path of an MLP), dot and outer. Transposes are views: the gemm kernel
+// reads them through BLAS transpose flags, so neither the forward nor the VJPs copy operands.
+// Decompositions and solvers are not here.
+#include "adjoint/error.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+/// The last two dims swapped (a view).
+Tensor mT(const Tensor& x) { return x.transpose(-2, -1); }
+
+/// A 1-d tensor seen as a [1, n] row or an [n, 1] column, without copying (kernel input only).
+Tensor as_row(const Tensor& v) {
+  const int64_t n = v.shape()[0], s = v.strides()[0];
+  return make_view(v, {1, n}, {n * s, s}, v.storage_offset());
+}
+Tensor as_column(const Tensor& v) {
+  const int64_t n = v.shape()[0], s = v.strides()[0];
+  return make_view(v, {n, 1}, {s, 1}, v.storage_offset());
+}
+
+/// Product of all dims but the last: the rows of x seen as a matrix.
+int64_t leading_rows(const Shape& s) {
+  int64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
+  return rows;
+}
+
+/// x (any rank >= 1) as a [rows, in] matrix for the kernels: a view when possible, else a
+/// contiguous copy. Never recorded (kernel input only).
+Tensor as_matrix(const Tensor& x) {
+  if (x.dim() == 2) return x;
+  if (x.dim() == 1) return as_row(x);
+  Tensor c = x.is_contiguous() ? x : kernels::cast(x, x.dtype());
+  Shape shape{leading_rows(x.shape()), x.shape().back()};
+  return make_view(c, shape, contiguous_strides(shape), c.storage_offset());
+}
+
+/// x (any rank >= 1) reshaped to [rows, last] with differentiable ops.
+Tensor to_matrix(const Tensor& x) {
+  return x.dim() == 2 ? x : x.reshape({leading_rows(x.shape()), x.shape().back()});
+}
+
+// Batched product of equal-rank (>= 2) operands with equal batch dims; the public matmul
+// promotes 1-d operands and broadcasts batch dims before applying it.
+struct MatMul {
+  static constexpr const char* name = "matmul";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::matmul(a, b); }
+  // C = A B: dA = dC Bᵀ, dB = Aᵀ dC
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    return {c.needs_grad(0) ? matmul(gy, mT(c.input(1))) : Tensor(),
+            c.needs_grad(1) ? matmul(mT(c.input(0)), gy) : Tensor()};
+  }
+  // dC = dA B + A dB
+  Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
+    return matmul(ta, c.input(1)) + matmul(c.input(0), tb);
+  }
+};
+
+struct Dot {
+  static constexpr const char* name = "dot";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& a, const Tensor& b) const {
+    Tensor r = kernels::matmul(as_row(a), as_column(b));
+    return reshape_fresh(r, {});
+  }
+  // d(a · b) = b · da + a · db
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    return {c.needs_grad(0) ? gy * c.input(1) : Tensor(),
+            c.needs_grad(1) ? gy * c.input(0) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
+    return dot(ta, c.input(1)) + dot(c.input(0), tb);
+  }
+};
+
+// y = x Wᵀ + b over the last dim of x (any rank >= 1); the bias may be undefined.
+struct Linear {
+  static constexpr const char* name = "linear";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    Tensor r = kernels::linear(as_matrix(x), w, b);
+    Shape out = x.shape();
+    out.back() = w.shape()[0];
+    return reshape_fresh(r, out);
+  }
+  // y = x Wᵀ + b: dx = g W, dW = gᵀ x (summed over the leading dims), db = Σ g over them
+  std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
+    const Tensor& x = c.input(0);
+    const Tensor& w = c.input(1);
+    Tensor dx, dw, db;
+    if (c.needs_grad(0)) dx = matmul(gy, w);
+    if (c.needs_grad(1) || c.needs_grad(2)) {
+      Tensor g2 = to_matrix(gy);
+      if (c.needs_grad(1)) dw = matmul(g2.t(), to_matrix(x));
+      if (c.needs_grad(2)) db = g2.sum({0});
+    }
+    return {dx, dw, db};
+  }
+  // dy = dx Wᵀ + x dWᵀ + db
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor& tw, const Tensor& tb) const {
+    return linear(tx, c.input(1), tb) + linear(c.input(0), tw);
+  }
+};
+
+// Checks shared by the public entry points; `op` names the function the user called.
+void check_operands(const Tensor& a, const Tensor& b, const char* op) {
+  ADJOINT_CHECK(a.defined() && b.defined(), Value, op, "got an undefined tensor");
+}
+
+DType common_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  DType dt = promote_types(a.dtype(), b.dtype());
+  ADJOINT_CHECK(dt != DType::Bool, DType, op, "bool operands are not supported: lhs ", describe(a),
+                " vs rhs ", describe(b));
+  return dt;
+}
+
+Tensor dot_impl(const Tensor& a, const Tensor& b, const char* op) {
+  ADJOINT_CHECK(a.dim() == 1 && b.dim() == 1, Shape, op, "expected two 1-d tensors: lhs ",
+                describe(a), " vs rhs ", describe(b));
+  ADJOINT_CHECK(a.shape()[0] == b.shape()[0], Shape, op, "sizes differ: lhs ", describe(a),
+                " vs rhs ", describe(b));
+  DType dt = common_dtype(a, b, op);
+  return apply(Dot{}, cast_to(a, dt), cast_to(b, dt));
+}
+
+Shape drop_last(const Shape& s, std::size_t n) {
+  Shape r = s;
+  r.resize(s.size() - n);
+  return r;
+}
+
+bool broadcastable(const Shape& a, const Shape& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 1; i <= n; ++i) {
+    const int64_t da = a[a.size() - i], db = b[b.size() - i];
+    if (da != db && da != 1 && db != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_operands(a_in, b_in, "matmul");
+  ADJOINT_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, Shape, "matmul",
+                "both operands need at least 1 dimension: lhs ", describe(a_in), " vs rhs ",
+                describe(b_in));
+  if (a_in.dim() == 1 && b_in.dim() == 1) return dot_impl(a_in, b_in, "matmul");
+  const int64_t k_a = a_in.shape().back();
+  const int64_t k_b = b_in.dim() == 1 ? b_in.shape()[0] : b_in.shape()[b_in.dim() - 2];
+  ADJOINT_CHECK(k_a == k_b, Shape, "matmul", "inner dimensions differ: lhs ", describe(a_in),
+                " vs rhs ", describe(b_in));
+  DType dt = common_dtype(a_in, b_in, "matmul");
+  Tensor a = cast_to(a_in, dt), b = cast_to(b_in, dt);
+  const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
+  if (a_vec) a = a.unsqueeze(0);   // [k] -> [1, k]
+  if (b_vec) b = b.unsqueeze(-1);  // [k] -> [k, 1]
+  Tensor out;
+  if (a.dim() == 2 && b.dim() == 2) {
+    out = apply(MatMul{}, a, b);
+  } else if (b.dim() == 2 && a.is_contiguous()) {
+    // [..., m, k] @ [k, n]: fold the batch into the rows, one gemm (and one for each VJP).
+    Shape out_shape = a.shape();
+    out_shape.back() = b.shape()[1];
+    out = apply(MatMul{}, to_matrix(a), b).reshape(out_shape);
+  } else {
+    Shape batch_a = drop_last(a.shape(), 2), batch_b = drop_last(b.shape(), 2);
+    ADJOINT_CHECK(broadcastable(batch_a, batch_b), Shape, "matmul",
+                  "batch dimensions do not broadcast: lhs ", describe(a_in), " vs rhs ",
+                  describe(b_in));
+    Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+    Shape sa = batch, sb = batch;
+    sa.push_back(a.shape()[a.dim() - 2]);
+    sa.push_back(k_a);
+    sb.push_back(k_a);
+    sb.push_back(b.shape().back());
+    out = apply(MatMul{}, a.expand(sa), b.expand(sb));
+  }
+  if (a_vec) out = out.squeeze(-2);
+  if (b_vec) out = out.squeeze(-1);
+  return out;
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  check_operands(x_in, w_in, "linear");
+  ADJOINT_CHECK(x_in.dim() >= 1, Shape, "linear", "input needs at least 1 dimension: input ",
+                describe(x_in), " vs weight ", describe(w_in));
+  ADJOINT_CHECK(w_in.dim() == 2, Shape, "linear", "weight must be 2-d [out, in]: input ",
+                describe(x_in), " vs weight ", describe(w_in));
+  ADJOINT_CHECK(x_in.shape().back() == w_in.shape()[1], Shape, "linear",
+                "in features differ: input ", describe(x_in), " vs weight ", describe(w_in));
+  DType dt = common_dtype(x_in, w_in, "linear");
+  if (b_in.defined()) {
+    ADJOINT_CHECK(b_in.dim() == 1 && b_in.shape()[0] == w_in.shape()[0], Shape, "linear",
+                  "bias must have shape [", w_in.shape()[0], "]: bias ", describe(b_in),
+                  " vs weight ", describe(w_in));
+    dt = promote_types(dt, b_in.dtype());
+  }
+  Tensor b = b_in.defined() ? cast_to(b_in, dt) : Tensor();
+  return apply(Linear{}, cast_to(x_in, dt), cast_to(w_in, dt), b);
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "dot");
+  return dot_impl(a, b, "dot");
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  check_operands(a, b, "outer");
+  ADJOINT_CHECK(a.dim() == 1 && b.dim() == 1, Shape, "outer", "expected two 1-d tensors: lhs ",
+                describe(a), " vs rhs ", describe(b));
+  // outer(a, b)_ij = a_i b_j: a broadcast multiply, whose VJP sums back over the other factor.
+  return a.unsqueeze(1) * b;
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return adjoint::matmul(*this, other); }
+Tensor Tensor::dot(const Tensor& other) const { return adjoint::dot(*this, other); }
+Tensor Tensor::outer(const Tensor& other) const { return adjoint::outer(*this, other); }
+
+}  // namespace adjoint

@@ -1,0 +1,149 @@
+// Loss functions. cross_entropy is one fused op (a single pass over the logits forward; its
+// rules are written with ops, so it differentiates twice); nll_loss, mse_loss and
+// binary_cross_entropy_with_logits are composites of ops and get their gradients from them.
+#include <limits>
+
+#include "adjoint/error.h"
+#include "backend/nn_kernels.h"
+#include "ops/common.h"
+
+namespace adjoint {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None:
+      return per_element;
+    case Reduction::Sum:
+      return sum(per_element);
+    case Reduction::Mean:
+      return mean(per_element);
+  }
+  return per_element;
+}
+
+// [N, C] bool: true at (i, target[i]) for rows whose target is not ignore_index.
+Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) {
+  Tensor hit = eq(arange(classes).unsqueeze(0), target.unsqueeze(1));
+  return logical_and(hit, ne(target, ignore_index).unsqueeze(1));
+}
+
+struct CrossEntropy {
+  static constexpr const char* name = "cross_entropy";
+  static constexpr Save save = Save::Inputs;
+  Reduction reduction;
+  int64_t ignore_index;
+  double scale = 1;  // set by forward: 1 / (non-ignored rows) for Mean, 0 when there are none
+
+  Tensor forward(const Tensor& logits, const Tensor& target) {
+    kernels::CrossEntropyForward r = kernels::cross_entropy(logits, target, ignore_index);
+    if (reduction == Reduction::None) return r.loss;
+    Tensor total = kernels::reduce(kernels::Reduce::Sum, r.loss, {}, false);
+    if (reduction == Reduction::Sum) return total;
+    scale = r.valid > 0 ? 1.0 / static_cast<double>(r.valid) : 0.0;
+    // NaN (0 / 0) when every row is ignored, as PyTorch
+    return kernels::unary(Unary::MulScalar, total, r.valid > 0 ? scale : kNaN);
+  }
+
+  // d loss_i / d logits_i = softmax(logits_i) - one_hot(target_i); 0 on ignored rows
+  Tensor dlogits(const Ctx& c) const {
+    const Tensor& x = c.input(0);
+    const Tensor& t = c.input(1);
+    Tensor onehot = eq(arange(x.size(1)).unsqueeze(0), t.unsqueeze(1)).to(x.dtype());
+    return where(ne(t, ignore_index).unsqueeze(1), softmax(x, 1) - onehot, 0.0);
+  }
+
+  // dlogits = (softmax - one_hot) * gy, with gy / (non-ignored rows) for Mean
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    Tensor g = reduction == Reduction::None   ? gy.unsqueeze(1)
+               : reduction == Reduction::Mean ? gy * scale
+                                              : gy;
+    return {dlogits(c) * g, Tensor()};
+  }
+
+  // dloss_i = sum_c (softmax - one_hot)_ic t_ic, reduced as the loss is
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
+    Tensor per_row = sum(dlogits(c) * tx, {1});
+    if (reduction == Reduction::None) return per_row;
+    Tensor total = sum(per_row);
+    return reduction == Reduction::Mean ? total * scale : total;
+  }
+};
+
+// Checks shared by cross_entropy and nll_loss: input [N, C] with target [N], or [C] with a
+// 0-d target (returned as true, to be handled as one row).
+bool check_class_inputs(const Tensor& input, const Tensor& target, const char* op) {
+  ADJOINT_CHECK(input.defined() && target.defined(), Value, op, "got an undefined tensor");
+  ADJOINT_CHECK(input.dim() == 1 || input.dim() == 2, Shape, op,
+                "expected input of shape [N, C] or [C], got ", describe(input));
+  ADJOINT_CHECK(target.dtype() == DType::Int64, DType, op,
+                "expected int64 class indices as target, got ", describe(target));
+  if (input.dim() == 1) {
+    ADJOINT_CHECK(target.dim() == 0, Shape, op, "input ", describe(input),
+                  " has no batch dim, so target must be 0-d, got ", describe(target));
+    return true;
+  }
+  ADJOINT_CHECK(target.dim() == 1 && target.size(0) == input.size(0), Shape, op,
+                "expected target of shape [", input.size(0), "] for input ", describe(input),
+                ", got ", describe(target));
+  return false;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index) {
+  if (check_class_inputs(logits, target, "cross_entropy")) {
+    Tensor r = cross_entropy(logits.unsqueeze(0), target.reshape({1}), reduction, ignore_index);
+    return reduction == Reduction::None ? r.reshape({}) : r;
+  }
+  return apply(CrossEntropy{reduction, ignore_index}, to_floating(logits), target);
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  if (check_class_inputs(log_probs, target, "nll_loss")) {
+    Tensor r = nll_loss(log_probs.unsqueeze(0), target.reshape({1}), reduction, ignore_index);
+    return reduction == Reduction::None ? r.reshape({}) : r;
+  }
+  const int64_t classes = log_probs.size(1);
+  kernels::check_class_targets(target, classes, ignore_index, "nll_loss");
+  // loss_i = -log_probs[i, target_i]: the gradient is -1 at the target, 0 elsewhere
+  Tensor picked = where(target_mask(target, classes, ignore_index), to_floating(log_probs), 0.0);
+  Tensor per_row = -sum(picked, {1});
+  if (reduction != Reduction::Mean) return reduce_loss(per_row, reduction);
+  const int64_t valid = sum(ne(target, ignore_index)).item<int64_t>();
+  // NaN (0 / 0) when every row is ignored, as PyTorch
+  return sum(per_row) * (valid > 0 ? 1.0 / static_cast<double>(valid) : kNaN);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  ADJOINT_CHECK(input.defined() && target.defined(), Value, "mse_loss", "got an undefined tensor");
+  ADJOINT_CHECK(input.shape() == target.shape(), Shape, "mse_loss",
+                "input and target must have the same shape: input ", describe(input), " vs target ",
+                describe(target));
+  // d/dx (x - t)^2 = 2 (x - t)
+  return reduce_loss((to_floating(input) - to_floating(target)).square(), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction) {
+  const char* op = "binary_cross_entropy_with_logits";
+  ADJOINT_CHECK(logits.defined() && target.defined(), Value, op, "got an undefined tensor");
+  ADJOINT_CHECK(logits.shape() == target.shape(), Shape, op,
+                "logits and target must have the same shape: logits ", describe(logits),
+                " vs target ", describe(target));
+  Tensor x = to_floating(logits);
+  Tensor t = to_floating(target);
+  // loss = max(x, 0) - x t + log1p(exp(-|x|)), written per sign of x as two smooth pieces,
+  //   x >= 0: x (1 - t) + softplus(-x);   x < 0: softplus(x) - x t,
+  // so that no term cancels and every derivative is exact, also at x = 0 (where max and |x|
+  // have kinks whose one-sided rules would give dloss/dx = -t instead of 1/2 - t).
+  // dloss/dx = sigmoid(x) - t, dloss/dt = -x
+  Tensor per = where(ge(x, 0.0), x * (1 - t) + softplus(-x), softplus(x) - x * t);
+  return reduce_loss(per, reduction);
+}
+
+}  // namespace adjoint

@@ -1,0 +1,317 @@
+// In-place ops and autograd: version counters, the saved-tensor version check and its
+// message, the leaf rule (and the NoGradGuard escape hatch for optimizer steps), versions
+// shared through views, and differentiating through in-place ops on non-leaves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+
+using namespace adjoint;
+
+namespace {
+
+TensorOptions f64_grad() { return TensorOptions(DType::Float64).requires_grad(true); }
+
+template <class F>
+std::string error_message(F&& f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an adjoint::Error";
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
+  ASSERT_TRUE(t.defined());
+  std::vector<double> got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+}  // namespace
+
+// ---- version counter ----
+
+TEST(Inplace, VersionBumpsOncePerOp) {
+  Tensor x = tensor({1.0, 2.0}, DType::Float64);
+  EXPECT_EQ(x.version(), 0u);
+  x.add_(1);
+  EXPECT_EQ(x.version(), 1u);
+  expect_values(x, {2, 3});
+  x.add_(tensor({1.0, -1.0}, DType::Float64));
+  EXPECT_EQ(x.version(), 2u);
+  expect_values(x, {3, 2});
+  x.mul_(2);
+  EXPECT_EQ(x.version(), 3u);
+  expect_values(x, {6, 4});
+  x.mul_(tensor({0.5, 0.25}, DType::Float64));
+  EXPECT_EQ(x.version(), 4u);
+  expect_values(x, {3, 1});
+  x.sub_(1);
+  EXPECT_EQ(x.version(), 5u);
+  x.div_(2);
+  EXPECT_EQ(x.version(), 6u);
+  expect_values(x, {1, 0});
+  x.zero_();
+  EXPECT_EQ(x.version(), 7u);
+  expect_values(x, {0, 0});
+  x.fill_(4.5);
+  EXPECT_EQ(x.version(), 8u);
+  expect_values(x, {4.5, 4.5});
+  x.copy_(tensor({7.0, 8.0}, DType::Float64));
+  EXPECT_EQ(x.version(), 9u);
+  expect_values(x, {7, 8});
+  x += 1;
+  EXPECT_EQ(x.version(), 10u);
+  expect_values(x, {8, 9});
+}
+
+TEST(Inplace, OutOfPlaceOpsDoNotBumpVersion) {
+  Tensor x = tensor({1.0, 2.0}, DType::Float64);
+  Tensor y = x * 2 + x.exp();
+  (void)y;
+  EXPECT_EQ(x.version(), 0u);
+}
+
+TEST(Inplace, CopyBroadcastsAndCasts) {
+  Tensor x = zeros({2, 3}, DType::Float64);
+  x.copy_(tensor({1.0, 2.0, 3.0}, DType::Float32));
+  EXPECT_EQ(x.dtype(), DType::Float64);
+  expect_values(x, {1, 2, 3, 1, 2, 3});
+  EXPECT_EQ(x.version(), 1u);
+}
+
+// ---- modifying a saved tensor ----
+
+TEST(Inplace, ModifyingSavedOutputThrowsAtBackward) {
+  Tensor x = tensor({0.1, 0.2, 0.3}, f64_grad());
+  Tensor y = x.exp();  // ExpBackward saves y
+  y.add_(1);           // allowed now, detected at backward
+  std::string msg = error_message([&] { y.sum().backward(); }, ErrorKind::Autograd);
+  EXPECT_TRUE(contains(msg, "ExpBackward")) << msg;
+  EXPECT_TRUE(contains(msg, "version")) << msg;
+  EXPECT_TRUE(contains(msg, "[3]")) << msg;  // the tensor's shape
+  EXPECT_TRUE(contains(msg, "0")) << msg;    // saved at version 0
+  EXPECT_TRUE(contains(msg, "version 0")) << msg;
+  EXPECT_TRUE(contains(msg, "version 1")) << msg;
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Inplace, ModifyingSavedInputThrowsAtBackward) {
+  Tensor x = tensor({0.1, 0.2}, f64_grad());
+  Tensor a = x * 1;    // non-leaf
+  Tensor s = a.sin();  // SinBackward saves a
+  a.mul_(2);
+  a.mul_(2);  // two in-place ops: now at version 2
+  std::string msg = error_message([&] { s.sum().backward(); }, ErrorKind::Autograd);
+  EXPECT_TRUE(contains(msg, "SinBackward")) << msg;
+  EXPECT_TRUE(contains(msg, "[2]")) << msg;
+  EXPECT_TRUE(contains(msg, "version 0")) << msg;
+  EXPECT_TRUE(contains(msg, "version 2")) << msg;
+}
+
+TEST(Inplace, ModifyingSavedInputOfMulThroughNoGradThrows) {
+  // Even under NoGradGuard, modifying a leaf that a node saved invalidates that node.
+  Tensor x = tensor({1.0, 2.0}, f64_grad());
+  Tensor w = tensor({3.0, 4.0}, f64_grad());
+  Tensor y = (x * w).sum();
+  {
+    NoGradGuard no_grad;
+    w.add_(1);
+  }
+  std::string msg = error_message([&] { y.backward(); }, ErrorKind::Autograd);
+  EXPECT_TRUE(contains(msg, "MulBackward")) << msg;
+}
+
+TEST(Inplace, ModifyingBeforeSavingIsFine) {
+  // The check compares with the version at save time: y = 2x, then sin(y) saves version 1.
+  std::vector<double> xv = {0.3, -0.8};
+  Tensor x = tensor(xv, std::nullopt, f64_grad());
+  Tensor y = x * 1;
+  y.mul_(2);
+  Tensor z = y.sin();
+  z.sum().backward();
+  // d/dx sin(2x) = 2 cos(2x)
+  expect_values(x.grad(), {2 * std::cos(2 * xv[0]), 2 * std::cos(2 * xv[1])});
+}
+
+TEST(Inplace, ModifyingUnsavedTensorIsFine) {
+  // add saves nothing, so modifying its input afterwards is harmless.
+  Tensor x = tensor({1.0, 2.0}, f64_grad());
+  Tensor a = x * 1;
+  Tensor y = a + 5;
+  a.mul_(3);
+  y.sum().backward();
+  expect_values(x.grad(), {1, 1});
+}
+
+// ---- leaves ----
+
+TEST(Inplace, InPlaceOnLeafRequiringGradThrows) {
+  Tensor x = tensor({1.0, 2.0}, f64_grad());
+  std::string msg = error_message([&] { x.add_(1); }, ErrorKind::Autograd);
+  EXPECT_TRUE(contains(msg, "[add_]")) << msg;
+  EXPECT_TRUE(contains(msg, "leaf")) << msg;
+  EXPECT_EQ(x.version(), 0u);  // nothing was written
+  expect_values(x, {1, 2});
+  error_message([&] { x.mul_(2); }, ErrorKind::Autograd);
+  error_message([&] { x.zero_(); }, ErrorKind::Autograd);
+  error_message([&] { x.fill_(1); }, ErrorKind::Autograd);
+  error_message([&] { x.copy_(tensor({5.0, 6.0}, DType::Float64)); }, ErrorKind::Autograd);
+  expect_values(x, {1, 2});
+}
+
+TEST(Inplace, InPlaceOnLeafAllowedUnderNoGrad) {
+  // An SGD step: w -= lr * grad, then a fresh forward and backward.
+  Tensor w = tensor({1.0, -2.0}, f64_grad());
+  (w * w).sum().backward();  // grad = 2w = [2, -4]
+  {
+    NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.1);
+    w.grad().zero_();
+  }
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_EQ(w.grad_fn(), nullptr);
+  EXPECT_EQ(w.version(), 1u);
+  expect_values(w, {0.8, -1.6});
+  (w * w).sum().backward();
+  expect_values(w.grad(), {1.6, -3.2});
+}
+
+// ---- views share the version counter ----
+
+TEST(Inplace, InPlaceThroughUnsqueezeViewBumpsBase) {
+  Tensor base = zeros({2, 3}, DType::Float64);
+  Tensor v = base.unsqueeze(0);
+  ASSERT_TRUE(v.shares_storage(base));
+  v.add_(1);
+  EXPECT_EQ(base.version(), 1u);
+  EXPECT_EQ(v.version(), 1u);
+  expect_values(base, {1, 1, 1, 1, 1, 1});
+}
+
+TEST(Inplace, InPlaceThroughTransposeViewBumpsBase) {
+  Tensor base = tensor({0.0, 1.0, 2.0, 3.0, 4.0, 5.0}, Shape{2, 3}, DType::Float64);
+  Tensor t = base.transpose(0, 1);  // [3, 2], non-contiguous
+  ASSERT_TRUE(t.shares_storage(base));
+  EXPECT_FALSE(t.is_contiguous());
+  // t[j][i] += 10 * (2 j + i), i.e. base[i][j] += 10 * (2 j + i).
+  t.add_(tensor({0.0, 10.0, 20.0, 30.0, 40.0, 50.0}, Shape{3, 2}, DType::Float64));
+  EXPECT_EQ(base.version(), 1u);
+  std::vector<double> want(6);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) want[i * 3 + j] = (i * 3 + j) + 10.0 * (2 * j + i);
+  expect_values(base, want);
+}
+
+TEST(Inplace, InPlaceThroughReshapeViewBumpsBase) {
+  Tensor base = zeros({2, 3}, DType::Float64);
+  Tensor flat = base.reshape({6});  // contiguous: a view, not a copy
+  ASSERT_TRUE(flat.shares_storage(base));
+  flat.fill_(3);
+  EXPECT_EQ(base.version(), 1u);
+  expect_values(base, {3, 3, 3, 3, 3, 3});
+  base.view({3, 2}).mul_(2);
+  EXPECT_EQ(flat.version(), 2u);
+  expect_values(flat, {6, 6, 6, 6, 6, 6});
+}
+
+TEST(Inplace, InPlaceThroughExpandViewBumpsBase) {
+  Tensor base = zeros({1, 3}, DType::Float64);
+  Tensor e = base.expand({4, 3});
+  ASSERT_TRUE(e.shares_storage(base));
+  e.fill_(2);  // idempotent, so allowed on an expanded view (as in PyTorch)
+  EXPECT_EQ(base.version(), 1u);
+  expect_values(base, {2, 2, 2});
+}
+
+TEST(Inplace, InPlaceThroughViewIsSeenByNodeThatSavedBase) {
+  Tensor x = tensor({0.5, 1.0}, f64_grad());
+  Tensor y = x.exp();  // saves y
+  {
+    NoGradGuard no_grad;
+    y.unsqueeze(0).mul_(2);
+  }
+  std::string msg = error_message([&] { y.sum().backward(); }, ErrorKind::Autograd);
+  EXPECT_TRUE(contains(msg, "ExpBackward")) << msg;
+}
+
+// ---- differentiating through in-place ops ----
+
+TEST(Inplace, InPlaceOnNonLeafIsDifferentiable) {
+  Tensor x = tensor({1.0, 2.0, 3.0}, f64_grad());
+  Tensor y = x * 2;
+  y.mul_(3);
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_TRUE(y.requires_grad());
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), "MulBackward");
+  expect_values(y, {6, 12, 18});
+  y.sum().backward();
+  expect_values(x.grad(), {6, 6, 6});
+}
+
+TEST(Inplace, ChainOfInPlaceOpsOnNonLeaf) {
+  // y = ((x * 1) + x) * 3 - 1, all in place: dy/dx = 6.
+  Tensor x = tensor({1.0, -1.0}, f64_grad());
+  Tensor y = x * 1;
+  y.add_(x);
+  y.mul_(3);
+  y.sub_(1);
+  expect_values(y, {5, -7});
+  y.sum().backward();
+  expect_values(x.grad(), {6, 6});
+}
+
+TEST(Inplace, MulByTensorThatRequiresGrad) {
+  std::vector<double> xv = {1.0, 2.0}, wv = {-3.0, 0.5};
+  Tensor x = tensor(xv, std::nullopt, f64_grad());
+  Tensor w = tensor(wv, std::nullopt, f64_grad());
+  Tensor y = x * 1;
+  y.mul_(w);
+  y.sum().backward();
+  expect_values(x.grad(), wv);  // d(xw)/dx = w
+  expect_values(w.grad(), xv);  // d(xw)/dw = x
+}
+
+TEST(Inplace, InPlaceIntoLeafThatDoesNotRequireGrad) {
+  // A buffer that does not require grad takes on history from the other operand.
+  Tensor w = tensor({2.0, 3.0}, f64_grad());
+  Tensor buf = tensor({5.0, 7.0}, DType::Float64);
+  buf.mul_(w);
+  EXPECT_TRUE(buf.requires_grad());
+  EXPECT_FALSE(buf.is_leaf());
+  expect_values(buf, {10, 21});
+  buf.sum().backward();
+  expect_values(w.grad(), {5, 7});  // the old buffer values
+}
+
+TEST(Inplace, CopyIntoBufferPropagatesGradient) {
+  Tensor x = tensor({1.0, 2.0}, f64_grad());
+  Tensor buf = zeros({2}, DType::Float64);
+  buf.copy_(x * 4);
+  EXPECT_TRUE(buf.requires_grad());
+  buf.sum().backward();
+  expect_values(x.grad(), {4, 4});
+}
+
+TEST(Inplace, OverwriteCutsGradientToOldValue) {
+  // fill_ replaces the value: nothing flows to what was there before.
+  Tensor x = tensor({1.0, 2.0}, f64_grad());
+  Tensor y = x * 3;
+  y.fill_(1);
+  Tensor z = (y * x).sum();  // dz/dx = y = 1, nothing through the old y
+  z.backward();
+  expect_values(x.grad(), {1, 1});
+}
