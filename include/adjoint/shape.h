@@ -45,7 +45,9 @@ class Shape {
     }
     return *this;
   }
-  ~Shape() { release(); }
+  ~Shape() {
+    if (heap_) release();  // inline check: most shapes never leave the inline buffer
+  }
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

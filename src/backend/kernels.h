@@ -58,8 +58,8 @@ Tensor unary(Unary kind, const Tensor& x, double a = 0, double b = 0);
 void unary_into(Unary kind, const Tensor& out, const Tensor& x, double a = 0, double b = 0);
 
 // Binary kinds; both operands have the same dtype and broadcast. Comparisons give bool.
-// TanhBackward(gy, y) = gy (1 - y^2) and SigmoidBackward(gy, y) = gy y (1 - y): the fused
-// gradients of the two saturating activations.
+// TanhBackward(gy, y) = gy (1 - y^2), SigmoidBackward(gy, y) = gy y (1 - y) and
+// ReluBackward(gy, y) = gy [y > 0]: the fused gradients of the common activations.
 enum class Binary {
   Add,
   Sub,
@@ -70,6 +70,7 @@ enum class Binary {
   Maximum,
   TanhBackward,
   SigmoidBackward,
+  ReluBackward,
   Eq,
   Ne,
   Lt,

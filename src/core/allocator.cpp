@@ -24,10 +24,18 @@ std::size_t size_class(std::size_t n) {
   return (n + step - 1) / step * step;
 }
 
+constexpr std::size_t kSmallClasses = 4096 / kAlignment + 1;
+
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::size_t, std::vector<void*>> free_lists;
+  // Classes up to 4 KiB (the per-op temporaries of small tensors) index an array directly;
+  // larger ones go through the map.
+  std::vector<void*> small[kSmallClasses];
+  std::unordered_map<std::size_t, std::vector<void*>> large;
   MemoryStats stats;
+  std::vector<void*>& list(std::size_t cls) {
+    return cls <= 4096 ? small[cls / kAlignment] : large[cls];
+  }
 };
 
 Cache& cache() {
@@ -47,10 +55,10 @@ void* allocate(std::size_t nbytes) {
     c.stats.allocations++;
     c.stats.current_bytes += cls;
     c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.current_bytes);
-    auto it = c.free_lists.find(cls);
-    if (it != c.free_lists.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    std::vector<void*>& list = c.list(cls);
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
       c.stats.cached_bytes -= cls;
       c.stats.cache_hits++;
       return p;
@@ -76,7 +84,7 @@ void deallocate(void* ptr, std::size_t nbytes) {
   std::lock_guard lock(c.mu);
   c.stats.current_bytes -= cls;
   c.stats.cached_bytes += cls;
-  c.free_lists[cls].push_back(ptr);
+  c.list(cls).push_back(ptr);
 }
 
 }  // namespace detail
@@ -96,11 +104,13 @@ void reset_peak_memory_stats() {
 void empty_cache() {
   Cache& c = cache();
   std::lock_guard lock(c.mu);
-  for (auto& [cls, list] : c.free_lists) {
+  auto drain = [&](std::size_t cls, std::vector<void*>& list) {
     for (void* p : list) std::free(p);
     c.stats.cached_bytes -= cls * list.size();
     list.clear();
-  }
+  };
+  for (std::size_t i = 1; i < kSmallClasses; ++i) drain(i * kAlignment, c.small[i]);
+  for (auto& [cls, list] : c.large) drain(cls, list);
 }
 
 }  // namespace adjoint

@@ -4,11 +4,10 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "ops/backward_ops.h"
 #include "ops/common.h"
 
 namespace adjoint {
-
-Tensor sigmoid_backward(const Tensor& gy, const Tensor& y);
 
 namespace {
 
@@ -22,12 +21,30 @@ struct Pointwise {
   }
 };
 
-struct Relu : Pointwise<Relu> {
+// relu_backward(gy, y) = gy [y > 0] in one kernel; linear in gy (d/dgy = [y > 0]) and
+// piecewise constant in y (d/dy = 0), so it is its own VJP and JVP.
+struct ReluBackward {
+  static constexpr const char* name = "relu_backward";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& gy, const Tensor& y) const {
+    return kernels::binary(Binary::ReluBackward, gy, y);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
+    return {c.needs_grad(0) ? relu_backward(g, c.input(1)) : Tensor(),
+            c.needs_grad(1) ? zeros_like(c.input(1)) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor&) const {
+    return relu_backward(t_gy, c.input(1));
+  }
+};
+
+struct Relu {
   static constexpr const char* name = "relu";
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Relu, x); }
-  // d/dx max(x, 0) = [x > 0]
-  Tensor factor(const Ctx& c) const { return gt(c.output(), 0).to(c.output().dtype()); }
+  // d/dx max(x, 0) = [x > 0] = [y > 0]
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return relu_backward(gy, c.output()); }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const { return relu_backward(tx, c.output()); }
 };
 
 struct LeakyRelu : Pointwise<LeakyRelu> {
@@ -143,6 +160,10 @@ struct Clamp : Pointwise<Clamp> {
 }  // namespace
 
 Tensor relu(const Tensor& x) { return apply(Relu{}, x); }
+Tensor relu_backward(const Tensor& gy, const Tensor& y) {
+  if (gy.dtype() != y.dtype()) return relu_backward(gy.to(y.dtype()), y);
+  return apply(ReluBackward{}, gy, y);
+}
 Tensor leaky_relu(const Tensor& x, double slope) {
   return apply(LeakyRelu{{}, slope}, to_floating(x));
 }

@@ -3,11 +3,10 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "ops/backward_ops.h"
 #include "ops/common.h"
 
 namespace adjoint {
-
-Tensor tanh_backward(const Tensor& gy, const Tensor& y);
 
 namespace {
 

@@ -385,6 +385,8 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
           return map2<T, T>(out, a, b, [](T x, T y) { return (x > y || x != x) ? x : y; });
         case Binary::TanhBackward:
           return map2<T, T>(out, a, b, [](T g, T y) { return g * (T(1) - y * y); });
+        case Binary::ReluBackward:
+          return map2<T, T>(out, a, b, [](T g, T y) { return y > T(0) ? g : T(0); });
         case Binary::SigmoidBackward:
           return map2<T, T>(out, a, b, [](T g, T y) { return g * y * (T(1) - y); });
         default:
