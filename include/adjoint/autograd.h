@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "adjoint/detail/pool.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor.h"
 
@@ -27,6 +28,10 @@ struct Edge {
   bool valid() const { return node != nullptr; }
 };
 
+/// Short lists every node keeps; their memory comes from the small-object pool.
+using EdgeList = std::vector<Edge, detail::PoolAllocator<Edge>>;
+using TensorList = std::vector<Tensor, detail::PoolAllocator<Tensor>>;
+
 /// One recorded operation. apply() maps gradients of its outputs to gradients of its inputs.
 class Node : public std::enable_shared_from_this<Node> {
  public:
@@ -38,12 +43,12 @@ class Node : public std::enable_shared_from_this<Node> {
   /// The op's name followed by "Backward", e.g. "MulBackward".
   virtual std::string name() const = 0;
   /// grads[i]: gradient w.r.t. output i (undefined means zero). Returns one per next edge.
-  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grads) = 0;
+  virtual TensorList apply(TensorList&& grads) = 0;
   /// Frees saved tensors; a later apply() throws an error naming the op.
   virtual void release_saved() {}
 
-  const std::vector<Edge>& next_edges() const { return next_edges_; }
-  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  const EdgeList& next_edges() const { return next_edges_; }
+  EdgeList& mutable_next_edges() { return next_edges_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint32_t num_outputs() const { return num_outputs_; }
 
@@ -51,7 +56,7 @@ class Node : public std::enable_shared_from_this<Node> {
   int add_tensor_pre_hook(uint32_t output_nr, std::function<Tensor(const Tensor&)> hook);
   void remove_tensor_pre_hook(int id);
   /// Runs the pre-hooks of each output on `grads` in registration order.
-  void run_tensor_pre_hooks(std::vector<Tensor>& grads);
+  void run_tensor_pre_hooks(TensorList& grads);
   bool has_tensor_pre_hooks() const { return !pre_hooks_.empty(); }
 
   // Engine bookkeeping for the backward pass in progress (see src/autograd/engine.cpp).
@@ -59,12 +64,12 @@ class Node : public std::enable_shared_from_this<Node> {
     uint64_t run_id = 0;
     uint32_t dependencies = 0;
     bool needed = false;
-    std::vector<Tensor> buffer;
+    TensorList buffer;
   };
   RunState run_;
 
  protected:
-  std::vector<Edge> next_edges_;
+  EdgeList next_edges_;
 
  private:
   struct PreHook {

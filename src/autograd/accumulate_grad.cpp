@@ -14,7 +14,7 @@ void AccumulateGrad::run_hooks(Tensor& g) const {
   }
 }
 
-std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   AutogradMeta& m = leaf_->meta();

@@ -11,7 +11,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
+  TensorList apply(TensorList&& grads) override;
   /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).
   void run_hooks(Tensor& g) const;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }

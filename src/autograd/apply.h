@@ -30,7 +30,7 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
-#include "core/pool.h"
+#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 
@@ -95,12 +95,12 @@ void check_tangent(const Tensor& out, const Tensor& tangent, const char* op);
 Tensor alias_with_history(const Tensor& t);
 
 template <class R>
-std::vector<Tensor> grads_to_vector(R&& r) {
+TensorList grads_to_list(R&& r) {
   using T = std::decay_t<R>;
   if constexpr (std::is_same_v<T, Tensor>) {
     return {std::forward<R>(r)};
   } else {
-    return std::vector<Tensor>(std::make_move_iterator(r.begin()),
+    return TensorList(std::make_move_iterator(r.begin()),
                                std::make_move_iterator(r.end()));
   }
 }
@@ -121,9 +121,9 @@ class OpNode final : public Node {
   explicit OpNode(const Op& op) : op_(op) {}
   std::string name() const override { return detail::backward_name(Op::name); }
 
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+  TensorList apply(TensorList&& grads) override {
     const std::size_t n = info_.size();
-    if (!grads[0].defined()) return std::vector<Tensor>(n);
+    if (!grads[0].defined()) return TensorList(n);
     auto self = shared_from_this();
     // Unpack into a small local buffer (most ops have at most four inputs).
     std::array<Tensor, 4> small;
@@ -139,7 +139,7 @@ class OpNode final : public Node {
     std::vector<Tensor> extras;
     for (const SavedTensor& s : saved_extras_) extras.push_back(s.unpack(self));
     const Ctx c(inputs, &out, extras.data(), info_.data(), next_edges_.data(), n);
-    std::vector<Tensor> result = detail::grads_to_vector(op_.vjp(c, grads[0]));
+    TensorList result = detail::grads_to_list(op_.vjp(c, grads[0]));
     result.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (!next_edges_[i].valid()) {
@@ -158,10 +158,10 @@ class OpNode final : public Node {
   }
 
   Op op_;
-  std::vector<SavedTensor> saved_inputs_;
+  std::vector<SavedTensor, detail::PoolAllocator<SavedTensor>> saved_inputs_;
   SavedTensor saved_output_;
-  std::vector<SavedTensor> saved_extras_;
-  std::vector<InputInfo> info_;
+  std::vector<SavedTensor, detail::PoolAllocator<SavedTensor>> saved_extras_;
+  std::vector<InputInfo, detail::PoolAllocator<InputInfo>> info_;
 };
 
 namespace detail {

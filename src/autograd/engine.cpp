@@ -30,7 +30,7 @@ std::vector<Node*> discover(const std::vector<Node*>& roots, uint64_t run) {
   std::vector<Node*> order, stack;
   auto visit = [&](Node* n) {
     if (n->run_.run_id == run) return false;
-    n->run_ = Node::RunState{run, 0, false, std::vector<Tensor>(n->num_outputs())};
+    n->run_ = Node::RunState{run, 0, false, TensorList(n->num_outputs())};
     order.push_back(n);
     return true;
   };
@@ -124,7 +124,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    std::vector<Tensor> grads = std::move(n->run_.buffer);
+    TensorList grads = std::move(n->run_.buffer);
     n->run_.buffer.clear();
     if (n->has_tensor_pre_hooks()) n->run_tensor_pre_hooks(grads);
     if (capturing) {
@@ -138,7 +138,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       // grad() never touches .grad, and skips branches that lead to no input.
       if (!n->run_.needed || acc) continue;
     }
-    std::vector<Tensor> outputs = n->apply(std::move(grads));
+    TensorList outputs = n->apply(std::move(grads));
     if (!keep_graph) n->release_saved();
     const auto& edges = n->next_edges();
     for (std::size_t i = 0; i < edges.size(); ++i) {

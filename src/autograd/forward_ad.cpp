@@ -6,7 +6,7 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
 #include "core/mode_state.h"
-#include "core/pool.h"
+#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

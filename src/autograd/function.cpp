@@ -63,11 +63,14 @@ class CustomNode final : public Node {
 
   std::string name() const override { return name_ + "Backward"; }
 
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+  TensorList apply(TensorList&& grads) override {
     // Undefined output gradients become zeros, as the user's backward expects tensors.
-    for (std::size_t i = 0; i < grads.size(); ++i)
-      if (!grads[i].defined()) grads[i] = zeros(output_shapes_[i], output_dtypes_[i]);
-    std::vector<Tensor> result = backward_(*ctx_, std::move(grads));
+    std::vector<Tensor> gs(std::make_move_iterator(grads.begin()),
+                           std::make_move_iterator(grads.end()));
+    for (std::size_t i = 0; i < gs.size(); ++i)
+      if (!gs[i].defined()) gs[i] = zeros(output_shapes_[i], output_dtypes_[i]);
+    std::vector<Tensor> user = backward_(*ctx_, std::move(gs));
+    TensorList result(std::make_move_iterator(user.begin()), std::make_move_iterator(user.end()));
     ADJOINT_CHECK(result.size() == next_edges_.size(), Value, name_, "backward returned ",
                   result.size(), " gradients but forward took ", next_edges_.size(),
                   " tensor inputs");

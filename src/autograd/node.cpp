@@ -20,7 +20,7 @@ Node::~Node() {
   // Tear down long chains iteratively: dropping the last reference to a node would otherwise
   // recurse through every node behind it and overflow the stack on deep graphs.
   std::vector<std::shared_ptr<Node>> stack;
-  auto take = [&](std::vector<Edge>& edges) {
+  auto take = [&](EdgeList& edges) {
     for (Edge& e : edges)
       if (e.node && e.node.use_count() == 1) stack.push_back(std::move(e.node));
     edges.clear();
@@ -44,7 +44,7 @@ void Node::remove_tensor_pre_hook(int id) {
   std::erase_if(pre_hooks_, [id](const PreHook& h) { return h.id == id; });
 }
 
-void Node::run_tensor_pre_hooks(std::vector<Tensor>& grads) {
+void Node::run_tensor_pre_hooks(TensorList& grads) {
   for (const PreHook& h : pre_hooks_) {
     Tensor& g = grads[h.output_nr];
     if (!g.defined()) continue;

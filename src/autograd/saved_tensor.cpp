@@ -14,7 +14,7 @@
 
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
-#include "core/pool.h"
+#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "adjoint/error.h"
 #include "core/mode_state.h"
-#include "core/pool.h"
+#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

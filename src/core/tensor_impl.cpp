@@ -5,7 +5,7 @@
 
 #include "adjoint/error.h"
 #include "core/dispatch.h"
-#include "core/pool.h"
+#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

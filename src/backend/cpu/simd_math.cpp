@@ -1,8 +1,8 @@
-// Vectorised transcendental unary kernels for contiguous float32/float64 arrays. Highway
-// compiles the HWY_NAMESPACE block below once per x86 instruction set (SSSE3, SSE4, AVX2,
-// AVX-512, and EMU128 as the portable fallback) and HWY_DYNAMIC_DISPATCH picks the best one
-// the CPU has. Highway's contrib math supplies exp, expm1, log, log1p and tanh; erf is ours
-// (ErfParts); sigmoid, silu, gelu and softplus are built from those.
+// Vectorised transcendental unary kernels for contiguous float32/float64 arrays. Highway builds
+// the HWY_NAMESPACE block once per x86 instruction set (SSSE3, SSE4, AVX2, AVX-512 and a one-lane
+// fallback) and HWY_DYNAMIC_DISPATCH picks the best the CPU has. Highway's contrib math gives
+// exp, expm1, log, log1p and tanh; erf is ours (ErfParts); sigmoid, silu, gelu and softplus are
+// built from those.
 #include "backend/cpu/simd_math.h"
 
 #include <cmath>
@@ -64,13 +64,17 @@ HWY_INLINE Vec<D> Horner(D d, Vec<D> v, const hn::TFromD<D> (&c)[N]) {
   for (size_t i = N - 1; i-- > 0;) r = hn::MulAdd(r, v, hn::Set(d, c[i]));
   return r;
 }
-// Horner with per-lane coefficients: b where `use_b`, else a.
-template <class D, size_t N>
-HWY_INLINE Vec<D> Horner2(D d, hn::Mask<D> use_b, Vec<D> v, const hn::TFromD<D> (&a)[N],
-                          const hn::TFromD<D> (&b)[N]) {
-  auto coef = [&](size_t i) { return hn::IfThenElse(use_b, hn::Set(d, b[i]), hn::Set(d, a[i])); };
-  Vec<D> r = coef(N - 1);
-  for (size_t i = N - 1; i-- > 0;) r = hn::MulAdd(r, v, coef(i));
+// Horner with per-lane coefficients: b where `use_b`, else a (a's missing top terms are 0).
+template <class D, size_t NA, size_t NB>
+HWY_INLINE Vec<D> Horner2(D d, hn::Mask<D> use_b, Vec<D> v, const hn::TFromD<D> (&a)[NA],
+                          const hn::TFromD<D> (&b)[NB]) {
+  static_assert(NA <= NB);
+  auto coef = [&](size_t i) HWY_ATTR {
+    return i < NA ? hn::IfThenElse(use_b, hn::Set(d, b[i]), hn::Set(d, a[i]))
+                  : hn::IfThenElseZero(use_b, hn::Set(d, b[i]));
+  };
+  Vec<D> r = coef(NB - 1);
+  for (size_t i = NB - 1; i-- > 0;) r = hn::MulAdd(r, v, coef(i));
   return r;
 }
 
@@ -131,12 +135,14 @@ HWY_INLINE Vec<D> SigmoidV(D d, Vec<D> x) {
   return hn::Div(num, hn::Add(one, e));
 }
 
-// Coefficients of our erf, fitted for this file: truncated Chebyshev interpolants (96 nodes,
-// long double, against glibc's erfl/erfcl) converted to monomials and rounded to T. Below 1,
-// erf(a) = a + a R(a^2); from 1, erfc(a) = exp(-a^2) Q(v) with v = (a - c) / h mapping each
-// piece [c - h, c + h] onto [-1, 1]. Measured over [0, kErfMax] (2e6 points, FMA Horner):
-// float32 erf <= 1.04 ulp and erfc (from 1) relative error <= 3e-7; float64 erf <= 1.06 ulp
-// and erfc relative error <= 7e-16. The generator is sketched at the end of this file.
+// Coefficients of our erf (Highway 1.0.3 has none), fitted for this file: truncated Chebyshev
+// interpolants converted to monomials and rounded to T (generator sketched at the end of this
+// file). Below 1, erf(a) = a + a R(a^2) with R(t) = erf(sqrt t) / sqrt t - 1; from 1,
+// erfc(a) = exp(-a^2) Q(v), Q = erfc(a) exp(a^2) with v = (a - c) / h mapping each piece
+// [c - h, c + h] onto [-1, 1]. Q is smooth and slowly varying, so low degrees suffice and no
+// division is needed. Measured (2e6 points on [0, kErfMax], and tests/backend/simd_math_test):
+// float32 erf <= 1.04 ulp, erfc from 1 relative error <= 3e-7; float64 erf <= 1.06 ulp, erfc
+// relative error <= 7e-16.
 template <class T>
 struct ErfCoefs;
 template <>
@@ -158,29 +164,15 @@ struct ErfCoefs<double> {
       1.20553309943617168e-04,  -1.49255934156489189e-05, 1.64609844925204629e-06,
       -1.63502714774684448e-07, 1.46602587847155519e-08,  -1.13773050240221595e-09,
       5.96855898038484156e-11};
-  // Two pieces, chosen per lane: [1, 2.5] (c = 1.75, h = 0.75, degree 17, zero-padded) and
-  // [2.5, 6] (c = 4.25, h = 1.75, degree 20).
-  static constexpr double kTailLo[21] = {2.84972234737436381e-01,
-                                         -9.82322591358639335e-02,
-                                         3.13670419239844983e-02,
-                                         -9.39093549245930727e-03,
-                                         2.65917912424953841e-03,
-                                         -7.16891445625974914e-04,
-                                         1.84956077766241183e-04,
-                                         -4.58561670481165193e-05,
-                                         1.09628965555090084e-05,
-                                         -2.53451107744418142e-06,
-                                         5.68008221498693898e-07,
-                                         -1.23659801896588983e-07,
-                                         2.62146021024848678e-08,
-                                         -5.41415045203959713e-09,
-                                         1.07710801389160338e-09,
-                                         -2.12112864309924960e-10,
-                                         4.85514776530730290e-11,
-                                         -9.19172145804244240e-12,
-                                         0,
-                                         0,
-                                         0};
+  // Two pieces, chosen per lane: [1, 2.5] (c = 1.75, h = 0.75, degree 17) and [2.5, 6]
+  // (c = 4.25, h = 1.75, degree 20).
+  static constexpr double kTailLo[18] = {
+      2.84972234737436381e-01,  -9.82322591358639335e-02, 3.13670419239844983e-02,
+      -9.39093549245930727e-03, 2.65917912424953841e-03,  -7.16891445625974914e-04,
+      1.84956077766241183e-04,  -4.58561670481165193e-05, 1.09628965555090084e-05,
+      -2.53451107744418142e-06, 5.68008221498693898e-07,  -1.23659801896588983e-07,
+      2.62146021024848678e-08,  -5.41415045203959713e-09, 1.07710801389160338e-09,
+      -2.12112864309924960e-10, 4.85514776530730290e-11,  -9.19172145804244240e-12};
   static constexpr double kTailHi[21] = {
       1.29345274785987924e-01,  -5.06525799755765116e-02, 1.93913404637347624e-02,
       -7.26695431747191416e-03, 2.66900371710423589e-03,  -9.61732980049935277e-04,
@@ -192,9 +184,11 @@ struct ErfCoefs<double> {
 };
 
 // erf(a) and erfc(a) = 1 - erf(a) for a >= 0 (a NaN gives NaN or garbage: callers handle NaN).
-// Both are needed: gelu(x) for x < 0 uses erfc(|x|/sqrt 2), where 1 + erf would cancel.
+// Both are needed: gelu(x) for x < 0 uses erfc(|x|/sqrt 2), where 1 + erf would cancel. The
+// caller passes a^2 as sq + sq_err (sq_err is 0 on targets without FMA): exp(-a^2) is the
+// sensitive part, and gelu knows a^2 = x^2 / 2 better than the square of the rounded a.
 template <class D>
-HWY_INLINE void ErfParts(D d, Vec<D> a, Vec<D>& erf, Vec<D>& erfc) {
+HWY_INLINE void ErfParts(D d, Vec<D> a, Vec<D> sq, Vec<D> sq_err, Vec<D>& erf, Vec<D>& erfc) {
   using T = hn::TFromD<D>;
   using C = ErfCoefs<T>;
   const Vec<D> one = hn::Set(d, T(1)), erf_max = hn::Set(d, Limits<T>::kErfMax);
@@ -212,12 +206,10 @@ HWY_INLINE void ErfParts(D d, Vec<D> a, Vec<D>& erf, Vec<D>& erfc) {
     const Vec<D> inv_h = hn::IfThenElse(hi, hn::Set(d, T(1 / 1.75)), hn::Set(d, T(1 / 0.75)));
     q = Horner2(d, hi, hn::Mul(hn::Sub(at, c), inv_h), C::kTailLo, C::kTailHi);
   }
-  // exp(-a^2) with a^2 = x2 + x2_err: where the target has FMA, x2_err is the exact rounding
-  // error of x2 and exp(-x2) (1 - x2_err) recovers the bits a^2 lost (elsewhere it is 0).
-  const Vec<D> x2 = hn::Mul(at, at);
-  const Vec<D> x2_err = hn::MulSub(at, at, x2);
-  Vec<D> e = ExpV(d, hn::Neg(x2));
-  e = hn::NegMulAdd(e, x2_err, e);
+  // exp(-(sq + sq_err)) = exp(-sq) (1 - sq_err) to well below an ulp. Only lanes with a in
+  // [1, kErfMax) use it, and there at == a.
+  Vec<D> e = ExpV(d, hn::Neg(sq));
+  e = hn::NegMulAdd(e, sq_err, e);
   const Vec<D> et = hn::IfThenZeroElse(hn::Ge(a, erf_max), hn::Mul(e, q));
   erf = hn::IfThenElse(small, es, hn::Sub(one, et));
   erfc = hn::IfThenElse(small, hn::Sub(one, es), et);
@@ -225,8 +217,9 @@ HWY_INLINE void ErfParts(D d, Vec<D> a, Vec<D>& erf, Vec<D>& erfc) {
 
 template <class D>
 HWY_INLINE Vec<D> ErfV(D d, Vec<D> x) {
+  const Vec<D> a = hn::Abs(x), sq = hn::Mul(a, a);
   Vec<D> erf, erfc;
-  ErfParts(d, hn::Abs(x), erf, erfc);
+  ErfParts(d, a, sq, hn::MulSub(a, a, sq), erf, erfc);
   return KeepNaN<D>(x, hn::CopySignToAbs(erf, x));
 }
 
@@ -235,11 +228,13 @@ HWY_INLINE Vec<D> ErfV(D d, Vec<D> x) {
 template <class D>
 HWY_INLINE Vec<D> GeluErfV(D d, Vec<D> x) {
   using T = hn::TFromD<D>;
-  const Vec<D> one = hn::Set(d, T(1));
+  const Vec<D> one = hn::Set(d, T(1)), half = hn::Set(d, T(0.5));
+  const Vec<D> a = hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2)))), x2 = hn::Mul(x, x);
+  // (x / sqrt 2)^2 from x itself (halving is exact), not from the rounded a.
   Vec<D> erf, erfc;
-  ErfParts(d, hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2)))), erf, erfc);
+  ErfParts(d, a, hn::Mul(half, x2), hn::Mul(half, hn::MulSub(x, x, x2)), erf, erfc);
   const Vec<D> one_plus_erf = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Add(one, erf));
-  return hn::Mul(hn::Mul(hn::Set(d, T(0.5)), x), one_plus_erf);  // NaN x gives NaN
+  return hn::Mul(hn::Mul(half, x), one_plus_erf);  // NaN x gives NaN
 }
 
 // 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x sigmoid(2u): the same
@@ -397,3 +392,13 @@ std::string simd_active_target() { return simd::active_target_name(); }
 
 }  // namespace adjoint::kernels
 #endif  // HWY_ONCE
+
+// The erf coefficients above came from a long double program (glibc erfl/erfcl as truth) that:
+//   // Chebyshev coefficients of g on [-1, 1] from n = 96 nodes, truncated at degree d:
+//   for k in 0..d: c[k] = 2/n * sum_j g(cos(pi (j + 0.5) / n)) cos(k pi (j + 0.5) / n); c[0] /= 2
+//   // to monomials via T_0 = 1, T_1 = v, T_k = 2 v T_(k-1) - T_(k-2); then round to T.
+//   small: g(v) = erf(sqrt t) / sqrt t with t = (v + 1) / 2, re-expanded in t, minus 1 in c[0];
+//          d = 6 (float32), 12 (float64)
+//   tail:  g(v) = erfc(x) exp(x^2) with x = c + h v; float32 [1, 4] d = 11;
+//          float64 [1, 2.5] d = 17 and [2.5, 6] d = 20
+// then checked by evaluating exactly as ErfParts does, in T with FMA, against erfl/erfcl.

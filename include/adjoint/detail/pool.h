@@ -1,5 +1,5 @@
 // A thread-local free-list allocator for the small objects every op creates (tensor impls,
-// storages, graph nodes). A forward pass allocates thousands of them and backward frees them
+// storages, graph nodes, the short lists of edges and gradients a node keeps). A forward pass allocates thousands of them and backward frees them
 // all, which overflows malloc's per-thread cache; recycling them here makes each allocation a
 // few instructions. Lists are capped per size class, drained at thread exit, and bypassed in
 // sanitizer builds so AddressSanitizer still sees every allocation.
@@ -37,14 +37,14 @@ struct PoolAllocator {
   PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding
 
   T* allocate(std::size_t n) {
-    constexpr std::size_t cls = pool_class(sizeof(T));
-    if (kPoolEnabled && n == 1 && cls < kPoolClasses && alignof(T) <= kPoolGranule)
+    const std::size_t cls = pool_class(n * sizeof(T));
+    if (kPoolEnabled && cls < kPoolClasses && alignof(T) <= kPoolGranule)
       return static_cast<T*>(pool_allocate(cls));
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
   }
   void deallocate(T* p, std::size_t n) {
-    constexpr std::size_t cls = pool_class(sizeof(T));
-    if (kPoolEnabled && n == 1 && cls < kPoolClasses && alignof(T) <= kPoolGranule) {
+    const std::size_t cls = pool_class(n * sizeof(T));
+    if (kPoolEnabled && cls < kPoolClasses && alignof(T) <= kPoolGranule) {
       pool_deallocate(p, cls);
       return;
     }
