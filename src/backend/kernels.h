@@ -83,6 +83,8 @@ enum class Binary {
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b);
 /// binary() into an existing tensor of the broadcast shape; out may be a itself (in-place ops).
 void binary_into(Binary kind, const Tensor& out, const Tensor& a, const Tensor& b);
+/// out += alpha * x (x broadcasts to out, same dtype): the optimizer step in one pass.
+void add_scaled_into(const Tensor& out, const Tensor& x, double alpha);
 
 /// cond ? a : b with broadcasting; a and b share a dtype, cond is bool.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

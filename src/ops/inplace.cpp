@@ -51,6 +51,16 @@ Tensor& direct_binary(Tensor& self, Binary kind, const Tensor& other, const char
   return self;
 }
 
+// self += alpha * other in one pass (SGD's p -= lr * g is add_(g, -lr)).
+Tensor& direct_add_scaled(Tensor& self, const Tensor& other, double alpha, const char* op) {
+  check_broadcast_into(self, other, op);
+  check_storable(result_type(self, other), self, op);
+  NoGradGuard no_grad;
+  kernels::add_scaled_into(self, cast_to(other, self.dtype()), alpha);
+  bump(self);
+  return self;
+}
+
 // self = unary kind of self with parameter a, written by the kernel directly.
 Tensor& direct_unary(Tensor& self, Unary kind, Scalar a, const char* op) {
   check_storable(result_type(self, a), self, op);
@@ -98,13 +108,15 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   if (recording_with(*this, &o))
     return recorded(*this, "add_", [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
   check_inplace(*this, false, "add_");
-  return direct_binary(*this, Binary::Add, alpha.to_double() == 1 ? o : o * alpha, "add_");
+  if (alpha.to_double() != 1) return direct_add_scaled(*this, o, alpha.to_double(), "add_");
+  return direct_binary(*this, Binary::Add, o, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   if (recording_with(*this, &o))
     return recorded(*this, "sub_", [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
   check_inplace(*this, false, "sub_");
-  return direct_binary(*this, Binary::Sub, alpha.to_double() == 1 ? o : o * alpha, "sub_");
+  if (alpha.to_double() != 1) return direct_add_scaled(*this, o, -alpha.to_double(), "sub_");
+  return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   if (recording_with(*this, &o))

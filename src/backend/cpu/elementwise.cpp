@@ -397,6 +397,14 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
   });
 }
 
+void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
+  ADJOINT_ASSERT(out.dtype() == x.dtype(), "add_scaled_into needs equal dtypes");
+  dispatch_numeric(out.dtype(), "add_", [&]<class T>() {
+    const T a = static_cast<T>(alpha);
+    map2<T, T>(out, out, x, [a](T o, T v) { return o + a * v; });
+  });
+}
+
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype() && cond.dtype() == DType::Bool);
   Shape shape =
