@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "adjoint/autograd.h"
+#include "adjoint/detail/pool.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 
@@ -100,8 +100,7 @@ TensorList grads_to_list(R&& r) {
   if constexpr (std::is_same_v<T, Tensor>) {
     return {std::forward<R>(r)};
   } else {
-    return TensorList(std::make_move_iterator(r.begin()),
-                               std::make_move_iterator(r.end()));
+    return TensorList(std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
   }
 }
 

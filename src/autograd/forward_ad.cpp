@@ -2,11 +2,11 @@
 // JVP rule while a level is active. One level for now; nested levels arrive with the function
 // transforms.
 #include "adjoint/autograd.h"
+#include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
 #include "core/mode_state.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

@@ -12,9 +12,9 @@
 
 #include <vector>
 
+#include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 namespace {

@@ -1,10 +1,10 @@
 // The autograd methods of Tensor: requires_grad, .grad, hooks, retain_grad, detach, backward.
 #include "adjoint/autograd.h"
+#include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 namespace {

@@ -3,11 +3,11 @@
 // Training loops allocate the same sizes every step, so steady state makes no system calls.
 #include "adjoint/allocator.h"
 
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
-#include <thread>
 #include <new>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 

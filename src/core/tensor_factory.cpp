@@ -1,9 +1,9 @@
 // make_empty and make_view.
 #include "core/tensor_factory.h"
 
+#include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "core/mode_state.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

@@ -3,9 +3,9 @@
 
 #include <cstring>
 
+#include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "core/dispatch.h"
-#include "adjoint/detail/pool.h"
 
 namespace adjoint {
 

@@ -9,31 +9,12 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/expect.h"
 
 using namespace adjoint;
+using namespace adjoint::testing;
 
 namespace {
-
-TensorOptions f64_grad() { return TensorOptions(DType::Float64).requires_grad(true); }
-
-template <class F>
-std::string error_message(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an adjoint::Error";
-  return "";
-}
-
-void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
-  ASSERT_TRUE(t.defined());
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
-}
 
 std::size_t current_bytes() { return memory_stats().current_bytes; }
 

@@ -8,37 +8,10 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/expect.h"
 
 using namespace adjoint;
-
-namespace {
-
-TensorOptions f64_grad() { return TensorOptions(DType::Float64).requires_grad(true); }
-
-template <class F>
-std::string error_message(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an adjoint::Error";
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& sub) {
-  return s.find(sub) != std::string::npos;
-}
-
-void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
-  ASSERT_TRUE(t.defined());
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
-}
-
-}  // namespace
+using namespace adjoint::testing;
 
 // ---- NoGradGuard / EnableGradGuard ----
 

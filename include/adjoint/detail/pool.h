@@ -1,8 +1,9 @@
 // A thread-local free-list allocator for the small objects every op creates (tensor impls,
-// storages, graph nodes, the short lists of edges and gradients a node keeps). A forward pass allocates thousands of them and backward frees them
-// all, which overflows malloc's per-thread cache; recycling them here makes each allocation a
-// few instructions. Lists are capped per size class, drained at thread exit, and bypassed in
-// sanitizer builds so AddressSanitizer still sees every allocation.
+// storages, graph nodes, the short lists of edges and gradients a node keeps). A forward pass
+// allocates thousands of them and backward frees them all, which overflows malloc's per-thread
+// cache; recycling them here makes each allocation a few instructions. Lists are capped per size
+// class, drained at thread exit, and bypassed in sanitizer builds so AddressSanitizer still sees
+// every allocation.
 #pragma once
 
 #include <cstddef>

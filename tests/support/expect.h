@@ -1,0 +1,42 @@
+// Small assertions shared by the autograd tests: float64 leaves, expected errors with their
+// kind and message, and element-by-element comparison against hand-computed values.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+
+namespace adjoint::testing {
+
+/// Options for a float64 leaf that requires grad.
+inline TensorOptions f64_grad() { return TensorOptions(DType::Float64).requires_grad(true); }
+
+/// Runs f, expects an adjoint::Error of `kind`, and returns its message.
+template <class F>
+std::string error_message(F&& f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an adjoint::Error";
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+
+/// t's elements, in row-major order, equal `want` within `tol`.
+inline void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
+  ASSERT_TRUE(t.defined());
+  std::vector<double> got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+}  // namespace adjoint::testing
