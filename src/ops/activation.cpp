@@ -11,16 +11,6 @@ namespace adjoint {
 
 namespace {
 
-template <class Derived>
-struct Pointwise {
-  Tensor vjp(const Ctx& c, const Tensor& gy) const {
-    return gy * static_cast<const Derived*>(this)->factor(c);
-  }
-  Tensor jvp(const Ctx& c, const Tensor& tx) const {
-    return tx * static_cast<const Derived*>(this)->factor(c);
-  }
-};
-
 // relu_backward(gy, y) = gy [y > 0] in one kernel; linear in gy (d/dgy = [y > 0]) and
 // piecewise constant in y (d/dy = 0), so it is its own VJP and JVP.
 struct ReluBackward {

@@ -13,6 +13,18 @@ namespace adjoint {
 using kernels::Binary;
 using kernels::Unary;
 
+/// For pointwise ops whose derivative is a factor f'(x): VJP = gy * f'(x), JVP = tx * f'(x).
+/// Derived provides factor(const Ctx&) (static or member) computed from what it saved.
+template <class Derived>
+struct Pointwise {
+  Tensor vjp(const Ctx& c, const Tensor& gy) const {
+    return gy * static_cast<const Derived*>(this)->factor(c);
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const {
+    return tx * static_cast<const Derived*>(this)->factor(c);
+  }
+};
+
 /// Category used by promotion: bool 0, integer 1, floating 2.
 inline int type_category(DType d) { return is_floating(d) ? 2 : d == DType::Int64 ? 1 : 0; }
 

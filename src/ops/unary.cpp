@@ -10,13 +10,6 @@ namespace adjoint {
 
 namespace {
 
-// Shared shape of a pointwise op whose VJP and JVP multiply by the same factor.
-template <class Derived>
-struct Pointwise {
-  Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy * Derived::factor(c); }
-  Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx * Derived::factor(c); }
-};
-
 struct Neg {
   static constexpr const char* name = "neg";
   static constexpr Save save = Save::None;

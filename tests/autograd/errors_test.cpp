@@ -8,28 +8,12 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/expect.h"
 
 using namespace adjoint;
+using namespace adjoint::testing;
 
 namespace {
-
-// Runs f, expects an adjoint::Error of `kind` whose message contains each of `parts`.
-template <class F>
-void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.kind(), kind) << "kind " << to_string(e.kind()) << ": " << msg;
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected adjoint::Error, got another exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected adjoint::Error (" << to_string(kind) << ")";
-}
 
 TensorOptions f32_grad() { return TensorOptions(DType::Float32).requires_grad(true); }
 

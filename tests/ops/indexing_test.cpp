@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/expect.h"
 
 namespace {
 
 using namespace adjoint;
+using namespace adjoint::testing;
 
 Tensor iota(const Shape& shape, double scale = 1) {
   std::vector<double> v(shape.numel());
@@ -27,19 +29,6 @@ Tensor ints(std::vector<int64_t> v, std::optional<Shape> shape = std::nullopt) {
 Tensor randn64(const Shape& shape, uint64_t seed) {
   Generator gen(seed);
   return randn(shape, DType::Float64, &gen);
-}
-
-template <class F>
-void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an adjoint::Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message '" << e.what() << "' should mention '" << n << "'";
-  }
 }
 
 TEST(IndexSelect, ValuesAgainstLoops) {

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/expect.h"
 
 namespace {
 
 using namespace adjoint;
+using namespace adjoint::testing;
 
 // A float64 tensor holding 0, 1, 2, ... in the given shape.
 Tensor iota(const Shape& shape) {
@@ -32,19 +34,6 @@ std::vector<int64_t> py_slice(int64_t n, std::optional<int64_t> start, std::opti
   for (int64_t i = 0; i < n; ++i)
     if (i >= b && i < e && (i - b) % step == 0) out.push_back(i);
   return out;
-}
-
-template <class F>
-void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an adjoint::Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const std::string& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message '" << e.what() << "' should mention '" << n << "'";
-  }
 }
 
 TEST(Slice, MatchesPythonSemantics) {

@@ -27,6 +27,24 @@ std::string error_message(F&& f, ErrorKind kind) {
   return "";
 }
 
+/// Runs f, expects an adjoint::Error of `kind` whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), kind) << "kind " << to_string(e.kind()) << ": " << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected adjoint::Error, got another exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected an adjoint::Error, nothing was thrown";
+}
+
 inline bool contains(const std::string& s, const std::string& sub) {
   return s.find(sub) != std::string::npos;
 }
