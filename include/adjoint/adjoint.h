@@ -9,6 +9,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/gradcheck.h"
 #include "adjoint/ops.h"
+#include "adjoint/transforms.h"
 #include "adjoint/scalar.h"
 #include "adjoint/shape.h"
 #include "adjoint/tensor.h"

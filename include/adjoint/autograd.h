@@ -184,7 +184,9 @@ struct Function {
     using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
     std::vector<Tensor> outs;
     {
+      // Forward runs untraced in both modes: backward and jvp give its derivatives.
       NoGradGuard no_grad;
+      NoForwardGradGuard no_forward_grad;
       if constexpr (std::is_same_v<Out, Tensor>) {
         outs.push_back(Derived::forward(*ctx, std::forward<Args>(args)...));
       } else {
@@ -213,18 +215,27 @@ struct Function {
 // Forward mode
 // ---------------------------------------------------------------------------------------------
 
-/// While alive, ops propagate the tangents of dual tensors through their JVP rules.
+/// While alive, ops propagate the tangents of dual tensors through their JVP rules. Levels
+/// nest: a tangent of an inner level carries its own tangents of the outer levels, so a jvp
+/// inside a jvp computes second derivatives. Tangents of a closed level are dropped.
 class DualLevel {
  public:
   DualLevel();
   ~DualLevel();
   DualLevel(const DualLevel&) = delete;
   DualLevel& operator=(const DualLevel&) = delete;
+  /// Unique over the process, never reused.
+  uint64_t id() const { return id_; }
+
+ private:
+  uint64_t id_;
 };
 
-/// A view of `primal` carrying `tangent` (same shape and dtype).
+/// A view of `primal` carrying `tangent` (same shape and dtype) at the innermost dual level;
+/// the tangents `primal` has at outer levels stay.
 Tensor make_dual(const Tensor& primal, const Tensor& tangent);
-/// (primal, tangent); the tangent is undefined when none was attached.
+/// (primal, tangent) at the innermost dual level; the tangent is undefined when none was
+/// attached. The primal keeps its tangents of the outer levels.
 std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual);
 
 }  // namespace adjoint

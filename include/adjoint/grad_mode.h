@@ -34,6 +34,19 @@ class EnableGradGuard {
   bool prev_;
 };
 
+/// Tangents do not propagate while alive; recording for reverse mode is unaffected (the two
+/// are separate switches: NoGradGuard leaves forward mode on).
+class NoForwardGradGuard {
+ public:
+  NoForwardGradGuard();
+  ~NoForwardGradGuard();
+  NoForwardGradGuard(const NoForwardGradGuard&) = delete;
+  NoForwardGradGuard& operator=(const NoForwardGradGuard&) = delete;
+
+ private:
+  int prev_;
+};
+
 /// No graph, no version bookkeeping for autograd; tensors made inside are "inference tensors"
 /// and cannot later be saved for backward.
 class InferenceMode {

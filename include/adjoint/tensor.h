@@ -124,7 +124,7 @@ class Tensor {
   /// Same storage, no history, requires_grad false.
   Tensor detach() const;
   Tensor& detach_();
-  /// Forward-mode tangent attached to this tensor (undefined when none).
+  /// Forward-mode tangent at the innermost dual level (undefined when none).
   Tensor tangent() const;
 
   // ---- conversions and copies ----

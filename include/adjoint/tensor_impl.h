@@ -18,11 +18,17 @@ class Node;
 
 using TensorHook = std::function<Tensor(const Tensor&)>;
 
+/// A forward-mode tangent and the dual level it belongs to (see src/autograd/forward_ad.h).
+struct TangentSlot {
+  uint64_t level;
+  Tensor value;
+};
+
 struct AutogradMeta {
   Tensor grad;                           ///< accumulated gradient of a leaf (or retained)
   std::shared_ptr<Node> grad_fn;         ///< the node that produced this tensor (non-leaves)
   std::weak_ptr<Node> grad_accumulator;  ///< a leaf's AccumulateGrad node, made on demand
-  Tensor tangent;                        ///< forward-mode tangent, when a dual level is active
+  std::vector<TangentSlot> tangents;     ///< forward-mode tangents, one per dual level
   std::vector<std::pair<int, TensorHook>> leaf_hooks;  ///< hooks of a leaf, by id
   uint32_t output_nr = 0;                              ///< which output of grad_fn this tensor is
   bool requires_grad = false;

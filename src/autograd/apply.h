@@ -29,6 +29,7 @@
 #include "adjoint/detail/pool.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/forward_ad.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
 
@@ -79,10 +80,6 @@ namespace detail {
 inline bool requires_grad(const Tensor& t) {
   return t.defined() && t.impl()->autograd && t.impl()->autograd->requires_grad;
 }
-inline const Tensor* tangent_of(const Tensor& t) {
-  if (!t.defined() || !t.impl()->autograd || !t.impl()->autograd->tangent.defined()) return nullptr;
-  return &t.impl()->autograd->tangent;
-}
 /// "log_softmax" -> "LogSoftmaxBackward".
 std::string backward_name(const char* op);
 /// Sums (and casts) a gradient back to an input's shape and dtype.
@@ -104,13 +101,44 @@ TensorList grads_to_list(R&& r) {
   }
 }
 
-/// Turns off tangent propagation while a JVP rule runs, so its own ops do not produce
-/// tangents of tangents (one dual level; nesting arrives with the transforms issue).
-struct ForwardGradOff {
-  int prev = tls_mode.dual_levels;
-  ForwardGradOff() { tls_mode.dual_levels = 0; }
-  ~ForwardGradOff() { tls_mode.dual_levels = prev; }
-};
+/// Computes the tangents of `out` at every visible dual level some input has a tangent at,
+/// innermost last: run_jvp(ctx, tangents) applies the op's JVP rule. See Note [Nested dual
+/// levels] in forward_ad.h.
+template <class Inputs, class RunJvp>
+void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* extras,
+                        RunJvp&& run_jvp) {
+  const int levels = tls_mode.dual_levels;
+  std::vector<InputInfo> info;
+  std::vector<Tensor> tangents(inputs.size());
+  for (int li = 0; li < levels; ++li) {
+    const uint64_t level = tls_mode.dual_level_ids[li];
+    bool any = false;
+    for (const Tensor& x : inputs) any |= tangent_at(x, level) != nullptr;
+    if (!any) continue;
+    if (info.empty())
+      for (const Tensor& x : inputs)
+        info.push_back(x.defined() ? InputInfo{x.shape(), x.dtype()} : InputInfo{});
+    // The rule sees an alias of the output carrying its tangents of the outer levels: ops it
+    // records may save it, and saving `out` itself would make out -> tangent -> tangent's
+    // graph -> out a reference cycle.
+    const Tensor out_alias = alias_with_history(out);
+    copy_tangents_below(out, out_alias, li);
+    const Ctx c(inputs.data(), &out_alias, extras, info.data(), nullptr, inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& x = inputs[i];
+      tangents[i] = Tensor();
+      if (!x.defined() || !is_floating(x.dtype())) continue;
+      const Tensor* t = tangent_at(x, level);
+      tangents[i] = t ? *t : zeros_like(x);
+    }
+    Tensor t;
+    {
+      VisibleLevels below(li);
+      t = run_jvp(c, tangents);
+    }
+    set_tangent(out, level, std::move(t));
+  }
+}
 
 }  // namespace detail
 
@@ -171,13 +199,14 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;
   if (tls_mode.dual_levels > 0)
-    for (const Tensor& x : inputs) any_tangent |= tangent_of(x) != nullptr;
+    for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
   Saver saver;
   Tensor out = run_forward(saver);
 
+  std::shared_ptr<OpNode<Op>> node;
   if (record && is_floating(out.dtype())) {
-    auto node = detail::make_pooled<OpNode<Op>>(op);
+    node = detail::make_pooled<OpNode<Op>>(op);
     const std::size_t n = inputs.size();
     auto& edges = node->mutable_next_edges();
     edges.resize(n);
@@ -194,31 +223,19 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
       node->saved_inputs_.reserve(n);
       for (const Tensor& x : inputs) node->saved_inputs_.emplace_back(x, false);
     }
-    if (save & static_cast<uint8_t>(Save::Output)) node->saved_output_ = SavedTensor(out, true);
     for (const Tensor& e : saver.tensors) node->saved_extras_.emplace_back(e, false);
   }
 
-  if (any_tangent && is_floating(out.dtype())) {
-    std::vector<InputInfo> info;
-    for (const Tensor& x : inputs)
-      info.push_back(x.defined() ? InputInfo{x.shape(), x.dtype()} : InputInfo{});
-    // The rule sees an alias of the output: ops it records may save it, and saving `out`
-    // itself would make out -> tangent -> tangent's graph -> out a reference cycle.
-    const Tensor out_alias = alias_with_history(out);
-    const Ctx c(inputs.data(), &out_alias, saver.tensors.data(), info.data(), nullptr,
-                inputs.size());
-    std::vector<Tensor> tangents(inputs.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& x = inputs[i];
-      if (!x.defined() || !is_floating(x.dtype())) continue;
-      const Tensor* t = tangent_of(x);
-      tangents[i] = t ? *t : zeros_like(x);
-    }
-    ForwardGradOff off;
-    Tensor t = run_jvp(c, tangents);
-    check_tangent(out, t, Op::name);
-    out.impl()->meta().tangent = std::move(t);
-  }
+  if (any_tangent && is_floating(out.dtype()))
+    propagate_tangents(inputs, out, saver.tensors.data(), [&](const Ctx& c, const auto& t) {
+      Tensor r = run_jvp(c, t);
+      check_tangent(out, r, Op::name);
+      return r;
+    });
+  // The output is saved after its tangents exist, so forward-over-reverse sees them in
+  // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
+  if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
+    node->saved_output_ = SavedTensor(out, true);
   return out;
 }
 

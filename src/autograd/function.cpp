@@ -169,23 +169,27 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
   }
   st.to_save.clear();
 
-  // Forward mode through the custom function.
-  bool any_tangent = false;
-  if (is_forward_grad_enabled())
-    for (const Tensor& x : inputs) any_tangent |= x.defined() && x.tangent().defined();
-  if (any_tangent) {
+  // Forward mode through the custom function, level by level (Note [Nested dual levels]).
+  for (int li = 0; li < tls_mode.dual_levels; ++li) {
+    const uint64_t level = tls_mode.dual_level_ids[li];
+    bool any_tangent = false;
+    for (const Tensor& x : inputs) any_tangent |= detail::tangent_at(x, level) != nullptr;
+    if (!any_tangent) continue;
     ADJOINT_CHECK(static_cast<bool>(jvp), NotImplemented, name,
                   "forward-mode AD through custom function ", name,
                   " needs a static jvp(FunctionCtx&, std::vector<Tensor>) member");
     std::vector<Tensor> tangents;
     for (const Tensor& x : inputs) {
-      Tensor t = x.defined() ? x.tangent() : Tensor();
-      tangents.push_back(t.defined() || !x.defined() || !is_floating(x.dtype()) ? t
-                                                                                : zeros_like(x));
+      const Tensor* t = detail::tangent_at(x, level);
+      if (t) {
+        tangents.push_back(*t);
+      } else {
+        tangents.push_back(x.defined() && is_floating(x.dtype()) ? zeros_like(x) : Tensor());
+      }
     }
     std::vector<Tensor> out_t;
     {
-      detail::ForwardGradOff off;
+      detail::VisibleLevels below(li);
       out_t = jvp(*ctx, std::move(tangents));
     }
     ADJOINT_CHECK(out_t.size() == outputs.size(), Value, name, "jvp returned ", out_t.size(),
@@ -194,7 +198,7 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
       if (!out_t[i].defined()) continue;
       ADJOINT_CHECK(out_t[i].shape() == outputs[i].shape(), Shape, name, "jvp returned a tangent ",
                     describe(out_t[i]), " for output ", describe(outputs[i]));
-      outputs[i].impl()->meta().tangent = out_t[i];
+      detail::set_tangent(outputs[i], level, out_t[i]);
     }
   }
   return outputs;

@@ -5,15 +5,20 @@
 
 #include "adjoint/error.h"
 #include "autograd/apply.h"
+#include "autograd/transform_support.h"
 
 namespace adjoint {
 namespace {
-std::atomic<uint64_t> next_sequence_nr{0};
+std::atomic<uint64_t> sequence_counter{0};
 std::atomic<int> next_hook_id{0};
 }  // namespace
 
+namespace detail {
+uint64_t next_sequence_nr() { return sequence_counter.load(std::memory_order_relaxed); }
+}  // namespace detail
+
 Node::Node(uint32_t num_outputs)
-    : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)),
+    : sequence_nr_(sequence_counter.fetch_add(1, std::memory_order_relaxed)),
       num_outputs_(num_outputs) {}
 
 Node::~Node() {

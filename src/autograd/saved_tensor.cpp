@@ -8,6 +8,14 @@
 // A saved tensor holds its storage only weakly for this check: when a pack hook took the
 // values elsewhere (offload, recompute) and the storage has since died, nothing can modify
 // it any more and the hook's copy holds the values as saved.
+//
+// Note [Tangents of saved outputs]
+// Forward over reverse (hvp, jacfwd of jacrev) runs backward inside a dual level, so the saved
+// tensors a VJP reads must still carry their tangents. A saved input is the caller's handle
+// and keeps them; a saved output is a fresh handle (see above), so the node copies the
+// output's tangents and puts them back on unpack. When the tangent was itself recorded
+// (reverse over forward), its graph reaches the node again through the output: a reference
+// cycle, broken when backward runs through the node without retain_graph (release()).
 #include "autograd/saved_tensor.h"
 
 #include <vector>
@@ -70,6 +78,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   dtype_ = impl.dtype;
   requires_grad_ = t.requires_grad();
   if (is_output) output_nr_ = impl.autograd ? impl.autograd->output_nr : 0;
+  if ((is_output || !tls_hooks.empty()) && impl.autograd) tangents_ = impl.autograd->tangents;
   if (!tls_hooks.empty()) {
     HookPair& hooks = tls_hooks.back();
     if (!is_output && requires_grad_) edge_ = autograd::gradient_edge(t);
@@ -102,17 +111,22 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
     ADJOINT_CHECK(t.defined() && t.shape() == shape_ && t.dtype() == dtype_, Autograd,
                   "saved_tensor_hooks", "the unpack hook of a tensor saved by ", owner_name(owner),
                   " returned ", describe(t), " but ", shape_, " (", dtype_, ") was saved");
-    if (is_output_) return attach(t, Edge{owner, output_nr_}, requires_grad_);
-    return attach(t, edge_, requires_grad_);
+    return with_tangents(attach(t, is_output_ ? Edge{owner, output_nr_} : edge_, requires_grad_));
   }
   if (!is_output_) return data_;
-  return attach(data_, Edge{owner, output_nr_}, requires_grad_);
+  return with_tangents(attach(data_, Edge{owner, output_nr_}, requires_grad_));
+}
+
+Tensor SavedTensor::with_tangents(Tensor t) const {
+  if (!tangents_.empty()) t.impl()->meta().tangents = tangents_;
+  return t;
 }
 
 void SavedTensor::release() {
   data_ = Tensor();
   packed_.reset();
   edge_ = Edge();
+  tangents_.clear();
   released_ = true;
 }
 

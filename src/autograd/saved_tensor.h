@@ -4,10 +4,12 @@
 
 #include <any>
 #include <memory>
+#include <vector>
 
 #include "adjoint/autograd.h"
 #include "adjoint/storage.h"
 #include "adjoint/tensor.h"
+#include "adjoint/tensor_impl.h"
 
 namespace adjoint {
 
@@ -30,11 +32,16 @@ class SavedTensor {
   DType dtype() const { return dtype_; }
 
  private:
+  Tensor with_tangents(Tensor t) const;
+
   Tensor data_;      // what was saved (no hooks active), else undefined
   std::any packed_;  // what the pack hook returned
   std::shared_ptr<SavedTensorHooks::Unpack> unpack_;
   std::weak_ptr<StorageImpl> storage_;  // for the version check; weak so hooks may drop it
   uint64_t saved_version_ = 0;
+  // Forward-mode tangents of what was saved, when the handle itself is not kept (outputs, and
+  // anything a pack hook took): forward-over-reverse needs them in backward.
+  std::vector<TangentSlot> tangents_;
   Edge edge_;               // an input's gradient edge (when packed by a hook)
   uint32_t output_nr_ = 0;  // for outputs: which output of the owner node
   Shape shape_;

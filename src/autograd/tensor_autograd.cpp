@@ -150,9 +150,4 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
-Tensor Tensor::tangent() const {
-  AutogradMeta* m = meta_of(*this);
-  return m ? m->tangent : Tensor();
-}
-
 }  // namespace adjoint

@@ -12,6 +12,9 @@ void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }
 bool is_inference_mode() { return tls_mode.inference; }
 bool is_forward_grad_enabled() { return tls_mode.dual_levels > 0; }
 
+NoForwardGradGuard::NoForwardGradGuard() : prev_(tls_mode.dual_levels) { tls_mode.dual_levels = 0; }
+NoForwardGradGuard::~NoForwardGradGuard() { tls_mode.dual_levels = prev_; }
+
 InferenceMode::InferenceMode()
     : prev_grad_(tls_mode.grad_enabled), prev_inference_(tls_mode.inference) {
   tls_mode.grad_enabled = false;

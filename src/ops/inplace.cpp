@@ -90,8 +90,9 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
     m.output_nr = e.input_nr;
     if (retained) self.retain_grad();
   }
-  if (Tensor t = result.tangent(); t.defined())
-    self.impl()->meta().tangent = cast_to(t, self.dtype());
+  if (result.impl()->autograd)
+    for (const TangentSlot& s : result.impl()->autograd->tangents)
+      detail::set_tangent(self, s.level, cast_to(s.value, self.dtype()));
   return self;
 }
 

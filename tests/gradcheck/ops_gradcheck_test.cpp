@@ -1,7 +1,8 @@
 // The registry-driven gradcheck: for every sample in adjoint::testing::op_registry() (filled by
 // the samples_*.cpp files in this folder), the VJP and the JVP against central finite
-// differences, the identity <u, J v> computed by forward and by reverse mode, and double
-// backward. Test names are the sample names with '/' (and anything else) turned into '_'.
+// differences, the identity <u, J v> through the jvp and vjp transforms, double backward, and
+// Hessian-vector products forward over reverse against reverse over reverse. Test names are the
+// sample names with '/' (and anything else) turned into '_'.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,39 +70,76 @@ TEST_P(OpGradcheck, JvpMatchesFiniteDifferences) {
   EXPECT_TRUE(r.ok) << s.name << ": " << r.message;
 }
 
-// <u, J v> by forward mode (JVP with tangents v, dotted with u) equals <J^T u, v> by reverse
-// mode (VJP with cotangent u, dotted with v), for random u and v.
-TEST_P(OpGradcheck, ForwardAndReverseModeAgree) {
-  const OpSample& s = GetParam();
-  if (!s.jvp) GTEST_SKIP() << s.name << " does not check its JVP";
-  Generator gen(seed_of(s.name));
+// The sample as a function of its checked (requires-grad) inputs only, the others held fixed;
+// `checked` lists their positions. The checked inputs are passed detached, as a user of the
+// transforms would.
+struct CheckedFunction {
   std::vector<std::size_t> checked;
-  std::vector<Tensor> tangents(s.inputs.size());
+  std::vector<Tensor> primals;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+CheckedFunction checked_function(const OpSample& s) {
+  CheckedFunction c;
   for (std::size_t i = 0; i < s.inputs.size(); ++i) {
     if (!s.inputs[i].defined() || !s.inputs[i].requires_grad()) continue;
-    checked.push_back(i);
-    tangents[i] = randn(s.inputs[i].shape(), DType::Float64, &gen);
+    c.checked.push_back(i);
+    c.primals.push_back(s.inputs[i].detach());
   }
-  Tensor y = s.fn(s.inputs);
+  c.fn = [&s, checked = c.checked](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> all = s.inputs;
+    for (std::size_t j = 0; j < checked.size(); ++j) all[checked[j]] = xs[j];
+    return s.fn(all);
+  };
+  return c;
+}
+
+// <u, J v> through the jvp transform (tangents v, dotted with u) equals <J^T u, v> through the
+// vjp transform (cotangent u, dotted with v), for random u and v.
+TEST_P(OpGradcheck, JvpAndVjpTransformsAgree) {
+  const OpSample& s = GetParam();
+  if (!s.jvp) GTEST_SKIP() << s.name << " does not check its JVP";
+  CheckedFunction c = checked_function(s);
+  if (c.checked.empty()) GTEST_SKIP() << s.name << " has no differentiable input";
+  Generator gen(seed_of(s.name));
+  std::vector<Tensor> tangents;
+  for (const Tensor& x : c.primals) tangents.push_back(randn(x.shape(), DType::Float64, &gen));
+
+  auto [y, ty] = jvp(c.fn, c.primals, tangents);
   Tensor u = randn(y.shape(), DType::Float64, &gen);
+  const double forward = inner(ty, u);
 
-  double forward = 0;
-  {
-    DualLevel level;
-    std::vector<Tensor> duals = s.inputs;
-    for (std::size_t i : checked) duals[i] = make_dual(s.inputs[i], tangents[i]);
-    forward = inner(s.fn(duals).tangent(), u);
-  }
-
+  std::vector<Tensor> g = vjp(c.fn, c.primals).pullback(u);
   double reverse = 0;
-  if (y.requires_grad() && y.numel() > 0 && !checked.empty()) {
-    std::vector<Tensor> wrt;
-    for (std::size_t i : checked) wrt.push_back(s.inputs[i]);
-    std::vector<Tensor> g = autograd::grad({y}, wrt, {u}, std::nullopt, false, true);
-    for (std::size_t j = 0; j < checked.size(); ++j) reverse += inner(g[j], tangents[checked[j]]);
-  }
+  for (std::size_t j = 0; j < g.size(); ++j) reverse += inner(g[j], tangents[j]);
   EXPECT_NEAR(forward, reverse, s.atol + s.rtol * std::abs(reverse))
-      << s.name << ": <u, J v> by forward mode " << forward << " vs by reverse mode " << reverse;
+      << s.name << ": <u, J v> by jvp " << forward << " vs by vjp " << reverse;
+}
+
+// Second order, both ways: for s(x) = <u, f(x)>, the Hessian-vector product forward over
+// reverse (the JVP rules of every VJP, under nested dual levels) equals reverse over reverse
+// (double backward).
+TEST_P(OpGradcheck, HvpModesAgree) {
+  const OpSample& s = GetParam();
+  if (!s.jvp || !s.gradgrad) GTEST_SKIP() << s.name << " does not check second order";
+  CheckedFunction c = checked_function(s);
+  if (c.checked.empty()) GTEST_SKIP() << s.name << " has no differentiable input";
+  Generator gen(seed_of(s.name) + 1);
+  Tensor u = randn(c.fn(c.primals).shape(), DType::Float64, &gen);
+  auto scalar = [&](const std::vector<Tensor>& xs) { return (c.fn(xs) * u).sum(); };
+  std::vector<Tensor> v;
+  for (const Tensor& x : c.primals) v.push_back(randn(x.shape(), DType::Float64, &gen));
+
+  std::vector<Tensor> fwd = hvp(scalar, c.primals, v, HvpMode::ForwardOverReverse);
+  std::vector<Tensor> rev = hvp(scalar, c.primals, v, HvpMode::ReverseOverReverse);
+  ASSERT_EQ(fwd.size(), rev.size());
+  for (std::size_t j = 0; j < fwd.size(); ++j) {
+    std::vector<double> a = fwd[j].to_vector<double>(), b = rev[j].to_vector<double>();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t k = 0; k < a.size(); ++k)
+      EXPECT_NEAR(a[k], b[k], s.atol + s.rtol * std::abs(b[k]))
+          << s.name << ": H v element " << k << " of input " << c.checked[j];
+  }
 }
 
 TEST_P(OpGradcheck, GradGradMatchesFiniteDifferences) {

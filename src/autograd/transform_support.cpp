@@ -1,0 +1,64 @@
+// Engine-side helpers for the function transforms; see transform_support.h.
+#include "autograd/transform_support.h"
+
+#include <unordered_set>
+
+#include "adjoint/autograd.h"
+#include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
+#include "autograd/forward_ad.h"
+
+namespace adjoint {
+namespace {
+
+// y = x as a recorded op, so a transform's input has its own node on an outer graph.
+struct Alias {
+  static constexpr const char* name = "alias";
+  static constexpr Save save = Save::None;
+  Tensor forward(const Tensor& x) const { return x.detach(); }
+  Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }  // d/dx x = 1
+  Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
+};
+
+}  // namespace
+
+namespace detail {
+
+Tensor fresh_input(const Tensor& x) {
+  if (x.requires_grad()) {
+    EnableGradGuard enable;
+    return apply(Alias{}, x);
+  }
+  Tensor t = detach_keep_tangents(x);
+  t.impl()->meta().requires_grad = true;
+  return t;
+}
+
+bool graph_reaches_outside(const std::vector<Tensor>& outputs,
+                           const std::vector<Tensor>& own_inputs, uint64_t first_seq) {
+  std::unordered_set<const Node*> own, seen;
+  for (const Tensor& x : own_inputs)
+    if (x.requires_grad()) own.insert(autograd::gradient_edge(x).node.get());
+  std::vector<const Node*> stack;
+  for (const Tensor& y : outputs)
+    if (y.defined() && y.requires_grad()) stack.push_back(autograd::gradient_edge(y).node.get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    // An own input's alias node is new, but its edge leads on to the outer graph.
+    if (!own.count(n) && (n->sequence_nr() < first_seq || dynamic_cast<const AccumulateGrad*>(n)))
+      return true;
+    for (const Edge& e : n->next_edges()) stack.push_back(e.node.get());
+  }
+  return false;
+}
+
+Tensor detach_keep_tangents(const Tensor& t) {
+  Tensor d = t.detach();
+  copy_tangents_below(t, d, tls_mode.dual_levels);
+  return d;
+}
+
+}  // namespace detail
+}  // namespace adjoint

@@ -1,0 +1,142 @@
+// Reverse-mode transforms: value_and_grad (and so grad), vjp and jacrev. Each traces f on
+// fresh inputs of its own and asks the engine for gradients at exactly those inputs.
+//
+// Note [When a transform records its backward]
+// A gradient is itself differentiable only if its backward pass is recorded (create_graph).
+// That is needed exactly when something outside the transform may differentiate it: an outer
+// transform differentiating the primals, or tensors f closes over that require grad (model
+// parameters, an outer transform's inputs). Both show up in f's graph as nodes made before the
+// transform started, or leaves other than the transform's own inputs; graph_reaches_outside
+// finds them. Otherwise backward runs unrecorded and frees the graph as it goes, so a plain
+// grad costs what loss.backward() costs.
+#include "adjoint/autograd.h"
+#include "adjoint/error.h"
+#include "adjoint/ops.h"
+#include "autograd/transform_support.h"
+#include "transforms/common.h"
+
+namespace adjoint::detail {
+namespace {
+
+struct Traced {
+  std::vector<Tensor> own;      // the fresh inputs, one per argnum
+  std::vector<Tensor> outputs;  // what f returned
+  bool create_graph = false;    // see Note [When a transform records its backward]
+};
+
+Traced trace(const ListFn& f, const std::vector<Tensor>& primals, const std::vector<int>& argnums,
+             const char* op) {
+  for (int a : argnums) check_differentiable(primals[a], a, op);
+  Traced t;
+  const uint64_t first_seq = next_sequence_nr();
+  const bool recording = is_grad_enabled();
+  std::vector<Tensor> xs = primals;
+  {
+    EnableGradGuard enable;
+    for (int a : argnums) {
+      xs[a] = fresh_input(primals[a]);
+      t.own.push_back(xs[a]);
+    }
+    t.outputs = f(xs);
+  }
+  t.create_graph = recording && graph_reaches_outside(t.outputs, t.own, first_seq);
+  return t;
+}
+
+// Outputs as the caller sees them: still on the outer graph when one is recorded, else plain
+// tensors (with their tangents, for forward-over-reverse).
+std::vector<Tensor> visible_outputs(const Traced& t) {
+  if (t.create_graph) return t.outputs;
+  std::vector<Tensor> out;
+  for (const Tensor& y : t.outputs) out.push_back(y.defined() ? detach_keep_tangents(y) : y);
+  return out;
+}
+
+// Gradients of `outputs` (seeded by `seeds`) at the transform's own inputs; an undefined
+// entry where an input is unused.
+std::vector<Tensor> gradients(const Traced& t, const std::vector<Tensor>& outputs,
+                              const std::vector<Tensor>& seeds, bool retain) {
+  std::vector<Tensor> ys, gs;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].requires_grad()) continue;
+    ys.push_back(outputs[i]);
+    gs.push_back(seeds[i]);
+  }
+  if (ys.empty()) return std::vector<Tensor>(t.own.size());
+  return autograd::grad(ys, t.own, gs, retain || t.create_graph, t.create_graph,
+                        /*allow_unused=*/true);
+}
+
+Tensor zero_or_throw(const Tensor& primal, int argnum, Unused unused, const char* op) {
+  ADJOINT_CHECK(unused == Unused::Zero, Autograd, op, "argument ", argnum, " (", describe(primal),
+                ") does not influence the output; its derivative is zero (pass Unused::Zero "
+                "to get zeros instead of this error)");
+  return zeros_like(primal);
+}
+
+}  // namespace
+
+ValueAndGrads value_and_grad_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                                   const std::vector<int>& argnums, Unused unused, const char* op) {
+  Traced t = trace(f, primals, argnums, op);
+  check_scalar_output(t.outputs, op);
+  const Tensor seed = ones_like(t.outputs[0]);
+  std::vector<Tensor> g = gradients(t, t.outputs, {seed}, false);
+  for (std::size_t k = 0; k < g.size(); ++k)
+    if (!g[k].defined()) g[k] = zero_or_throw(primals[argnums[k]], argnums[k], unused, op);
+  return {visible_outputs(t)[0], std::move(g)};
+}
+
+VjpLists vjp_lists(const ListFn& f, const std::vector<Tensor>& primals, const char* op) {
+  std::vector<int> all;
+  for (std::size_t i = 0; i < primals.size(); ++i) all.push_back(static_cast<int>(i));
+  auto t = std::make_shared<Traced>(trace(f, primals, all, op));
+  for (std::size_t i = 0; i < t->outputs.size(); ++i)
+    ADJOINT_CHECK(t->outputs[i].defined(), Value, op, "output ", i, " is an undefined tensor");
+  VjpLists r;
+  r.outputs = visible_outputs(*t);
+  std::string name = op;
+  r.pullback = [t, name](const std::vector<Tensor>& cotangents) {
+    check_matching(cotangents, t->outputs, "cotangent", "output", name.c_str());
+    std::vector<Tensor> g = gradients(*t, t->outputs, cotangents, /*retain=*/true);
+    for (std::size_t k = 0; k < g.size(); ++k)
+      if (!g[k].defined()) g[k] = zeros_like(t->own[k]);
+    return g;
+  };
+  return r;
+}
+
+Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                      const std::vector<int>& argnums, Unused unused) {
+  const char* op = "jacrev";
+  Traced t = trace(f, primals, argnums, op);
+  check_floating_outputs(t.outputs, op);
+  std::vector<bool> used(argnums.size(), false);
+  Jacobian jac(t.outputs.size());
+  for (std::size_t o = 0; o < t.outputs.size(); ++o) {
+    const Tensor& y = t.outputs[o];
+    const int64_t m = y.numel();
+    std::vector<std::vector<Tensor>> rows(argnums.size());
+    // Row r of the Jacobian is the VJP with the one-hot cotangent e_r; the graph is kept
+    // until the last row.
+    for (int64_t r = 0; r < m; ++r) {
+      const bool last = o + 1 == t.outputs.size() && r + 1 == m;
+      std::vector<Tensor> g = gradients(t, {y}, {one_hot_like(y, r)}, !last);
+      for (std::size_t a = 0; a < argnums.size(); ++a) {
+        used[a] = used[a] || g[a].defined();
+        rows[a].push_back(g[a].defined() ? g[a] : zeros_like(primals[argnums[a]]));
+      }
+    }
+    for (std::size_t a = 0; a < argnums.size(); ++a) {
+      const Tensor& x = primals[argnums[a]];
+      const Shape shape = concat_shapes(y.shape(), x.shape());
+      jac[o].push_back(m == 0 ? zeros(shape, x.dtype()) : stack(rows[a], 0).reshape(shape));
+    }
+  }
+  for (std::size_t a = 0; a < argnums.size(); ++a)
+    if (!used[a] && unused == Unused::Error)
+      zero_or_throw(primals[argnums[a]], argnums[a], unused, op);
+  return jac;
+}
+
+}  // namespace adjoint::detail
