@@ -1,7 +1,8 @@
 // adjoint-bench: runs one workload of ../shared/bench/README.md with adjoint and prints one
 // JSON line with the same fields as the libtorch reference (torch-ref), "impl":"adjoint".
+// Workloads register themselves from bench/workloads_*.cpp (see report.h).
 //
-//   adjoint-bench --workload {op-overhead|mlp|deep-mlp} [--steps N] [--warmup N]
+//   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N] [--verbose]
 #include <cstdio>
 #include <cstdlib>
@@ -20,25 +21,23 @@ char* openblas_get_config(void);
 char* openblas_get_corename(void);
 }
 
+namespace bench {
+std::vector<Workload>& workloads() {
+  static std::vector<Workload> all;
+  return all;
+}
+}  // namespace bench
+
 namespace {
 
-struct Workload {
-  const char* name;
-  void (*fn)(const bench::Opts&, bench::Json&);
-  int default_steps;
-};
-
-constexpr Workload kWorkloads[] = {
-    {"op-overhead", bench::op_overhead, 100},
-    {"mlp", bench::mlp, 100},
-    {"deep-mlp", bench::deep_mlp, 30},
-};
-
 void print_usage(const char* argv0) {
+  std::string names;
+  for (const auto& w : bench::workloads())
+    names += (names.empty() ? "" : "|") + std::string(w.name);
   std::fprintf(stderr,
-               "usage: %s --workload {op-overhead|mlp|deep-mlp} [--steps N] [--warmup N] "
+               "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--verbose]\n",
-               argv0);
+               argv0, names.c_str());
 }
 
 // Parses a positive (or, with allow_zero, non-negative) integer option value.
@@ -83,15 +82,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Workload* w = nullptr;
-  for (const auto& t : kWorkloads)
+  const bench::Workload* w = nullptr;
+  for (const auto& t : bench::workloads())
     if (o.workload == t.name) w = &t;
   if (!w) {
     if (o.workload.empty()) {
       std::fprintf(stderr, "error: --workload is required\n");
     } else {
       std::fprintf(stderr, "error: unknown workload '%s'; adjoint-bench has:", o.workload.c_str());
-      for (const auto& t : kWorkloads) std::fprintf(stderr, " %s", t.name);
+      for (const auto& t : bench::workloads()) std::fprintf(stderr, " %s", t.name);
       std::fprintf(stderr, "\n");
     }
     print_usage(argv[0]);

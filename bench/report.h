@@ -103,9 +103,21 @@ inline double malloc_in_use_mib() {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// The workloads (bench/workloads_*.cpp).
-void op_overhead(const Opts& o, Json& j);
-void mlp(const Opts& o, Json& j);
-void deep_mlp(const Opts& o, Json& j);
+/// A workload: its name on the command line, the function that runs it and fills the JSON,
+/// and its default number of timed steps.
+struct Workload {
+  const char* name;
+  void (*fn)(const Opts&, Json&);
+  int default_steps;
+};
+
+/// Every workload, in registration order. Each bench/workloads_*.cpp registers its own with
+///   static bench::RegisterWorkload reg{"mlp", mlp, 100};
+std::vector<Workload>& workloads();
+struct RegisterWorkload {
+  RegisterWorkload(const char* name, void (*fn)(const Opts&, Json&), int default_steps) {
+    workloads().push_back({name, fn, default_steps});
+  }
+};
 
 }  // namespace bench

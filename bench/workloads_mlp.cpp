@@ -6,33 +6,13 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "mlp_model.h"
 #include "report.h"
 
 namespace bench {
 namespace {
 
 using adjoint::Tensor;
-
-/// One Linear(in, out) layer with bias: y = x Wᵀ + b.
-struct Linear {
-  Tensor weight, bias;
-  Linear(int64_t in, int64_t out, adjoint::Generator& gen) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-    auto uniform = [&](const adjoint::Shape& shape) {
-      Tensor u = adjoint::rand(shape, {}, &gen) * (2 * bound) - bound;
-      return u.detach().requires_grad_(true);
-    };
-    weight = uniform({out, in});
-    bias = uniform({out});
-  }
-  Tensor operator()(const Tensor& x) const { return adjoint::linear(x, weight, bias); }
-};
-
-long long count_params(const std::vector<Tensor>& ps) {
-  long long n = 0;
-  for (const auto& p : ps) n += p.numel();
-  return n;
-}
 
 }  // namespace
 
@@ -168,5 +148,8 @@ void deep_mlp(const Opts& o, Json& j) {
   j.integer("peak_storage_bytes", static_cast<long long>(sp.median()));
   j.num("loss", last_loss.item<double>());
 }
+
+static RegisterWorkload register_mlp{"mlp", mlp, 100};
+static RegisterWorkload register_deep_mlp{"deep-mlp", deep_mlp, 30};
 
 }  // namespace bench

@@ -44,4 +44,6 @@ void op_overhead(const Opts& o, Json& j) {
   j.num("grad_x0", x.grad().to_vector<double>()[0]);
 }
 
+static RegisterWorkload register_op_overhead{"op-overhead", op_overhead, 100};
+
 }  // namespace bench

@@ -101,10 +101,19 @@ TensorList grads_to_list(R&& r) {
   }
 }
 
+/// Whether Op's JVP rule takes an undefined tangent for an input without one (meaning zero)
+/// instead of a tensor of zeros: `static constexpr bool jvp_undefined_is_zero = true`. Worth
+/// it where a zero tangent would cost real work, as in matmul: forward over reverse through
+/// a network would otherwise multiply zero tangents of the data by every weight.
+template <class Op>
+constexpr bool jvp_takes_undefined = requires {
+  requires Op::jvp_undefined_is_zero;
+};
+
 /// Computes the tangents of `out` at every visible dual level some input has a tangent at,
 /// innermost last: run_jvp(ctx, tangents) applies the op's JVP rule. See Note [Nested dual
 /// levels] in forward_ad.h.
-template <class Inputs, class RunJvp>
+template <bool UndefinedIsZero, class Inputs, class RunJvp>
 void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* extras,
                         RunJvp&& run_jvp) {
   const int levels = tls_mode.dual_levels;
@@ -129,7 +138,11 @@ void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* e
       tangents[i] = Tensor();
       if (!x.defined() || !is_floating(x.dtype())) continue;
       const Tensor* t = tangent_at(x, level);
-      tangents[i] = t ? *t : zeros_like(x);
+      if (t) {
+        tangents[i] = *t;
+      } else if (!UndefinedIsZero) {
+        tangents[i] = zeros_like(x);
+      }
     }
     Tensor t;
     {
@@ -227,11 +240,12 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   }
 
   if (any_tangent && is_floating(out.dtype()))
-    propagate_tangents(inputs, out, saver.tensors.data(), [&](const Ctx& c, const auto& t) {
-      Tensor r = run_jvp(c, t);
-      check_tangent(out, r, Op::name);
-      return r;
-    });
+    propagate_tangents<jvp_takes_undefined<Op>>(inputs, out, saver.tensors.data(),
+                                                [&](const Ctx& c, const auto& t) {
+                                                  Tensor r = run_jvp(c, t);
+                                                  check_tangent(out, r, Op::name);
+                                                  return r;
+                                                });
   // The output is saved after its tangents exist, so forward-over-reverse sees them in
   // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
   if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))

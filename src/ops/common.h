@@ -50,6 +50,14 @@ inline Tensor to_floating(const Tensor& x) {
   return is_floating(x.dtype()) ? x : x.to(kDefaultFloat);
 }
 
+/// a + b where both are defined, else whichever is (undefined when neither): JVP rules that
+/// take undefined tangents (jvp_undefined_is_zero in autograd/apply.h) add their terms so.
+inline Tensor sum_defined(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return a + b;
+}
+
 /// x converted to dtype (no-op when equal).
 inline Tensor cast_to(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : x.to(dtype); }
 

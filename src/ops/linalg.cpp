@@ -54,9 +54,11 @@ struct MatMul {
     return {c.needs_grad(0) ? matmul(gy, mT(c.input(1))) : Tensor(),
             c.needs_grad(1) ? matmul(mT(c.input(0)), gy) : Tensor()};
   }
-  // dC = dA B + A dB
+  // dC = dA B + A dB (an undefined tangent is zero: no matmul for it)
+  static constexpr bool jvp_undefined_is_zero = true;
   Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
-    return matmul(ta, c.input(1)) + matmul(c.input(0), tb);
+    return sum_defined(ta.defined() ? matmul(ta, c.input(1)) : Tensor(),
+                       tb.defined() ? matmul(c.input(0), tb) : Tensor());
   }
 };
 
@@ -101,8 +103,13 @@ struct Linear {
     return {dx, dw, db};
   }
   // dy = dx Wᵀ + x dWᵀ + db
+  // (an undefined tangent is zero: no matmul for it)
+  static constexpr bool jvp_undefined_is_zero = true;
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor& tw, const Tensor& tb) const {
-    return linear(tx, c.input(1), tb) + linear(c.input(0), tw);
+    Tensor t;
+    if (tx.defined()) t = linear(tx, c.input(1), tb);
+    if (tw.defined()) t = tx.defined() ? t + linear(c.input(0), tw) : linear(c.input(0), tw, tb);
+    return t.defined() ? t : tb.expand(c.output().shape());  // only the bias has a tangent
   }
 };
 
