@@ -123,6 +123,11 @@ class Tensor {
   HookHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
   /// Same storage, no history, requires_grad false.
   Tensor detach() const;
+  /// Makes this handle (and every copy of it) refer to `data`'s values, shape and dtype while
+  /// keeping its autograd identity: a leaf stays the same leaf with the same requires_grad,
+  /// and its .grad() is dropped when the dtype or shape changes. What libtorch's set_data
+  /// does; Module::to uses it so that references to a parameter see the converted tensor.
+  void set_data(const Tensor& data) const;
   Tensor& detach_();
   /// Forward-mode tangent at the innermost dual level (undefined when none).
   Tensor tangent() const;

@@ -73,6 +73,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   defined_ = true;
   is_output_ = is_output;
   storage_ = impl.storage;
+  storage_id_ = impl.storage.get();
   saved_version_ = impl.storage->version();
   shape_ = impl.shape;
   dtype_ = impl.dtype;
@@ -105,6 +106,10 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
                   ") saved at version ", saved_version_, " is now at version ", storage->version(),
                   "; use an out-of-place op, or clone() the tensor before modifying it");
   }
+  ADJOINT_CHECK(!data_.defined() || data_.impl()->storage.get() == storage_id_, Autograd,
+                "backward", "a tensor needed for the gradient of ", owner_name(owner),
+                " had its data replaced (set_data, Module::to) after it was saved: ", shape_, " (",
+                dtype_, ") is now ", describe(data_));
   Tensor t;
   if (unpack_) {
     t = (*unpack_)(packed_);

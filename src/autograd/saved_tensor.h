@@ -37,7 +37,8 @@ class SavedTensor {
   Tensor data_;      // what was saved (no hooks active), else undefined
   std::any packed_;  // what the pack hook returned
   std::shared_ptr<SavedTensorHooks::Unpack> unpack_;
-  std::weak_ptr<StorageImpl> storage_;  // for the version check; weak so hooks may drop it
+  std::weak_ptr<StorageImpl> storage_;       // for the version check; weak so hooks may drop it
+  const StorageImpl* storage_id_ = nullptr;  // to notice set_data on a kept handle
   uint64_t saved_version_ = 0;
   // Forward-mode tangents of what was saved, when the handle itself is not kept (outputs, and
   // anything a pack hook took): forward-over-reverse needs them in backward.

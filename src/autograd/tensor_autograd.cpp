@@ -140,6 +140,25 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(out));
 }
 
+void Tensor::set_data(const Tensor& data) const {
+  ADJOINT_CHECK(defined() && data.defined(), Value, "set_data", "got an undefined tensor");
+  ADJOINT_CHECK(!grad_fn(), Autograd, "set_data", "only a leaf's data can be replaced, not ",
+                describe(*this), " made by ", grad_fn()->name());
+  ADJOINT_CHECK(!requires_grad() || is_floating(data.dtype()), DType, "set_data",
+                "a tensor that requires grad needs floating data, got ", describe(data));
+  TensorImpl* dst = impl();
+  const TensorImpl* src = data.impl();
+  const bool same_kind = dst->dtype == src->dtype && dst->shape == src->shape;
+  dst->storage = src->storage;
+  dst->shape = src->shape;
+  dst->strides = src->strides;
+  dst->offset = src->offset;
+  dst->dtype = src->dtype;
+  dst->is_view = src->is_view;
+  dst->refresh();
+  if (dst->autograd && !same_kind) dst->autograd->grad = Tensor();
+}
+
 Tensor& Tensor::detach_() {
   AutogradMeta* m = meta_of(*this);
   if (m) {
