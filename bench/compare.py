@@ -9,7 +9,8 @@ from collections import defaultdict
 
 # The headline metric of each workload: (field, unit).
 METRIC = {"op-overhead": ("ns_per_op", "ns/op"), "mlp": ("ms_per_step", "ms/step"),
-          "deep-mlp": ("ms_per_step", "ms/step")}
+          "deep-mlp": ("ms_per_step", "ms/step"), "hvp": ("hvp_over_grad", "x grad"),
+          "gpt-tiny": ("ms_per_step", "ms/step")}
 
 
 def main(path):
@@ -45,8 +46,10 @@ def main(path):
         field, unit = METRIC.get(w, ("ms_per_step", "ms/step"))
         a, t = med(w, "adjoint", field), med(w, "libtorch", field)
         best_field = field if field != "ms_per_step" else "ms_per_step_min"
-        ab = min((r[best_field] for r in runs.get((w, "adjoint"), [])), default=None)
-        tb = min((r[best_field] for r in runs.get((w, "libtorch"), [])), default=None)
+        ab = min((r[best_field] for r in runs.get((w, "adjoint"), []) if best_field in r),
+                 default=None)
+        tb = min((r[best_field] for r in runs.get((w, "libtorch"), []) if best_field in r),
+                 default=None)
         ratio = a / t if a is not None and t else None
         n = f"{len(runs.get((w, 'adjoint'), []))}+{len(runs.get((w, 'libtorch'), []))}"
         print(f"{w:<12} {unit:<8} {fmt(a):>10} {fmt(t):>10} {fmt(ratio, '.2f'):>7}"
@@ -63,6 +66,18 @@ def main(path):
             a, t = med(w, "adjoint", field), med(w, "libtorch", field)
             if a is not None or t is not None:
                 parts.append(f"{field} {fmt(a, '.6g')} vs {fmt(t, '.6g')}")
+        if w == "hvp":
+            parts.append("ms per hvp "
+                         f"{fmt(med(w, 'adjoint', 'ms_per_hvp'))} vs "
+                         f"{fmt(med(w, 'libtorch', 'ms_per_hvp'))}; adjoint forward over reverse "
+                         f"{fmt(med(w, 'adjoint', 'fwd_over_rev_ms_per_hvp'))} ms = "
+                         f"{fmt(med(w, 'adjoint', 'fwd_over_rev_hvp_over_grad'))} x grad")
+        if w == "jacobian":
+            rec = runs.get((w, "adjoint"), [])
+            for key in sorted(k for r in rec[:1] for k in r if k.startswith("jacrev_ms_")):
+                tag = key[len("jacrev_ms"):]
+                parts.append(f"{tag[1:]}: jacrev {fmt(med(w, 'adjoint', key))} ms, jacfwd "
+                             f"{fmt(med(w, 'adjoint', 'jacfwd_ms' + tag))} ms")
         if w == "deep-mlp":
             parts.append("fwd growth MiB (expected 16): adjoint storage "
                          f"{fmt(med(w, 'adjoint', 'fwd_storage_peak_growth_mib'))}, "
