@@ -1,0 +1,60 @@
+// The safetensors dtype table shared by the reader and the writer: each file dtype's name, its
+// element size, and the adjoint dtype it loads as (widened when adjoint has no such type).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "adjoint/dtype.h"
+
+namespace adjoint::io::detail {
+
+/// The format's limit on the JSON header (the reference implementation rejects larger ones).
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+enum class FileDType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+struct FileDTypeInfo {
+  FileDType file;
+  std::string_view name;  ///< as written in the header
+  std::size_t size;       ///< bytes per element in the file
+  DType loads_as;         ///< adjoint dtype of the loaded tensor
+};
+
+inline constexpr FileDTypeInfo kFileDTypes[] = {
+    {FileDType::F64, "F64", 8, DType::Float64}, {FileDType::F32, "F32", 4, DType::Float32},
+    {FileDType::F16, "F16", 2, DType::Float32}, {FileDType::BF16, "BF16", 2, DType::Float32},
+    {FileDType::I64, "I64", 8, DType::Int64},   {FileDType::I32, "I32", 4, DType::Int64},
+    {FileDType::I16, "I16", 2, DType::Int64},   {FileDType::I8, "I8", 1, DType::Int64},
+    {FileDType::U8, "U8", 1, DType::Int64},     {FileDType::BOOL, "BOOL", 1, DType::Bool},
+};
+
+/// Dtype names of the format that adjoint cannot load (listed so the error can say so).
+inline constexpr std::string_view kUnsupportedFileDTypes[] = {
+    "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+
+inline std::optional<FileDTypeInfo> file_dtype(std::string_view name) {
+  for (const FileDTypeInfo& d : kFileDTypes)
+    if (d.name == name) return d;
+  return std::nullopt;
+}
+
+/// The file dtype adjoint writes for `dtype` (a native one: no conversion on save); nullopt for
+/// a dtype the format cannot hold.
+inline std::optional<FileDTypeInfo> file_dtype_for(DType dtype) {
+  switch (dtype) {
+    case DType::Float64:
+      return kFileDTypes[0];
+    case DType::Float32:
+      return kFileDTypes[1];
+    case DType::Int64:
+      return kFileDTypes[4];
+    case DType::Bool:
+      return kFileDTypes[9];
+  }
+  return std::nullopt;
+}
+
+}  // namespace adjoint::io::detail

@@ -1,0 +1,325 @@
+// load_safetensors: reads and validates the header (JSON object, no duplicate keys, known
+// dtypes, shapes matching data_offsets, offsets tiling the data exactly), then reads each
+// tensor's bytes straight into its storage, widening dtypes adjoint does not have.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "adjoint/error.h"
+#include "adjoint/io/safetensors.h"
+#include "adjoint/ops.h"
+#include "io/safetensors_format.h"
+
+namespace adjoint::io {
+namespace {
+
+constexpr const char* kOp = "io.load_safetensors";
+using Json = nlohmann::ordered_json;
+
+// The open file, with the checks every read needs: all reads are at validated offsets, and a
+// short read (the file shrank) is an error, never a partially filled tensor.
+class File {
+ public:
+  explicit File(const std::string& path) : path_(path) {
+    f_ = std::fopen(path.c_str(), "rb");
+    if (!f_) fail(std::string("cannot open it: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(::fileno(f_), &st) != 0)
+      fail(std::string("cannot stat it: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("is not a regular file");
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~File() {
+    if (f_) std::fclose(f_);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  uint64_t size() const { return size_; }
+
+  void read(uint64_t offset, void* dst, uint64_t n) {
+    if (n == 0) return;
+    if (offset > size_ || n > size_ - offset) fail("read past the end of the file");
+    if (::fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
+      fail(std::string("cannot seek: ") + std::strerror(errno));
+    if (std::fread(dst, 1, n, f_) != n)
+      fail(std::ferror(f_) ? std::string("read error: ") + std::strerror(errno)
+                           : std::string("unexpected end of file (did it change while loading?)"));
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(ErrorKind::IO, kOp, "'" + path_ + "': " + what);
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+struct TensorInfo {
+  std::string name;
+  detail::FileDTypeInfo dtype;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+// Parses the header text, rejecting duplicate keys at any depth (nlohmann keeps the last one
+// silently; the format forbids them).
+Json parse_header(const File& file, const std::string& text) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  Json::parser_callback_t cb = [&](int, Json::parse_event_t ev, Json& parsed) {
+    switch (ev) {
+      case Json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case Json::parse_event_t::object_end:
+        if (!open_objects.empty()) open_objects.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!open_objects.empty() &&
+            !open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+          duplicate = parsed.get<std::string>();
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, cb);
+  } catch (const Json::exception& e) {
+    file.fail(std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!duplicate.empty()) file.fail("the header has the key '" + duplicate + "' twice");
+  if (!header.is_object()) file.fail("the header is not a JSON object");
+  return header;
+}
+
+uint64_t unsigned_of(const File& file, const Json& v, const std::string& what) {
+  if (!v.is_number_unsigned()) file.fail(what + " must be a non-negative integer, got " + v.dump());
+  return v.get<uint64_t>();
+}
+
+TensorInfo parse_entry(const File& file, const std::string& name, const Json& v,
+                       uint64_t buffer_size) {
+  const std::string where = "tensor '" + name + "'";
+  if (!v.is_object()) file.fail(where + ": entry must be an object, got " + v.dump());
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(field)) file.fail(where + ": missing \"" + field + "\"");
+  TensorInfo info;
+  info.name = name;
+
+  const Json& dt = v["dtype"];
+  if (!dt.is_string()) file.fail(where + ": dtype must be a string, got " + dt.dump());
+  const std::string dts = dt.get<std::string>();
+  std::optional<detail::FileDTypeInfo> fd = detail::file_dtype(dts);
+  if (!fd) {
+    const bool known = std::find(std::begin(detail::kUnsupportedFileDTypes),
+                                 std::end(detail::kUnsupportedFileDTypes),
+                                 dts) != std::end(detail::kUnsupportedFileDTypes);
+    file.fail(where + (known ? ": dtype " + dts + " is not supported by adjoint"
+                             : ": unknown dtype \"" + dts + "\""));
+  }
+  info.dtype = *fd;
+
+  const Json& sh = v["shape"];
+  if (!sh.is_array()) file.fail(where + ": shape must be an array, got " + sh.dump());
+  // numel, and the product of the non-zero sizes, must fit int64 (strides of an empty tensor
+  // are products of sizes too).
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t nonzero_product = 1;
+  bool empty = false;
+  for (const Json& d : sh) {
+    const uint64_t size = unsigned_of(file, d, where + ": shape entry");
+    if (size == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(nonzero_product, size, &nonzero_product) ||
+               nonzero_product > kMax) {
+      file.fail(where + ": shape " + sh.dump() + " is too large");
+    }
+    info.shape.push_back(static_cast<int64_t>(size));
+  }
+  const uint64_t numel = empty ? 0 : nonzero_product;
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<uint64_t>(info.dtype.size), &nbytes))
+    file.fail(where + ": shape " + sh.dump() + " is too large");
+
+  const Json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2)
+    file.fail(where + ": data_offsets must be [begin, end], got " + off.dump());
+  info.begin = unsigned_of(file, off[0], where + ": data_offsets begin");
+  info.end = unsigned_of(file, off[1], where + ": data_offsets end");
+  if (info.begin > info.end)
+    file.fail(where + ": data_offsets " + off.dump() + " end before they begin");
+  if (info.end > buffer_size)
+    file.fail(where + ": data_offsets " + off.dump() + " are out of range (the data is " +
+              std::to_string(buffer_size) + " bytes)");
+  if (info.end - info.begin != nbytes)
+    file.fail(where + ": data_offsets " + off.dump() + " span " +
+              std::to_string(info.end - info.begin) + " bytes but " + dts + " " + sh.dump() +
+              " needs " + std::to_string(nbytes));
+  return info;
+}
+
+// The tensors must tile [0, buffer_size) exactly: no overlap, no gap, no trailing bytes.
+void check_coverage(const File& file, std::vector<const TensorInfo*> by_offset,
+                    uint64_t buffer_size) {
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t cursor = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo* t : by_offset) {
+    if (t->begin < cursor)
+      file.fail("tensors '" + prev->name + "' and '" + t->name + "' overlap in the data");
+    if (t->begin > cursor)
+      file.fail("bytes [" + std::to_string(cursor) + ", " + std::to_string(t->begin) +
+                ") of the data belong to no tensor (a gap before '" + t->name + "')");
+    cursor = t->end;
+    prev = t;
+  }
+  if (cursor != buffer_size)
+    file.fail("the data has " + std::to_string(buffer_size - cursor) +
+              " trailing bytes after the last tensor");
+}
+
+template <class T>
+T load_le(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// IEEE half to float, exactly (every half is a float).
+float half_to_float(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  float mag;
+  if (exp == 0) {
+    mag = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+  } else if (exp == 31) {
+    mag = mant == 0 ? std::numeric_limits<float>::infinity()
+                    : std::numeric_limits<float>::quiet_NaN();
+  } else {
+    mag = std::ldexp(static_cast<float>(mant + 1024), exp - 25);
+  }
+  return (h & 0x8000) ? -mag : mag;
+}
+
+// Converts `n` elements of a file dtype adjoint lacks into the (wider) tensor storage.
+void widen(detail::FileDType from, const unsigned char* src, const Tensor& out, int64_t n) {
+  using detail::FileDType;
+  if (out.dtype() == DType::Float32) {
+    float* dst = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t bits = load_le<uint16_t>(src + 2 * i);
+      dst[i] = from == FileDType::BF16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16)
+                                       : half_to_float(bits);
+    }
+    return;
+  }
+  int64_t* dst = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (from) {
+      case FileDType::I32:
+        dst[i] = load_le<int32_t>(src + 4 * i);
+        break;
+      case FileDType::I16:
+        dst[i] = load_le<int16_t>(src + 2 * i);
+        break;
+      case FileDType::I8:
+        dst[i] = load_le<int8_t>(src + i);
+        break;
+      default:
+        dst[i] = load_le<uint8_t>(src + i);
+        break;
+    }
+  }
+}
+
+Tensor read_tensor(File& file, const TensorInfo& info, uint64_t data_start) {
+  Tensor t = empty(info.shape, info.dtype.loads_as);
+  const uint64_t nbytes = info.end - info.begin;
+  if (nbytes == 0) return t;
+  const bool native = itemsize(info.dtype.loads_as) == info.dtype.size;
+  if (native) {
+    file.read(data_start + info.begin, t.raw_data(), nbytes);
+    if (t.dtype() == DType::Bool) {
+      // Any non-zero byte is true; a bool object must hold exactly 0 or 1.
+      auto* bytes = static_cast<unsigned char*>(t.raw_data());
+      for (uint64_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
+    }
+  } else {
+    std::vector<unsigned char> raw(nbytes);
+    file.read(data_start + info.begin, raw.data(), nbytes);
+    widen(info.dtype.file, raw.data(), t, t.numel());
+  }
+  return t;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  if constexpr (std::endian::native != std::endian::little)
+    throw Error(ErrorKind::NotImplemented, kOp, "safetensors needs a little-endian machine");
+  File file(path);
+  if (file.size() < 8)
+    file.fail("the file is " + std::to_string(file.size()) +
+              " bytes, too short for the 8-byte header length");
+  unsigned char len_bytes[8];
+  file.read(0, len_bytes, 8);
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  if (header_len > file.size() - 8)
+    file.fail("the header length " + std::to_string(header_len) + " runs past the end of the " +
+              std::to_string(file.size()) + "-byte file");
+  if (header_len > detail::kMaxHeaderBytes)
+    file.fail("the header length " + std::to_string(header_len) +
+              " exceeds the format's limit of " + std::to_string(detail::kMaxHeaderBytes) +
+              " bytes");
+  std::string text(header_len, '\0');
+  file.read(8, text.data(), header_len);
+  if (text.empty() || text[0] != '{') file.fail("the header does not start with '{'");
+  Json header = parse_header(file, text);
+
+  const uint64_t data_start = 8 + header_len;
+  const uint64_t buffer_size = file.size() - data_start;
+  SafetensorsFile out;
+  std::vector<TensorInfo> infos;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      const Json& meta = it.value();
+      if (meta.is_null()) continue;
+      if (!meta.is_object()) file.fail("__metadata__ must be an object, got " + meta.dump());
+      for (auto m = meta.begin(); m != meta.end(); ++m) {
+        if (!m.value().is_string())
+          file.fail("__metadata__ must map strings to strings; '" + m.key() + "' is " +
+                    m.value().dump());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    infos.push_back(parse_entry(file, it.key(), it.value(), buffer_size));
+  }
+  std::vector<const TensorInfo*> by_offset;
+  for (const TensorInfo& t : infos) by_offset.push_back(&t);
+  check_coverage(file, std::move(by_offset), buffer_size);
+
+  out.tensors.reserve(infos.size());
+  for (const TensorInfo& info : infos)
+    out.tensors.emplace_back(info.name, read_tensor(file, info, data_start));
+  return out;
+}
+
+}  // namespace adjoint::io

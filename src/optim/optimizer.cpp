@@ -1,0 +1,166 @@
+// Optimizer: parameter checks, step() and zero_grad(), the shared scratch buffers, and the
+// generic half of state_dict()/load_state_dict() (step count, lr, and StateReader, which
+// subclasses use to read their own entries with validation).
+#include "adjoint/optim/optimizer.h"
+
+#include <cmath>
+#include <set>
+
+#include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/ops.h"
+
+namespace adjoint::optim {
+
+Optimizer::Optimizer(std::string name, std::vector<Tensor> params, double lr)
+    : name_(std::move(name)), params_(std::move(params)), lr_(lr) {
+  ADJOINT_CHECK(!params_.empty(), Value, name_, "got an empty parameter list");
+  std::set<const TensorImpl*> seen;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    ADJOINT_CHECK(p.defined(), Value, name_, "parameter ", i, " is an undefined tensor");
+    ADJOINT_CHECK(p.is_floating_point(), DType, name_, "parameter ", i, " (", describe(p),
+                  ") is not a floating-point tensor");
+    ADJOINT_CHECK(p.is_leaf() && p.requires_grad(), Value, name_, "parameter ", i, " (",
+                  describe(p),
+                  ") must be a leaf tensor that requires grad; call requires_grad_() on it, or "
+                  "detach() it first");
+    // A parameter listed twice would be updated twice per step: always a bug.
+    ADJOINT_CHECK(seen.insert(p.impl()).second, Value, name_, "parameter ", i, " (", describe(p),
+                  ") appears more than once in the parameter list");
+  }
+  set_lr(lr);
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::check(bool ok, const std::string& what, double value) const {
+  ADJOINT_CHECK(ok, Value, name_, what, ": got ", value);
+}
+
+void Optimizer::set_lr(double lr) {
+  check(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0", lr);
+  lr_ = lr;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;  // as PyTorch: no gradient, no update and no state change
+    update(i, p, g);
+  }
+  ++step_count_;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const Tensor& p : params_) p.zero_grad(set_to_none);
+}
+
+Tensor Optimizer::scratch_like(const Tensor& like, int slot) {
+  Tensor& buf = scratch_[{like.dtype(), slot}];
+  const int64_t n = like.numel();
+  if (!buf.defined() || buf.numel() < n) buf = empty({n}, like.dtype());
+  return buf.narrow(0, 0, n).view(like.shape());
+}
+
+StateDict Optimizer::state_dict() const {
+  NoGradGuard no_grad;
+  StateDict out;
+  out.emplace_back("step", scalar_tensor(step_count_, DType::Int64));
+  out.emplace_back("hparams.lr", scalar_tensor(lr_, DType::Float64));
+  save_state(out);
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  NoGradGuard no_grad;
+  StateReader in(name_, state, params_);
+  const int64_t step = in.count("step");
+  ADJOINT_CHECK(step >= 0, Value, name_, "load_state_dict: 'step' must be >= 0: got ", step);
+  const double lr = in.hparam("lr");
+  check(std::isfinite(lr) && lr >= 0, "load_state_dict: learning rate must be finite and >= 0", lr);
+  std::function<void()> install = load_state(in);
+  in.check_all_used();
+  // Every entry has been checked: from here on nothing throws.
+  step_count_ = step;
+  lr_ = lr;
+  install();
+}
+
+// ---- StateReader ----
+
+StateReader::StateReader(const std::string& owner, const StateDict& state,
+                         const std::vector<Tensor>& params)
+    : owner_(owner), params_(params) {
+  for (const auto& [key, t] : state) {
+    if (!t.defined()) fail(key, "is an undefined tensor");
+    if (!entries_.emplace(key, std::make_pair(t, false)).second) fail(key, "appears twice");
+  }
+}
+
+void StateReader::fail(const std::string& key, const std::string& what) const {
+  throw Error(ErrorKind::Value, owner_, "load_state_dict: '" + key + "' " + what);
+}
+
+const Tensor* StateReader::find(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  it->second.second = true;
+  return &it->second.first;
+}
+
+double StateReader::hparam(const std::string& name) {
+  const std::string key = "hparams." + name;
+  const Tensor* t = find(key);
+  if (!t) fail(key, "is missing (not a state dict of " + owner_ + "?)");
+  if (t->dim() != 0 || !t->is_floating_point())
+    fail(key, "must be a 0-d floating-point tensor, got " + describe(*t));
+  return t->item<double>();
+}
+
+bool StateReader::hparam_flag(const std::string& name) {
+  const std::string key = "hparams." + name;
+  const Tensor* t = find(key);
+  if (!t) fail(key, "is missing (not a state dict of " + owner_ + "?)");
+  if (t->dim() != 0 || t->dtype() != DType::Bool)
+    fail(key, "must be a 0-d bool tensor, got " + describe(*t));
+  return t->item<bool>();
+}
+
+int64_t StateReader::count(const std::string& key) {
+  const Tensor* t = find(key);
+  if (!t) fail(key, "is missing (not a state dict of " + owner_ + "?)");
+  if (t->dim() != 0 || t->dtype() != DType::Int64)
+    fail(key, "must be a 0-d int64 tensor, got " + describe(*t));
+  return t->item<int64_t>();
+}
+
+Tensor StateReader::param_state(std::size_t index, const std::string& slot) {
+  const std::string key = "state." + std::to_string(index) + "." + slot;
+  const Tensor* t = find(key);
+  if (!t) return {};
+  const Tensor& p = params_[index];
+  if (!(t->shape() == p.shape()) || t->dtype() != p.dtype())
+    fail(key,
+         "is " + describe(*t) + " but parameter " + std::to_string(index) + " is " + describe(p));
+  // A copy: the optimizer must own its state, not alias the caller's tensors.
+  return t->detach().clone();
+}
+
+std::optional<int64_t> StateReader::param_count(std::size_t index, const std::string& slot) {
+  const std::string key = "state." + std::to_string(index) + "." + slot;
+  if (!entries_.count(key)) return std::nullopt;
+  return count(key);
+}
+
+void StateReader::check_all_used() const {
+  for (const auto& [key, entry] : entries_)
+    if (!entry.second)
+      fail(key,
+           "is not an entry of this optimizer's state (another optimizer's state dict, or "
+           "one saved for a different parameter list?)");
+}
+
+}  // namespace adjoint::optim
