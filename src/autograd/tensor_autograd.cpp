@@ -64,7 +64,12 @@ void Tensor::set_grad(const Tensor& g) const {
   ADJOINT_CHECK(defined(), Value, "set_grad", "called on an undefined tensor");
   ADJOINT_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), Shape, "set_grad",
                 "gradient ", describe(g), " does not match the tensor ", describe(*this));
-  impl()->meta().grad = g;
+  // A gradient whose elements share memory (an expanded tensor) would be accumulated into
+  // in place, adding to each shared slot several times: keep a copy of it instead.
+  bool overlapping = false;
+  for (std::size_t d = 0; g.defined() && d < g.shape().size(); ++d)
+    overlapping |= g.shape()[d] > 1 && g.strides()[d] == 0;
+  impl()->meta().grad = overlapping ? g.contiguous() : g;
 }
 
 void Tensor::zero_grad(bool set_to_none) const {

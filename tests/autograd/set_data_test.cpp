@@ -51,3 +51,17 @@ TEST(SetData, Errors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A gradient set from an expanded tensor (elements sharing memory) still accumulates per
+// element: 1 + [1, 2, 3], not the shared slot three times.
+TEST(SetGrad, ExpandedGradientAccumulatesPerElement) {
+  using namespace adjoint;
+  Tensor a = zeros({3}, DType::Float64).requires_grad_(true);
+  a.set_grad(full({1}, 1.0, DType::Float64).expand({3}));
+  (a * tensor({1.0, 2.0, 3.0}, DType::Float64)).sum().backward();
+  adjoint::testing::expect_values(a.grad(), {2.0, 3.0, 4.0});
+}
+
+}  // namespace
