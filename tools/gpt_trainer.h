@@ -1,0 +1,75 @@
+// The GPT training loop behind adjoint-train, as a library so that tests can run it: one
+// AdamW step at a time with warmup + cosine learning rate and gradient clipping, validation
+// loss, checkpoints that resume bit-identically, and text generation for adjoint-sample.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+#include "adjoint/data/text.h"
+#include "adjoint/io.h"
+#include "adjoint/nn.h"
+#include "adjoint/optim.h"
+
+namespace adjoint::tools {
+
+struct TrainConfig {
+  nn::GPTConfig model{.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
+  int64_t batch = 32;
+  int64_t steps = 1000;
+  double lr = 3e-3;           ///< peak learning rate, after warmup
+  double min_lr = 3e-4;       ///< end of the cosine decay
+  int64_t warmup = 50;        ///< linear warmup steps
+  double weight_decay = 0.1;  ///< AdamW's decoupled decay
+  double grad_clip = 1.0;     ///< max global gradient norm (0: off)
+  uint64_t seed = 0;          ///< model init and the batch order
+  int64_t eval_batches = 8;   ///< validation batches per evaluation
+};
+
+/// The model, optimizer, schedule and data order of one training run.
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const data::ByteDataset& data);
+
+  /// One step on a fresh training batch; returns its loss (before the update).
+  double train_step();
+  /// Mean loss over eval_batches batches of a split, drawn from a generator seeded the same
+  /// way every time, so evaluations are comparable and do not disturb the training order.
+  double evaluate(data::Split split);
+
+  /// Saves model, optimizer state, the step, the data generator and the configuration.
+  void save(const std::string& path) const;
+  /// Restores what save() wrote; the model configuration must match. Training then goes on
+  /// exactly as if it had never stopped.
+  void resume(const std::string& path);
+
+  int64_t step() const { return step_; }
+  const TrainConfig& config() const { return config_; }
+  nn::GPT& model() { return *model_; }
+  double lr() const { return optimizer_->lr(); }
+
+ private:
+  TrainConfig config_;
+  const data::ByteDataset& data_;
+  std::shared_ptr<nn::GPT> model_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::vector<Tensor> params_;
+  Generator data_gen_;
+  int64_t step_ = 0;
+};
+
+/// The learning rate at `step`: linear warmup to lr, then cosine decay to min_lr at the end.
+double learning_rate(const TrainConfig& config, int64_t step);
+
+/// A model rebuilt from a checkpoint's configuration and weights (for adjoint-sample).
+std::shared_ptr<nn::GPT> load_model(const std::string& path);
+
+/// Continues `prompt` by `length` bytes, sampling each from softmax(logits / temperature)
+/// restricted to the top_k most likely bytes (0: all), with `gen`.
+std::string generate(nn::GPT& model, const std::string& prompt, int64_t length, double temperature,
+                     int64_t top_k, Generator& gen);
+
+}  // namespace adjoint::tools
