@@ -42,67 +42,67 @@ void hvp(const Opts& o, Json& j) {
   };
   const int n = o.warmup + o.steps;
 
-  // Plain gradient: forward + loss, grad(loss, params), teardown.
-  Samples pf, pb, ptotal;
-  for (int s = 0; s < n; ++s) {
-    const auto t0 = Clock::now();
-    Tensor loss = loss_of(params);
-    const auto t1 = Clock::now();
-    std::vector<Tensor> g = adjoint::autograd::grad({loss}, params);
-    const auto t2 = Clock::now();
-    loss = Tensor();
-    g.clear();
-    const auto t3 = Clock::now();
-    if (s >= o.warmup) {
-      pf.add(ms(t0, t1));
-      pb.add(ms(t1, t2));
-      ptotal.add(ms(t0, t3));
-    }
-  }
-
-  // Reverse over reverse, the same steps as torch-ref.
-  Samples fwd, grad1, grad2, hvp_t, total;
-  std::vector<Tensor> hv_rr;
-  for (int s = 0; s < n; ++s) {
-    const auto t0 = Clock::now();
-    Tensor loss = loss_of(params);
-    const auto t1 = Clock::now();
-    std::vector<Tensor> g = adjoint::autograd::grad({loss}, params, {}, true, true);
-    const auto t2 = Clock::now();
-    Tensor dot = (g[0] * v[0]).sum();
-    for (size_t i = 1; i < g.size(); ++i) dot = dot + (g[i] * v[i]).sum();
-    std::vector<Tensor> hv = adjoint::autograd::grad({dot}, params);
-    const auto t3 = Clock::now();
-    if (s + 1 == n) hv_rr = hv;
-    loss = Tensor();
-    g.clear();
-    dot = Tensor();
-    hv.clear();
-    const auto t4 = Clock::now();
-    if (s >= o.warmup) {
-      fwd.add(ms(t0, t1));
-      grad1.add(ms(t1, t2));
-      grad2.add(ms(t2, t3));
-      hvp_t.add(ms(t0, t3));
-      total.add(ms(t0, t4));
-    }
-  }
-
-  // Forward over reverse through the transform, on detached parameters as a user would.
+  // Forward over reverse goes through the transform, on detached parameters as a user would.
   std::vector<Tensor> primals;
   for (const Tensor& p : params) primals.push_back(p.detach());
-  Samples fr, fr_total;
-  std::vector<Tensor> hv_fr;
+
+  // The three are interleaved step by step (plain gradient, reverse over reverse, forward
+  // over reverse), so that the ratios hold up while the machine's speed drifts; torch-ref
+  // measures its plain gradient in a phase of its own first.
+  Samples pf, pb, ptotal, fwd, grad1, grad2, hvp_t, total, fr, fr_total;
+  std::vector<Tensor> hv_rr, hv_fr;
   for (int s = 0; s < n; ++s) {
-    const auto t0 = Clock::now();
-    std::vector<Tensor> hv = adjoint::hvp(loss_of, primals, v);
-    const auto t1 = Clock::now();
-    if (s + 1 == n) hv_fr = hv;
-    hv.clear();
-    const auto t2 = Clock::now();
-    if (s >= o.warmup) {
-      fr.add(ms(t0, t1));
-      fr_total.add(ms(t0, t2));
+    const bool timed = s >= o.warmup;
+    {  // plain gradient: forward + loss, grad(loss, params), teardown
+      const auto t0 = Clock::now();
+      Tensor loss = loss_of(params);
+      const auto t1 = Clock::now();
+      std::vector<Tensor> g = adjoint::autograd::grad({loss}, params);
+      const auto t2 = Clock::now();
+      loss = Tensor();
+      g.clear();
+      const auto t3 = Clock::now();
+      if (timed) {
+        pf.add(ms(t0, t1));
+        pb.add(ms(t1, t2));
+        ptotal.add(ms(t0, t3));
+      }
+    }
+    {  // reverse over reverse, the same steps as torch-ref
+      const auto t0 = Clock::now();
+      Tensor loss = loss_of(params);
+      const auto t1 = Clock::now();
+      std::vector<Tensor> g = adjoint::autograd::grad({loss}, params, {}, true, true);
+      const auto t2 = Clock::now();
+      Tensor dot = (g[0] * v[0]).sum();
+      for (size_t i = 1; i < g.size(); ++i) dot = dot + (g[i] * v[i]).sum();
+      std::vector<Tensor> hv = adjoint::autograd::grad({dot}, params);
+      const auto t3 = Clock::now();
+      if (s + 1 == n) hv_rr = hv;
+      loss = Tensor();
+      g.clear();
+      dot = Tensor();
+      hv.clear();
+      const auto t4 = Clock::now();
+      if (timed) {
+        fwd.add(ms(t0, t1));
+        grad1.add(ms(t1, t2));
+        grad2.add(ms(t2, t3));
+        hvp_t.add(ms(t0, t3));
+        total.add(ms(t0, t4));
+      }
+    }
+    {  // forward over reverse
+      const auto t0 = Clock::now();
+      std::vector<Tensor> hv = adjoint::hvp(loss_of, primals, v);
+      const auto t1 = Clock::now();
+      if (s + 1 == n) hv_fr = hv;
+      hv.clear();
+      const auto t2 = Clock::now();
+      if (timed) {
+        fr.add(ms(t0, t1));
+        fr_total.add(ms(t0, t2));
+      }
     }
   }
 
