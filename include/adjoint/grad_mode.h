@@ -2,6 +2,8 @@
 // forward-mode tangents propagate. RAII guards restore the previous state.
 #pragma once
 
+#include <cstdint>
+
 namespace adjoint {
 
 bool is_grad_enabled();
@@ -44,7 +46,7 @@ class NoForwardGradGuard {
   NoForwardGradGuard& operator=(const NoForwardGradGuard&) = delete;
 
  private:
-  int prev_;
+  uint32_t prev_;
 };
 
 /// No graph, no version bookkeeping for autograd; tensors made inside are "inference tensors"

@@ -116,10 +116,11 @@ constexpr bool jvp_takes_undefined = requires {
 template <bool UndefinedIsZero, class Inputs, class RunJvp>
 void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* extras,
                         RunJvp&& run_jvp) {
-  const int levels = tls_mode.dual_levels;
+  const int levels = tls_mode.dual_levels_open;
   std::vector<InputInfo> info;
   std::vector<Tensor> tangents(inputs.size());
   for (int li = 0; li < levels; ++li) {
+    if (!level_visible(li)) continue;
     const uint64_t level = tls_mode.dual_level_ids[li];
     bool any = false;
     for (const Tensor& x : inputs) any |= tangent_at(x, level) != nullptr;
@@ -131,7 +132,8 @@ void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* e
     // records may save it, and saving `out` itself would make out -> tangent -> tangent's
     // graph -> out a reference cycle.
     const Tensor out_alias = alias_with_history(out);
-    copy_tangents_below(out, out_alias, li);
+    const uint32_t below = levels_below(li);
+    copy_tangents(out, out_alias, below);
     const Ctx c(inputs.data(), &out_alias, extras, info.data(), nullptr, inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];
@@ -146,7 +148,7 @@ void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* e
     }
     Tensor t;
     {
-      VisibleLevels below(li);
+      VisibleLevels only_below(below);
       t = run_jvp(c, tangents);
     }
     set_tangent(out, level, std::move(t));
@@ -211,7 +213,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;
-  if (tls_mode.dual_levels > 0)
+  if (tls_mode.dual_visible != 0)
     for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
   Saver saver;

@@ -12,10 +12,12 @@ namespace adjoint {
 namespace {
 std::atomic<uint64_t> next_level_id{1};
 
-// The innermost visible level, for make_dual, unpack_dual and Tensor::tangent().
-bool innermost_level(uint64_t& id) {
-  if (tls_mode.dual_levels == 0) return false;
-  id = tls_mode.dual_level_ids[tls_mode.dual_levels - 1];
+// The innermost visible level (its stack index and id), for make_dual, unpack_dual and
+// Tensor::tangent().
+bool innermost_level(int& index, uint64_t& id) {
+  if (tls_mode.dual_visible == 0) return false;
+  index = 31 - __builtin_clz(tls_mode.dual_visible);
+  id = tls_mode.dual_level_ids[index];
   return true;
 }
 }  // namespace
@@ -33,8 +35,9 @@ void set_tangent(const Tensor& t, uint64_t level, Tensor value) {
   slots.push_back({level, std::move(value)});
 }
 
-void copy_tangents_below(const Tensor& from, const Tensor& to, int below) {
-  for (int i = 0; i < below; ++i) {
+void copy_tangents(const Tensor& from, const Tensor& to, uint32_t levels) {
+  for (int i = 0; i < tls_mode.dual_levels_open; ++i) {
+    if (!((levels >> i) & 1u)) continue;
     const uint64_t level = tls_mode.dual_level_ids[i];
     if (const Tensor* t = tangent_at(from, level)) set_tangent(to, level, *t);
   }
@@ -42,21 +45,26 @@ void copy_tangents_below(const Tensor& from, const Tensor& to, int below) {
 
 }  // namespace detail
 
+// A new level is visible even inside a NoForwardGradGuard or a JVP rule, where the levels
+// below it stay hidden: a function transform used there works on its own level.
 DualLevel::DualLevel() {
-  ADJOINT_CHECK(tls_mode.dual_levels == tls_mode.dual_levels_open, Autograd, "DualLevel",
-                "a dual level cannot be opened inside a JVP rule or a NoForwardGradGuard");
   ADJOINT_CHECK(tls_mode.dual_levels_open < kMaxDualLevels, NotImplemented, "DualLevel",
                 "dual levels nest at most ", kMaxDualLevels, " deep");
   id_ = next_level_id.fetch_add(1, std::memory_order_relaxed);
-  tls_mode.dual_level_ids[tls_mode.dual_levels_open] = id_;
-  tls_mode.dual_levels = ++tls_mode.dual_levels_open;
+  const int index = tls_mode.dual_levels_open++;
+  tls_mode.dual_level_ids[index] = id_;
+  tls_mode.dual_visible |= 1u << index;
 }
 
-DualLevel::~DualLevel() { tls_mode.dual_levels = --tls_mode.dual_levels_open; }
+DualLevel::~DualLevel() {
+  const int index = --tls_mode.dual_levels_open;
+  tls_mode.dual_visible &= ~(1u << index);
+}
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
+  int index = 0;
   uint64_t level = 0;
-  ADJOINT_CHECK(innermost_level(level), Autograd, "make_dual",
+  ADJOINT_CHECK(innermost_level(index, level), Autograd, "make_dual",
                 "make_dual needs an active DualLevel");
   ADJOINT_CHECK(primal.defined() && tangent.defined(), Value, "make_dual",
                 "primal and tangent must be defined");
@@ -66,7 +74,7 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
                 "make_dual", "tangent ", describe(tangent), " does not match primal ",
                 describe(primal));
   Tensor dual = detail::alias_with_history(primal);
-  detail::copy_tangents_below(primal, dual, tls_mode.dual_levels - 1);
+  detail::copy_tangents(primal, dual, detail::levels_below(index));
   detail::set_tangent(dual, level, tangent);
   return dual;
 }
@@ -74,13 +82,17 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
 std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual) {
   Tensor primal = detail::alias_with_history(dual);
   // The primal keeps its tangents of the outer levels: it is still a dual number there.
-  detail::copy_tangents_below(dual, primal, tls_mode.dual_levels - 1);
+  int index = 0;
+  uint64_t level = 0;
+  if (innermost_level(index, level))
+    detail::copy_tangents(dual, primal, detail::levels_below(index));
   return {primal, dual.tangent()};
 }
 
 Tensor Tensor::tangent() const {
+  int index = 0;
   uint64_t level = 0;
-  if (!innermost_level(level)) return {};
+  if (!innermost_level(index, level)) return {};
   const Tensor* t = detail::tangent_at(*this, level);
   return t ? *t : Tensor();
 }

@@ -2,9 +2,9 @@
 //
 // Note [Nested dual levels]
 // Each DualLevel gets a process-wide unique id; a tensor keeps one tangent per level
-// (AutogradMeta::tangents). The open levels form a stack, tls_mode.dual_level_ids, of which
-// the first tls_mode.dual_levels are visible. An op computes the output's tangent of level i
-// by running its JVP rule with only the levels below i visible: the rule's own ops then
+// (AutogradMeta::tangents). The open levels form a stack, tls_mode.dual_level_ids, and the
+// bits of tls_mode.dual_visible say which of them propagate. An op computes the output's
+// tangent of level i by running its JVP rule with only the visible levels below i: its ops then
 // propagate the outer tangents, so the inner tangent carries its derivative with respect to
 // every outer level (jvp of jvp gives second derivatives), while the rule never sees
 // tangents of its own level or inner ones (no perturbation confusion). A tangent of a level
@@ -25,26 +25,30 @@ inline const Tensor* tangent_at(const Tensor& t, uint64_t level) {
   return nullptr;
 }
 
+inline bool level_visible(int i) { return (tls_mode.dual_visible >> i) & 1u; }
+/// The visibility bits of the levels below stack index i.
+inline uint32_t levels_below(int i) { return tls_mode.dual_visible & ((1u << i) - 1u); }
+
 /// Whether `t` has a tangent at any visible level.
 inline bool has_visible_tangent(const Tensor& t) {
   if (!t.defined() || !t.impl()->autograd || t.impl()->autograd->tangents.empty()) return false;
-  for (int i = 0; i < tls_mode.dual_levels; ++i)
-    if (tangent_at(t, tls_mode.dual_level_ids[i])) return true;
+  for (int i = 0; i < tls_mode.dual_levels_open; ++i)
+    if (level_visible(i) && tangent_at(t, tls_mode.dual_level_ids[i])) return true;
   return false;
 }
 
 /// Sets (or replaces) the tangent of `t` at `level`.
 void set_tangent(const Tensor& t, uint64_t level, Tensor value);
 
-/// Copies onto `to` the tangents `from` has at the visible levels below `below` (an index
-/// into the level stack), so that an alias keeps its outer derivatives.
-void copy_tangents_below(const Tensor& from, const Tensor& to, int below);
+/// Copies onto `to` the tangents `from` has at the levels whose bits are set in `levels`, so
+/// that an alias keeps its outer derivatives.
+void copy_tangents(const Tensor& from, const Tensor& to, uint32_t levels);
 
-/// Shows only the first `visible` dual levels while alive.
+/// Makes only the levels whose bits are set in `visible` propagate while alive.
 struct VisibleLevels {
-  int prev = tls_mode.dual_levels;
-  explicit VisibleLevels(int visible) { tls_mode.dual_levels = visible; }
-  ~VisibleLevels() { tls_mode.dual_levels = prev; }
+  uint32_t prev = tls_mode.dual_visible;
+  explicit VisibleLevels(uint32_t visible) { tls_mode.dual_visible = visible; }
+  ~VisibleLevels() { tls_mode.dual_visible = prev; }
   VisibleLevels(const VisibleLevels&) = delete;
   VisibleLevels& operator=(const VisibleLevels&) = delete;
 };

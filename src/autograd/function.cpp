@@ -170,7 +170,8 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
   st.to_save.clear();
 
   // Forward mode through the custom function, level by level (Note [Nested dual levels]).
-  for (int li = 0; li < tls_mode.dual_levels; ++li) {
+  for (int li = 0; li < tls_mode.dual_levels_open; ++li) {
+    if (!detail::level_visible(li)) continue;
     const uint64_t level = tls_mode.dual_level_ids[li];
     bool any_tangent = false;
     for (const Tensor& x : inputs) any_tangent |= detail::tangent_at(x, level) != nullptr;
@@ -189,7 +190,7 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
     }
     std::vector<Tensor> out_t;
     {
-      detail::VisibleLevels below(li);
+      detail::VisibleLevels below(detail::levels_below(li));
       out_t = jvp(*ctx, std::move(tangents));
     }
     ADJOINT_CHECK(out_t.size() == outputs.size(), Value, name, "jvp returned ", out_t.size(),

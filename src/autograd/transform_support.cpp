@@ -56,7 +56,7 @@ bool graph_reaches_outside(const std::vector<Tensor>& outputs,
 
 Tensor detach_keep_tangents(const Tensor& t) {
   Tensor d = t.detach();
-  copy_tangents_below(t, d, tls_mode.dual_levels);
+  copy_tangents(t, d, tls_mode.dual_visible);
   return d;
 }
 

@@ -10,10 +10,12 @@ thread_local ModeState tls_mode;
 bool is_grad_enabled() { return tls_mode.grad_enabled; }
 void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }
 bool is_inference_mode() { return tls_mode.inference; }
-bool is_forward_grad_enabled() { return tls_mode.dual_levels > 0; }
+bool is_forward_grad_enabled() { return tls_mode.dual_visible != 0; }
 
-NoForwardGradGuard::NoForwardGradGuard() : prev_(tls_mode.dual_levels) { tls_mode.dual_levels = 0; }
-NoForwardGradGuard::~NoForwardGradGuard() { tls_mode.dual_levels = prev_; }
+NoForwardGradGuard::NoForwardGradGuard() : prev_(tls_mode.dual_visible) {
+  tls_mode.dual_visible = 0;
+}
+NoForwardGradGuard::~NoForwardGradGuard() { tls_mode.dual_visible = prev_; }
 
 InferenceMode::InferenceMode()
     : prev_grad_(tls_mode.grad_enabled), prev_inference_(tls_mode.inference) {

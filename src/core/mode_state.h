@@ -7,15 +7,16 @@
 namespace adjoint {
 
 /// Dual levels nest at most this deep (each transform such as jvp or jacfwd opens one).
-constexpr int kMaxDualLevels = 32;
+constexpr int kMaxDualLevels = 32;  // one bit each in ModeState::dual_visible
 
 struct ModeState {
   bool grad_enabled = true;
   bool inference = false;
-  /// Dual levels whose tangents propagate: dual_level_ids[0 .. dual_levels). A JVP rule of
-  /// level i runs with only the levels below i visible (see src/autograd/forward_ad.h).
-  int dual_levels = 0;
-  /// Dual levels open, visible or not (DualLevel guards alive).
+  /// Bit i set: the dual level dual_level_ids[i] propagates tangents. A JVP rule of level i
+  /// runs with only the visible levels below i (see src/autograd/forward_ad.h);
+  /// NoForwardGradGuard clears them all. Zero means forward mode is off (the hot-path test).
+  uint32_t dual_visible = 0;
+  /// Dual levels open, visible or not (DualLevel guards alive): dual_level_ids[0 .. open).
   int dual_levels_open = 0;
   uint64_t dual_level_ids[kMaxDualLevels] = {};
 };

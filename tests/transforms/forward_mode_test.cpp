@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "adjoint/tensor_impl.h"
 #include "support/expect.h"
 
 namespace {
@@ -104,13 +105,38 @@ TEST(ForwardGradModes, NoForwardGradLeavesReverseModeOn) {
   EXPECT_FALSE(y.tangent().defined());
   y.sum().backward();
   expect_values(x.grad(), {std::exp(0.5)});
-  expect_error(
-      [] {
-        DualLevel l;
-        NoForwardGradGuard off;
-        DualLevel inner;
-      },
-      ErrorKind::Autograd, {"DualLevel", "NoForwardGradGuard"});
+}
+
+TEST(ForwardGradModes, LevelOpenedWhileForwardGradIsOffWorksOnItsOwn) {
+  DualLevel outer;
+  Tensor x = make_dual(f64({0.5}), f64({3.0}));
+  NoForwardGradGuard off;
+  DualLevel inner;  // visible, while the outer level stays hidden
+  Tensor y = exp(make_dual(x, f64({2.0})));
+  expect_values(y.tangent(), {2 * std::exp(0.5)});
+  EXPECT_EQ(y.impl()->autograd->tangents.size(), 1u)
+      << "the hidden outer level must not have propagated";
+}
+
+// A custom function whose forward uses a transform (which opens a dual level of its own).
+struct ExpViaJvp : Function<ExpViaJvp> {
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
+    Tensor e = jvp([](const Tensor& z) { return exp(z); }, x, ones_like(x)).tangents;
+    ctx.save_for_backward({e});
+    return e;
+  }
+  static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
+    return {g[0] * ctx.get_saved()[0]};
+  }
+  static std::string name() { return "ExpViaJvp"; }
+};
+
+TEST(ForwardGradModes, TransformInsideCustomFunctionForward) {
+  Tensor x = tensor({0.25}, TensorOptions(DType::Float64).requires_grad(true));
+  Tensor y = ExpViaJvp::apply(x);
+  expect_values(y, {std::exp(0.25)});
+  y.sum().backward();
+  expect_values(x.grad(), {std::exp(0.25)});
 }
 
 struct Square : Function<Square> {
