@@ -217,7 +217,8 @@ struct Function {
 
 /// While alive, ops propagate the tangents of dual tensors through their JVP rules. Levels
 /// nest: a tangent of an inner level carries its own tangents of the outer levels, so a jvp
-/// inside a jvp computes second derivatives. Tangents of a closed level are dropped.
+/// inside a jvp computes second derivatives. Tangents of a closed level are never read again
+/// (they stay in memory until their tensor dies).
 class DualLevel {
  public:
   DualLevel();

@@ -94,8 +94,8 @@ struct LayerNorm {
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor& tw, const Tensor& tb) const {
     const Tensor& x = c.input(0);
     const Tensor& w = c.input(1);
-    const Tensor& mu = c.saved(0);
-    const Tensor& rstd = c.saved(1);
+    // Recomputed with ops under nested forward mode or a recorded JVP (see the Note above).
+    const auto [mu, rstd] = stats(c);
     Tensor xhat = (x - mu) * rstd;
     Tensor t = rstd * (tx - mean(tx, norm_dims, true) - xhat * mean(tx * xhat, norm_dims, true));
     if (w.defined()) t = t * w;

@@ -39,7 +39,12 @@ Traced trace(const ListFn& f, const std::vector<Tensor>& primals, const std::vec
     }
     t.outputs = f(xs);
   }
-  t.create_graph = recording && graph_reaches_outside(t.outputs, t.own, first_seq);
+  // The outputs' tangents count too: under jvp of grad, a tangent that an outer transform
+  // differentiates (it requires grad) makes the gradient's tangent depend on it.
+  std::vector<Tensor> reach = t.outputs;
+  for (const Tensor& y : t.outputs)
+    if (y.defined() && y.tangent().defined()) reach.push_back(y.tangent());
+  t.create_graph = recording && graph_reaches_outside(reach, t.own, first_seq);
   return t;
 }
 
@@ -63,8 +68,11 @@ std::vector<Tensor> gradients(const Traced& t, const std::vector<Tensor>& output
     gs.push_back(seeds[i]);
   }
   if (ys.empty()) return std::vector<Tensor>(t.own.size());
-  return autograd::grad(ys, t.own, gs, retain || t.create_graph, t.create_graph,
-                        /*allow_unused=*/true);
+  // A cotangent an outer transform differentiates (a pullback inside grad) needs the backward
+  // recorded as well.
+  bool create = t.create_graph;
+  for (const Tensor& g : gs) create = create || (g.defined() && g.requires_grad());
+  return autograd::grad(ys, t.own, gs, retain || create, create, /*allow_unused=*/true);
 }
 
 Tensor zero_or_throw(const Tensor& primal, int argnum, Unused unused, const char* op) {

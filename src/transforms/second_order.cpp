@@ -41,7 +41,10 @@ std::vector<Tensor> hvp_reverse_over_reverse(const ListFn& f, const std::vector<
       Tensor term = (g[i] * tangents[i]).sum();
       s = s.defined() ? s + term : term;
     }
-    if (s.defined()) hv = autograd::grad({s}, xs, {}, outer, outer, true);
+    // The direction v counts as well: an outer transform may differentiate H v with respect
+    // to it (jacrev of hvp gives H).
+    const bool record = outer || (recording && graph_reaches_outside({s}, xs, first_seq));
+    if (s.defined()) hv = autograd::grad({s}, xs, {}, record, record, true);
   }
   for (std::size_t i = 0; i < hv.size(); ++i)
     if (!hv[i].defined()) hv[i] = zeros_like(primals[i]);

@@ -268,3 +268,46 @@ TEST(Transforms, Float32Works) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace adjoint;
+using adjoint::testing::expect_values;
+
+// Derivatives with respect to directions and cotangents, which live outside the traced
+// primal graph: jacrev of hvp is the Hessian (both modes), the gradient of a pullback with
+// respect to its cotangent is the Jacobian's transpose applied, and the gradient of
+// <jvp of grad, u> with respect to the tangent is H u.
+TEST(Transforms, DerivativesWithRespectToDirections) {
+  auto f = [](const Tensor& x) { return (x * x * x).sum(); };  // H = diag(6x)
+  const Tensor x = tensor({1.0, 2.0}, DType::Float64);
+  const Tensor v0 = tensor({0.5, -1.0}, DType::Float64);
+  expect_values(jacrev([&](const Tensor& v) { return hvp(f, x, v); })(v0), {6.0, 0.0, 0.0, 12.0});
+  expect_values(
+      jacrev([&](const Tensor& v) { return hvp(f, x, v, HvpMode::ReverseOverReverse); })(v0),
+      {6.0, 0.0, 0.0, 12.0});
+  const Tensor w = tensor({2.0, -3.0}, DType::Float64);
+  auto lin = [](const Tensor& z) { return z * 3; };
+  expect_values(grad([&](const Tensor& u) { return (vjp(lin, x).pullback(u) * w).sum(); })(v0),
+                {6.0, -9.0});
+  const Tensor u = tensor({1.0, 1.0}, DType::Float64);
+  auto directional = [&](const Tensor& v) {
+    return (jvp([&](const Tensor& z) { return grad(f)(z); }, x, v).tangents * u).sum();
+  };
+  expect_values(grad(directional)(v0), {6.0, 12.0});
+}
+
+// Second order by forward over forward through layer_norm, whose JVP must not treat its
+// saved statistics as constants: jvp of jvp equals vᵀ H v from hvp.
+TEST(Transforms, ForwardOverForwardThroughLayerNorm) {
+  Generator gen(4);
+  const Tensor x = randn({2, 5}, DType::Float64, &gen), v = randn({2, 5}, DType::Float64, &gen);
+  const Tensor c = randn({2, 5}, DType::Float64, &gen);
+  auto f = [&](const Tensor& z) { return (layer_norm(z, {5}) * c).sum(); };
+  auto first = [&](const Tensor& z) { return jvp(f, z, v).tangents; };
+  const double fwd_fwd = jvp(first, x, v).tangents.item<double>();
+  const double hv = (hvp(f, x, v) * v).sum().item<double>();
+  EXPECT_NEAR(fwd_fwd, hv, 1e-10);
+}
+
+}  // namespace
