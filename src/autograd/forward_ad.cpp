@@ -12,6 +12,23 @@ namespace adjoint {
 namespace {
 std::atomic<uint64_t> next_level_id{1};
 
+// What each open level (by stack index) wrote a tangent into; see Note [Closing a dual level].
+struct LevelRecord {
+  std::vector<std::weak_ptr<TensorImpl>> tensors;
+  std::vector<std::weak_ptr<std::vector<TangentSlot>>> copies;
+};
+thread_local std::vector<LevelRecord> tls_records;
+
+int stack_index_of(uint64_t level) {
+  for (int i = tls_mode.dual_levels_open - 1; i >= 0; --i)
+    if (tls_mode.dual_level_ids[i] == level) return i;
+  return -1;
+}
+
+void erase_level(std::vector<TangentSlot>& slots, uint64_t level) {
+  std::erase_if(slots, [level](const TangentSlot& s) { return s.level == level; });
+}
+
 // The innermost visible level (its stack index and id), for make_dual, unpack_dual and
 // Tensor::tangent().
 bool innermost_level(int& index, uint64_t& id) {
@@ -33,6 +50,15 @@ void set_tangent(const Tensor& t, uint64_t level, Tensor value) {
     }
   }
   slots.push_back({level, std::move(value)});
+  const int index = stack_index_of(level);
+  if (index >= 0) tls_records[index].tensors.push_back(t.impl_ptr());
+}
+
+void track_tangent_copy(const std::shared_ptr<std::vector<TangentSlot>>& slots) {
+  for (const TangentSlot& s : *slots) {
+    const int index = stack_index_of(s.level);
+    if (index >= 0) tls_records[index].copies.push_back(slots);
+  }
 }
 
 void copy_tangents(const Tensor& from, const Tensor& to, uint32_t levels) {
@@ -54,11 +80,21 @@ DualLevel::DualLevel() {
   const int index = tls_mode.dual_levels_open++;
   tls_mode.dual_level_ids[index] = id_;
   tls_mode.dual_visible |= 1u << index;
+  if (tls_records.size() <= static_cast<std::size_t>(index)) tls_records.resize(index + 1);
 }
 
 DualLevel::~DualLevel() {
   const int index = --tls_mode.dual_levels_open;
   tls_mode.dual_visible &= ~(1u << index);
+  // Move the record out first: dropping tangents may destroy tensors and nodes, whose
+  // destructors must not see a half-cleared record.
+  LevelRecord record = std::move(tls_records[index]);
+  tls_records[index] = LevelRecord{};
+  for (auto& weak : record.copies)
+    if (auto slots = weak.lock()) erase_level(*slots, id_);
+  for (auto& weak : record.tensors)
+    if (auto impl = weak.lock())
+      if (impl->autograd) erase_level(impl->autograd->tangents, id_);
 }
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {

@@ -8,8 +8,17 @@
 // propagate the outer tangents, so the inner tangent carries its derivative with respect to
 // every outer level (jvp of jvp gives second derivatives), while the rule never sees
 // tangents of its own level or inner ones (no perturbation confusion). A tangent of a level
-// that has been closed is simply never looked up again.
+// that has been closed is never looked up again, and is dropped: see below.
+//
+// Note [Closing a dual level]
+// A level remembers (weakly) every tensor and every saved-output copy that got a tangent of
+// it, and erases those slots when it closes, as PyTorch does. Besides freeing the memory,
+// this breaks the reference cycle a recorded tangent of a saved output makes with its node
+// (Note [Tangents of saved outputs]) when no backward ever runs through it.
 #pragma once
+
+#include <memory>
+#include <vector>
 
 #include "adjoint/tensor.h"
 #include "adjoint/tensor_impl.h"
@@ -39,6 +48,10 @@ inline bool has_visible_tangent(const Tensor& t) {
 
 /// Sets (or replaces) the tangent of `t` at `level`.
 void set_tangent(const Tensor& t, uint64_t level, Tensor value);
+
+/// Remembers a copy of tangent slots (a saved output's) so that closing a level drops that
+/// level's slot from it as well. See Note [Closing a dual level].
+void track_tangent_copy(const std::shared_ptr<std::vector<TangentSlot>>& slots);
 
 /// Copies onto `to` the tangents `from` has at the levels whose bits are set in `levels`, so
 /// that an alias keeps its outer derivatives.

@@ -18,6 +18,8 @@
 // cycle, broken when backward runs through the node without retain_graph (release()).
 #include "autograd/saved_tensor.h"
 
+#include "autograd/forward_ad.h"
+
 #include <vector>
 
 #include "adjoint/detail/pool.h"
@@ -79,7 +81,10 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   dtype_ = impl.dtype;
   requires_grad_ = t.requires_grad();
   if (is_output) output_nr_ = impl.autograd ? impl.autograd->output_nr : 0;
-  if ((is_output || !tls_hooks.empty()) && impl.autograd) tangents_ = impl.autograd->tangents;
+  if ((is_output || !tls_hooks.empty()) && impl.autograd && !impl.autograd->tangents.empty()) {
+    tangents_ = std::make_shared<std::vector<TangentSlot>>(impl.autograd->tangents);
+    detail::track_tangent_copy(tangents_);
+  }
   if (!tls_hooks.empty()) {
     HookPair& hooks = tls_hooks.back();
     if (!is_output && requires_grad_) edge_ = autograd::gradient_edge(t);
@@ -123,7 +128,7 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
 }
 
 Tensor SavedTensor::with_tangents(Tensor t) const {
-  if (!tangents_.empty()) t.impl()->meta().tangents = tangents_;
+  if (tangents_ && !tangents_->empty()) t.impl()->meta().tangents = *tangents_;
   return t;
 }
 
@@ -131,7 +136,7 @@ void SavedTensor::release() {
   data_ = Tensor();
   packed_.reset();
   edge_ = Edge();
-  tangents_.clear();
+  tangents_.reset();
   released_ = true;
 }
 

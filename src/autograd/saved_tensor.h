@@ -42,7 +42,8 @@ class SavedTensor {
   uint64_t saved_version_ = 0;
   // Forward-mode tangents of what was saved, when the handle itself is not kept (outputs, and
   // anything a pack hook took): forward-over-reverse needs them in backward.
-  std::vector<TangentSlot> tangents_;
+  // Shared so that closing a dual level can drop its slots here too (forward_ad.h).
+  std::shared_ptr<std::vector<TangentSlot>> tangents_;
   Edge edge_;               // an input's gradient edge (when packed by a hook)
   uint32_t output_nr_ = 0;  // for outputs: which output of the owner node
   Shape shape_;

@@ -182,3 +182,29 @@ TEST(NestedDualLevels, CustomFunctionWithoutJvpIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace adjoint;
+
+// exp saves its output; with w requiring grad the output's tangent is recorded and reaches
+// the node again (Note [Tangents of saved outputs]). Closing the level must break that cycle
+// even though no backward ever runs: the node dies with the last tensor that uses it.
+TEST(NestedDualLevels, ClosingALevelFreesRecordedTangentsOfSavedOutputs) {
+  Tensor w = tensor({0.5, 1.5}, TensorOptions(DType::Float64).requires_grad(true));
+  const Tensor x = tensor({1.0, 2.0}, DType::Float64), v = tensor({1.0, 1.0}, DType::Float64);
+  std::weak_ptr<Node> node;
+  {
+    auto f = [&](const Tensor& z) {
+      Tensor y = exp(z * w);
+      node = y.grad_fn();
+      return y;
+    };
+    auto r = jvp(f, x, v);
+    EXPECT_FALSE(node.expired());
+    EXPECT_TRUE(r.tangents.requires_grad()) << "the tangent should be recorded here";
+  }
+  EXPECT_TRUE(node.expired()) << "a reference cycle kept the exp node alive";
+}
+
+}  // namespace
