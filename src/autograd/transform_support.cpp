@@ -36,12 +36,21 @@ Tensor fresh_input(const Tensor& x) {
 
 bool graph_reaches_outside(const std::vector<Tensor>& outputs,
                            const std::vector<Tensor>& own_inputs, uint64_t first_seq) {
+  // A leaf's AccumulateGrad is made on demand and held weakly by the leaf: keep the edges
+  // (and so the nodes) alive while their addresses are in use.
+  std::vector<Edge> keep;
   std::unordered_set<const Node*> own, seen;
-  for (const Tensor& x : own_inputs)
-    if (x.requires_grad()) own.insert(autograd::gradient_edge(x).node.get());
+  for (const Tensor& x : own_inputs) {
+    if (!x.requires_grad()) continue;
+    keep.push_back(autograd::gradient_edge(x));
+    own.insert(keep.back().node.get());
+  }
   std::vector<const Node*> stack;
-  for (const Tensor& y : outputs)
-    if (y.defined() && y.requires_grad()) stack.push_back(autograd::gradient_edge(y).node.get());
+  for (const Tensor& y : outputs) {
+    if (!y.defined() || !y.requires_grad()) continue;
+    keep.push_back(autograd::gradient_edge(y));
+    stack.push_back(keep.back().node.get());
+  }
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
