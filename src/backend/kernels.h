@@ -58,8 +58,9 @@ Tensor unary(Unary kind, const Tensor& x, double a = 0, double b = 0);
 void unary_into(Unary kind, const Tensor& out, const Tensor& x, double a = 0, double b = 0);
 
 // Binary kinds; both operands have the same dtype and broadcast. Comparisons give bool.
-// TanhBackward(gy, y) = gy (1 - y^2), SigmoidBackward(gy, y) = gy y (1 - y) and
-// ReluBackward(gy, y) = gy [y > 0]: the fused gradients of the common activations.
+// TanhBackward(gy, y) = gy (1 - y^2), SigmoidBackward(gy, y) = gy y (1 - y),
+// ReluBackward(gy, y) = gy [y > 0], GeluTanhBackward(gy, x) = gy gelu_tanh'(x) and
+// GeluErfBackward(gy, x) = gy gelu'(x): the fused gradients of the common activations.
 enum class Binary {
   Add,
   Sub,
@@ -71,7 +72,9 @@ enum class Binary {
   TanhBackward,
   SigmoidBackward,
   ReluBackward,
-  Eq,
+  GeluTanhBackward,
+  GeluErfBackward,
+  Eq,  // first of the kinds that give bool
   Ne,
   Lt,
   Le,
@@ -120,6 +123,10 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
 
 /// Numerically stable softmax (or log-softmax) along dim.
 Tensor softmax(const Tensor& x, int64_t dim, bool log);
+/// The gradient of softmax (log = false) or log-softmax along dim given its output y:
+/// y (gy - sum(gy y)), or gy - exp(y) sum(gy). gy and y share a dtype and broadcast; the result
+/// has the broadcast shape and `dim` is wrapped against it.
+Tensor softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim, bool log);
 
 // Factories and random fills (contiguous dst).
 void arange(const Tensor& dst, double start, double step);

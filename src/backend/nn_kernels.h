@@ -1,7 +1,8 @@
-// Fused kernels for the nn functions: softmax cross-entropy from logits and layer norm
-// forward. Like the kernels in kernels.h they see plain tensors (no autograd), accept any
-// strides on input and allocate contiguous outputs. Backward rules live in src/ops/ and are
-// written with differentiable ops, not with kernels from here.
+// Fused kernels for the nn functions: softmax cross-entropy from logits and layer norm, each
+// forward and the gradient with respect to its main input. Like the kernels in kernels.h they see
+// plain tensors (no autograd), accept any strides on input and allocate contiguous outputs. The
+// gradient kernels are the forwards of differentiable primitives in src/ops/, whose own rules are
+// written with ops.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,12 @@ struct CrossEntropyForward {
 /// checked, reported as "cross_entropy").
 CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index);
 
+/// The gradient of per-row softmax cross-entropy with respect to the logits [N, C]:
+/// (softmax(logits[i]) - one_hot(target[i])) * g[i], and 0 on rows whose target is
+/// ignore_index. g is [N] with the logits' dtype; targets must be in range (check_class_targets).
+Tensor cross_entropy_backward(const Tensor& g, const Tensor& logits, const Tensor& target,
+                              int64_t ignore_index);
+
 struct LayerNormForward {
   Tensor y;     ///< x's shape: (x - mean) * rstd * weight + bias
   Tensor mean;  ///< x's leading dims, then 1 for each normalized dim (keepdim form)
@@ -33,5 +40,11 @@ struct LayerNormForward {
 /// undefined or shaped like those trailing dims, with x's dtype.
 LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight,
                             const Tensor& bias, double eps);
+/// The input gradient of layer norm given mean and rstd (as layer_norm returns them, or any
+/// tensors of that shape): with x̂ = (x - mean) rstd and g = gy weight (gy without weight),
+/// rstd (g - mean(g) - x̂ mean(g x̂)), means over the trailing `normalized_dims` dims. gy has x's
+/// shape; weight is undefined or shaped like the trailing dims; all share x's dtype.
+Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, int64_t normalized_dims);
 
 }  // namespace adjoint::kernels

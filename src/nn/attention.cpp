@@ -1,7 +1,8 @@
-// nn::CausalSelfAttention. Every reshaping step is a view: the qkv output [B, T, 3d] is seen
-// as [B, T, 3, H, hd] and q, k, v are selected and transposed to [B, H, T, hd] without a copy
-// (the batched gemm reads their strides directly). The only copy is merging the heads back
-// into [B, T, d] for proj, which needs contiguous rows.
+// nn::CausalSelfAttention. q, k and v are the three row blocks of the qkv layer applied
+// separately (see Note [Attention projections]); every reshaping step after that is a view
+// ([B, T, d] seen as [B, T, H, hd] and transposed to [B, H, T, hd]: the batched gemm reads the
+// strides directly). The only copy is merging the heads back into [B, T, d] for proj, which
+// needs contiguous rows.
 #include "adjoint/nn/attention.h"
 
 #include <cmath>
@@ -39,13 +40,28 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   ADJOINT_CHECK(T <= context_, Shape, op, "sequence length ", T, " exceeds the context ", context_,
                 " the mask was built for: ", describe(x));
 
-  Tensor parts = qkv->forward(x).view({B, T, 3, heads_, hd});
-  // Scaling q (B·H·T·hd elements) rather than the scores (B·H·T·T) is the same product with
-  // less work whenever hd < T; 1/sqrt(hd) is a power of two for the usual head sizes, so it
-  // is even bitwise the same.
-  Tensor q = parts.select(2, 0).transpose(1, 2) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  Tensor k = parts.select(2, 1).transpose(1, 2);
-  Tensor v = parts.select(2, 2).transpose(1, 2);
+  // Note [Attention projections]
+  // q | k | v = split(qkv(x)) is computed as three linear ops on views of qkv's weight and
+  // bias rows [i d, (i + 1) d): the same products, same FLOPs. Split outputs would each send
+  // back a gradient scattered into zeros of the whole [B, T, 3d] output, and the engine would
+  // add the three; this way backward only sums three [B, T, d] input gradients and scatters
+  // the small [d, d] weight blocks.
+  auto project = [&](int64_t i, double scale) {
+    Tensor w = qkv->weight.narrow(0, i * d_, d_);
+    Tensor b = qkv->bias.defined() ? qkv->bias.narrow(0, i * d_, d_) : Tensor();
+    if (scale != 1) {
+      w = w * scale;
+      if (b.defined()) b = b * scale;
+    }
+    return linear(x, w, b).view({B, T, heads_, hd}).transpose(1, 2);  // [B, H, T, hd]
+  };
+  // The 1/sqrt(hd) of the scores is folded into q's weight and bias rows (d·d + d elements)
+  // rather than applied to the scores (B·H·T·T) or to q (B·T·d): the same product with less
+  // work. 1/sqrt(hd) is a power of two for the usual head sizes, so it is even bitwise the
+  // same.
+  Tensor q = project(0, 1.0 / std::sqrt(static_cast<double>(hd)));
+  Tensor k = project(1, 1);
+  Tensor v = project(2, 1);
 
   Tensor scores = matmul(q, k.transpose(-2, -1));  // [B, H, T, T]
   const Tensor m = T == context_ ? mask : mask.slice(0, 0, T).slice(1, 0, T);

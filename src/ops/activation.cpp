@@ -1,6 +1,7 @@
 // Activations: relu, leaky_relu, sigmoid, gelu (erf and tanh forms), silu, softplus, clamp.
-// Each has its own forward kernel (one pass over memory) and pointwise derivative factor
-// written with ops, so VJP = gy * f'(x) and JVP = tx * f'(x).
+// Each has its own forward kernel (one pass over memory) and a pointwise derivative factor, so
+// VJP = gy * f'(x) and JVP = tx * f'(x): a fused gradient primitive for relu, sigmoid and gelu
+// (relu_backward, sigmoid_backward, gelu_backward), a factor written with ops for the others.
 #include <cmath>
 
 #include "adjoint/error.h"
@@ -77,7 +78,47 @@ struct Sigmoid {
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sigmoid_backward(tx, c.output()); }
 };
 
-struct Gelu : Pointwise<Gelu> {
+// gelu''(x) written with ops, for the derivatives of gelu_backward.
+Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
+  if (approximate == GeluApproximation::None) {
+    // d/dx (Φ(x) + x φ(x)) = 2 φ(x) + x φ'(x) = φ(x) (2 - x^2)
+    Tensor pdf = exp(x.square() * -0.5) * (M_2_SQRTPI * M_SQRT1_2 * 0.5);
+    return pdf * (2 - x.square());
+  }
+  // t = tanh(k (x + c x^3)), w = dt/dx / (1 - t^2) = k (1 + 3 c x^2):
+  // d/dx (0.5 (1 + t) + 0.5 x (1 - t^2) w) = (1 - t^2) (w - x t w^2 + 3 k c x^2)
+  const double k = 0.7978845608028654, c = 0.044715;
+  Tensor x2 = x.square();
+  Tensor t = tanh((x + x * x2 * c) * k);
+  Tensor w = (x2 * (3 * c) + 1) * k;
+  return (1 - t.square()) * (w - x * t * w.square() + x2 * (3 * k * c));
+}
+
+// gelu_backward(gy, x) = gy gelu'(x) in one kernel: linear in gy (d/dgy = gelu'(x)), and
+// d/dx = gy gelu''(x), written with ops.
+struct GeluBackward {
+  static constexpr const char* name = "gelu_backward";
+  static constexpr Save save = Save::Inputs;
+  GeluApproximation approximate;
+  Tensor forward(const Tensor& gy, const Tensor& x) const {
+    return kernels::binary(
+        approximate == GeluApproximation::Tanh ? Binary::GeluTanhBackward : Binary::GeluErfBackward,
+        gy, x);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& x = c.input(1);
+    return {c.needs_grad(0) ? gelu_backward(g, x, approximate) : Tensor(),
+            c.needs_grad(1) ? g * gy * gelu_second_derivative(x, approximate) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor& t_x) const {
+    const Tensor& x = c.input(1);
+    return gelu_backward(t_gy, x, approximate) +
+           c.input(0) * gelu_second_derivative(x, approximate) * t_x;
+  }
+};
+
+struct Gelu {
   static constexpr const char* name = "gelu";
   static constexpr Save save = Save::Inputs;
   GeluApproximation approximate;
@@ -85,20 +126,13 @@ struct Gelu : Pointwise<Gelu> {
     return kernels::unary(approximate == GeluApproximation::Tanh ? Unary::GeluTanh : Unary::GeluErf,
                           x);
   }
-  Tensor factor(const Ctx& c) const {
-    const Tensor& x = c.input(0);
-    if (approximate == GeluApproximation::None) {
-      // d/dx x Φ(x) = Φ(x) + x φ(x)
-      Tensor cdf = (erf(x * M_SQRT1_2) + 1) * 0.5;
-      Tensor pdf = exp(x.square() * -0.5) * (M_2_SQRTPI * M_SQRT1_2 * 0.5);
-      return cdf + x * pdf;
-    }
-    // u = k (x + 0.044715 x^3), t = tanh(u):
-    // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
-    const double k = 0.7978845608028654;
-    Tensor x2 = x.square();
-    Tensor t = tanh((x + x * x2 * 0.044715) * k);
-    return (t + 1) * 0.5 + x * (1 - t.square()) * (x2 * (3 * 0.044715) + 1) * (0.5 * k);
+  // erf form: d/dx x Φ(x) = Φ(x) + x φ(x); tanh form, u = k (x + 0.044715 x^3), t = tanh(u):
+  // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
+  Tensor vjp(const Ctx& c, const Tensor& gy) const {
+    return gelu_backward(gy, c.input(0), approximate);
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const {
+    return gelu_backward(tx, c.input(0), approximate);
   }
 };
 
@@ -163,7 +197,11 @@ Tensor sigmoid_backward(const Tensor& gy, const Tensor& y) {
   return apply(SigmoidBackward{}, gy, y);
 }
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  return apply(Gelu{{}, approximate}, to_floating(x));
+  return apply(Gelu{approximate}, to_floating(x));
+}
+Tensor gelu_backward(const Tensor& gy, const Tensor& x, GeluApproximation approximate) {
+  if (gy.dtype() != x.dtype()) return gelu_backward(gy.to(x.dtype()), x, approximate);
+  return apply(GeluBackward{approximate}, gy, x);
 }
 Tensor silu(const Tensor& x) { return apply(Silu{}, to_floating(x)); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {

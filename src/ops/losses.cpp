@@ -1,10 +1,12 @@
-// Loss functions. cross_entropy is one fused op (a single pass over the logits forward; its
-// rules are written with ops, so it differentiates twice); nll_loss, mse_loss and
-// binary_cross_entropy_with_logits are composites of ops and get their gradients from them.
+// Loss functions. cross_entropy is one fused op (a single pass over the logits forward, the
+// fused cross_entropy_backward primitive as its VJP; all rules are written with ops, so it
+// differentiates twice); nll_loss, mse_loss and binary_cross_entropy_with_logits are
+// composites of ops and get their gradients from them.
 #include <limits>
 
 #include "adjoint/error.h"
 #include "backend/nn_kernels.h"
+#include "ops/backward_ops.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -29,6 +31,44 @@ Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) 
   Tensor hit = eq(arange(classes).unsqueeze(0), target.unsqueeze(1));
   return logical_and(hit, ne(target, ignore_index).unsqueeze(1));
 }
+
+// cross_entropy_backward(g, x, t) = (p - one_hot(t)) g per row with p = softmax(x), 0 on
+// ignored rows, in one kernel. Linear in g: d/dg_i = sum_c G_ic (p - one_hot)_ic;
+// d/dx_i = softmax_backward(g_i G_i, p_i).
+struct CrossEntropyBackward {
+  static constexpr const char* name = "cross_entropy_backward";
+  static constexpr Save save = Save::Inputs;
+  int64_t ignore_index;
+  Tensor forward(const Tensor& g, const Tensor& x, const Tensor& t) const {
+    return kernels::cross_entropy_backward(g, x, t, ignore_index);
+  }
+  // softmax(x), one_hot(t) and the [N, 1] mask of the rows that count
+  struct Parts {
+    Tensor p, onehot, keep;
+  };
+  Parts parts(const Ctx& c) const {
+    const Tensor& x = c.input(1);
+    const Tensor& t = c.input(2);
+    return {softmax(x, 1), eq(arange(x.size(1)).unsqueeze(0), t.unsqueeze(1)).to(x.dtype()),
+            ne(t, ignore_index).unsqueeze(1)};
+  }
+  std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gout) const {
+    const Tensor& g = c.input(0);
+    const Parts r = parts(c);
+    Tensor gk = where(r.keep, gout, 0.0);
+    std::array<Tensor, 3> out;
+    if (c.needs_grad(0)) out[0] = sum(gk * (r.p - r.onehot), {1});
+    if (c.needs_grad(1)) out[1] = softmax_backward(gk * g.unsqueeze(1), r.p, 1);
+    return out;
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_g, const Tensor& t_x, const Tensor&) const {
+    const Tensor& g = c.input(0);
+    const Parts r = parts(c);
+    return where(
+        r.keep,
+        (r.p - r.onehot) * t_g.unsqueeze(1) + softmax_backward(t_x, r.p, 1) * g.unsqueeze(1), 0.0);
+  }
+};
 
 struct CrossEntropy {
   static constexpr const char* name = "cross_entropy";
@@ -57,10 +97,8 @@ struct CrossEntropy {
 
   // dlogits = (softmax - one_hot) * gy, with gy / (non-ignored rows) for Mean
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    Tensor g = reduction == Reduction::None   ? gy.unsqueeze(1)
-               : reduction == Reduction::Mean ? gy * scale
-                                              : gy;
-    return {dlogits(c) * g, Tensor()};
+    Tensor g = reduction == Reduction::Mean ? gy * scale : gy;
+    return {cross_entropy_backward(g, c.input(0), c.input(1), ignore_index), Tensor()};
   }
 
   // dloss_i = sum_c (softmax - one_hot)_ic t_ic, reduced as the loss is
@@ -100,6 +138,27 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     return reduction == Reduction::None ? r.reshape({}) : r;
   }
   return apply(CrossEntropy{reduction, ignore_index}, to_floating(logits), target);
+}
+
+Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Tensor& target,
+                              int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  ADJOINT_CHECK(g_in.defined() && logits.defined() && target.defined(), Value, op,
+                "got an undefined tensor");
+  ADJOINT_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), Shape, op,
+                "expected floating logits [N, C], got ", describe(logits));
+  ADJOINT_CHECK(
+      target.dtype() == DType::Int64 && target.dim() == 1 && target.size(0) == logits.size(0),
+      Shape, op, "expected int64 targets [", logits.size(0), "], got ", describe(target));
+  kernels::check_class_targets(target, logits.size(1), ignore_index, op);
+  const Shape rows{logits.size(0)};
+  Tensor g = cast_to(g_in, logits.dtype());
+  if (g.shape() != rows) {
+    ADJOINT_CHECK(broadcast_shapes(g.shape(), rows, op) == rows, Shape, op, "weights ", describe(g),
+                  " do not broadcast to the ", logits.size(0), " rows");
+    g = g.expand(rows);
+  }
+  return apply(CrossEntropyBackward{ignore_index}, g, logits, target);
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,

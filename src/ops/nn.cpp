@@ -1,14 +1,67 @@
 // nn functions that are not losses: softmax and log_softmax (one op each, on the stable
-// kernel), layer_norm (one fused op whose rules are written with ops) and dropout (x times
-// a random mask, so it needs no rule of its own). The losses live in losses.cpp.
+// kernel, with fused gradient primitives softmax_backward and log_softmax_backward), layer_norm
+// (one fused op with the fused layer_norm_backward primitive for its input gradient; all rules
+// are written with ops) and dropout (x times a random mask, so it needs no rule of its own).
+// The losses live in losses.cpp.
+#include <algorithm>
 #include <cmath>
 
 #include "adjoint/error.h"
 #include "backend/nn_kernels.h"
+#include "ops/backward_ops.h"
 #include "ops/common.h"
 
 namespace adjoint {
 namespace {
+
+// softmax_backward(gy, y) = y (gy - sum(gy y)) along dim in one kernel. Linear in gy and
+// self-adjoint (d/dgy = diag(y) - y yᵀ); d/dy: g (gy - sum(gy y)) - gy sum(g y).
+struct SoftmaxBackward {
+  static constexpr const char* name = "softmax_backward";
+  static constexpr Save save = Save::Inputs;
+  int64_t dim;  // wrapped against the broadcast shape
+  Tensor forward(const Tensor& gy, const Tensor& y) const {
+    return kernels::softmax_backward(gy, y, dim, false);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& y = c.input(1);
+    return {c.needs_grad(0) ? softmax_backward(g, y, dim) : Tensor(),
+            c.needs_grad(1) ? g * (gy - sum(gy * y, {dim}, true)) - gy * sum(g * y, {dim}, true)
+                            : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor& t_y) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& y = c.input(1);
+    return softmax_backward(t_gy, y, dim) + t_y * (gy - sum(gy * y, {dim}, true)) -
+           y * sum(gy * t_y, {dim}, true);
+  }
+};
+
+// log_softmax_backward(gy, y) = gy - exp(y) sum(gy) along dim in one kernel.
+// d/dgy: g - sum(g exp(y)); d/dy: -g exp(y) sum(gy).
+struct LogSoftmaxBackward {
+  static constexpr const char* name = "log_softmax_backward";
+  static constexpr Save save = Save::Inputs;
+  int64_t dim;  // wrapped against the broadcast shape
+  Tensor forward(const Tensor& gy, const Tensor& y) const {
+    return kernels::softmax_backward(gy, y, dim, true);
+  }
+  // sum along dim of t (shaped like gy) seen at the broadcast shape of gy and y.
+  Tensor sum_gy(const Ctx& c, const Tensor& t) const {
+    const Shape shape = broadcast_shapes(c.input_shape(0), c.input_shape(1), name);
+    return sum(t.shape() == shape ? t : t.expand(shape), {dim}, true);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
+    const Tensor p = exp(c.input(1));
+    return {c.needs_grad(0) ? g - sum(g * p, {dim}, true) : Tensor(),
+            c.needs_grad(1) ? -(g * p * sum_gy(c, c.input(0))) : Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor& t_y) const {
+    const Tensor p = exp(c.input(1));
+    return t_gy - p * (sum_gy(c, t_gy) + t_y * sum_gy(c, c.input(0)));
+  }
+};
 
 struct Softmax {
   static constexpr const char* name = "softmax";
@@ -16,14 +69,8 @@ struct Softmax {
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, false); }
   // dx = y * (gy - sum(gy * y)) along dim (the softmax Jacobian is diag(y) - y yᵀ)
-  Tensor vjp(const Ctx& c, const Tensor& gy) const {
-    const Tensor& y = c.output();
-    return y * (gy - sum(gy * y, {dim}, true));
-  }
-  Tensor jvp(const Ctx& c, const Tensor& tx) const {
-    const Tensor& y = c.output();
-    return y * (tx - sum(tx * y, {dim}, true));
-  }
+  Tensor vjp(const Ctx& c, const Tensor& gy) const { return softmax_backward(gy, c.output(), dim); }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
 };
 
 struct LogSoftmax {
@@ -33,10 +80,72 @@ struct LogSoftmax {
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, true); }
   // dx = gy - exp(y) * sum(gy) along dim (d log_softmax = I - 1 softmaxᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
-    return gy - exp(c.output()) * sum(gy, {dim}, true);
+    return log_softmax_backward(gy, c.output(), dim);
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const {
     return tx - sum(exp(c.output()) * tx, {dim}, true);
+  }
+};
+
+// layer_norm_backward(gy, x, w, mean, rstd) = rstd (g - A - x̂ B) with x̂ = (x - mean) rstd,
+// g = gy w, A = mean(g), B = mean(g x̂) over the normalized dims: layer norm's input gradient in
+// one kernel, with mean and rstd as inputs of their own (see Note [Layer norm statistics in
+// backward]). For a cotangent c, with C1 = mean(c) and C2 = mean(c x̂):
+//   d/dg = rstd (c - C1 - x̂ C2)
+//   d/dx̂ = -rstd (c B + g C2), so d/dx = rstd d/dx̂ and d/dmean = -rstd d/dx̂
+//   d/drstd = c (g - A - x̂ B) + (x - mean) d/dx̂
+// (apply sums the last two to the shapes of mean and rstd).
+struct LayerNormBackward {
+  static constexpr const char* name = "layer_norm_backward";
+  static constexpr Save save = Save::Inputs;
+  std::vector<int64_t> norm_dims;  // the trailing normalized dims, wrapped
+
+  Tensor forward(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mu,
+                 const Tensor& rstd) const {
+    return kernels::layer_norm_backward(gy, x, w, mu, rstd, static_cast<int64_t>(norm_dims.size()));
+  }
+  Tensor avg(const Tensor& t) const { return mean(t, norm_dims, true); }
+
+  std::array<Tensor, 5> vjp(const Ctx& c, const Tensor& ct) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& x = c.input(1);
+    const Tensor& w = c.input(2);
+    const Tensor& mu = c.input(3);
+    const Tensor& a = c.input(4);
+    const Tensor g = w.defined() ? gy * w : gy;
+    const Tensor xh = (x - mu) * a;
+    const Tensor c2 = avg(ct * xh);
+    std::array<Tensor, 5> out;
+    if (c.needs_grad(0) || (w.defined() && c.needs_grad(2))) {
+      const Tensor dg = a * (ct - avg(ct) - xh * c2);
+      if (c.needs_grad(0)) out[0] = w.defined() ? dg * w : dg;
+      if (w.defined() && c.needs_grad(2)) out[2] = dg * gy;
+    }
+    if (c.needs_grad(1) || c.needs_grad(3) || c.needs_grad(4)) {
+      const Tensor b = avg(g * xh);
+      const Tensor dxh = -(a * (ct * b + g * c2));
+      if (c.needs_grad(1)) out[1] = dxh * a;
+      if (c.needs_grad(3)) out[3] = -(dxh * a);
+      if (c.needs_grad(4)) out[4] = dxh * (x - mu) + ct * (g - avg(g) - xh * b);
+    }
+    return out;
+  }
+
+  // d(rstd (g - A - x̂ B)) with dg = dgy w + gy dw and dx̂ = (dx - dmean) rstd + (x - mean) drstd
+  Tensor jvp(const Ctx& c, const Tensor& t_gy, const Tensor& t_x, const Tensor& t_w,
+             const Tensor& t_mu, const Tensor& t_a) const {
+    const Tensor& gy = c.input(0);
+    const Tensor& x = c.input(1);
+    const Tensor& w = c.input(2);
+    const Tensor& mu = c.input(3);
+    const Tensor& a = c.input(4);
+    const Tensor g = w.defined() ? gy * w : gy;
+    const Tensor tg = w.defined() ? t_gy * w + gy * t_w : t_gy;
+    const Tensor xh = (x - mu) * a;
+    const Tensor txh = (t_x - t_mu) * a + (x - mu) * t_a;
+    const Tensor b = avg(g * xh);
+    return t_a * (g - avg(g) - xh * b) +
+           a * (tg - avg(tg) - txh * b - xh * (avg(tg * xh) + avg(g * txh)));
   }
 };
 
@@ -74,18 +183,16 @@ struct LayerNorm {
   Tensor sum_lead(const Tensor& t) const { return lead_dims.empty() ? t : sum(t, lead_dims); }
 
   // x̂ = (x - mean) rstd, g = gy w:
-  // dx = rstd (g - mean(g) - x̂ mean(g x̂)), dw = sum_lead(gy x̂), db = sum_lead(gy)
+  // dx = rstd (g - mean(g) - x̂ mean(g x̂)) (layer_norm_backward), dw = sum_lead(gy x̂),
+  // db = sum_lead(gy)
   std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
     const Tensor& x = c.input(0);
     const Tensor& w = c.input(1);
     auto [mu, rstd] = stats(c);
-    Tensor xhat = (x - mu) * rstd;
     std::array<Tensor, 3> out;
-    if (c.needs_grad(0)) {
-      Tensor g = w.defined() ? gy * w : gy;
-      out[0] = rstd * (g - mean(g, norm_dims, true) - xhat * mean(g * xhat, norm_dims, true));
-    }
-    if (c.needs_grad(1)) out[1] = sum_lead(gy * xhat);
+    if (c.needs_grad(0))
+      out[0] = layer_norm_backward(gy, x, w, mu, rstd, static_cast<int64_t>(norm_dims.size()));
+    if (c.needs_grad(1)) out[1] = sum_lead(gy * ((x - mu) * rstd));
     if (c.needs_grad(2)) out[2] = sum_lead(gy);
     return out;
   }
@@ -119,6 +226,23 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return apply(LogSoftmax{d}, to_floating(x));
 }
 
+// The fused gradients: gy is converted to y's dtype, and dim is wrapped against the rank of
+// the broadcast shape (the kernel's output).
+Tensor softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim) {
+  ADJOINT_CHECK(gy.defined() && y.defined(), Value, "softmax_backward", "got an undefined tensor");
+  if (gy.dtype() != y.dtype()) return softmax_backward(gy.to(y.dtype()), y, dim);
+  const int64_t d = wrap_dim(dim, std::max(gy.dim(), y.dim()), "softmax_backward");
+  return apply(SoftmaxBackward{d}, gy, y);
+}
+
+Tensor log_softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim) {
+  ADJOINT_CHECK(gy.defined() && y.defined(), Value, "log_softmax_backward",
+                "got an undefined tensor");
+  if (gy.dtype() != y.dtype()) return log_softmax_backward(gy.to(y.dtype()), y, dim);
+  const int64_t d = wrap_dim(dim, std::max(gy.dim(), y.dim()), "log_softmax_backward");
+  return apply(LogSoftmaxBackward{d}, gy, y);
+}
+
 Tensor Tensor::softmax(int64_t dim) const { return adjoint::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return adjoint::log_softmax(*this, dim); }
 
@@ -149,6 +273,33 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
     (i < x.dim() - k ? ln.lead_dims : ln.norm_dims).push_back(i);
   ln.eps = eps;
   return apply(ln, x, weight, bias);
+}
+
+Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, int64_t normalized_dims) {
+  const char* op = "layer_norm_backward";
+  ADJOINT_CHECK(gy.defined() && x.defined() && mean.defined() && rstd.defined(), Value, op,
+                "got an undefined tensor");
+  ADJOINT_CHECK(is_floating(x.dtype()), DType, op, "expected a floating input, got ", describe(x));
+  ADJOINT_CHECK(normalized_dims >= 1 && normalized_dims <= x.dim(), Shape, op, "cannot normalize ",
+                normalized_dims, " trailing dims of ", describe(x));
+  ADJOINT_CHECK(gy.shape() == x.shape(), Shape, op, "gradient ", describe(gy),
+                " must have the input's shape ", describe(x));
+  Shape stat_shape = x.shape(), trailing;
+  for (int64_t i = x.dim() - normalized_dims; i < x.dim(); ++i) {
+    trailing.push_back(x.shape()[i]);
+    stat_shape[i] = 1;
+  }
+  ADJOINT_CHECK(mean.shape() == stat_shape && rstd.shape() == stat_shape, Shape, op,
+                "mean and rstd must have shape ", stat_shape, ", got ", describe(mean), " and ",
+                describe(rstd));
+  ADJOINT_CHECK(!weight.defined() || weight.shape() == trailing, Shape, op,
+                "weight must have shape ", trailing, ", got ", describe(weight));
+  LayerNormBackward op_struct;
+  for (int64_t i = x.dim() - normalized_dims; i < x.dim(); ++i) op_struct.norm_dims.push_back(i);
+  const DType dt = x.dtype();
+  return apply(op_struct, cast_to(gy, dt), x, weight.defined() ? cast_to(weight, dt) : Tensor(),
+               cast_to(mean, dt), cast_to(rstd, dt));
 }
 
 Tensor dropout(const Tensor& x_in, double p, bool training, Generator* gen) {

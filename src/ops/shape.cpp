@@ -43,7 +43,13 @@ struct SliceScatter {
   SliceSpec spec;
   Tensor forward(const Tensor& src) const {
     Tensor out = make_empty(shape, src.dtype());
-    kernels::fill(out, 0);
+    if (spec.step == 1) {  // zero only what the copy does not write
+      const int64_t end = spec.start + spec.len, n = shape[spec.dim];
+      if (spec.start > 0) kernels::fill(slice_view(out, {spec.dim, 0, 1, spec.start}), 0);
+      if (end < n) kernels::fill(slice_view(out, {spec.dim, end, 1, n - end}), 0);
+    } else {
+      kernels::fill(out, 0);
+    }
     kernels::copy_into(slice_view(out, spec), src);
     return out;
   }

@@ -1,15 +1,54 @@
 // Matrix products through OpenBLAS. A 2-d operand whose rows or columns are contiguous is
 // passed as is, with the transpose flag and leading dimension read off its strides, so
-// transposed views (Wᵀ in linear, the transposes in matmul's VJP) cost no copy.
+// transposed views (Wᵀ in linear, the transposes in matmul's VJP) cost no copy. Large products
+// are split over adjoint's thread pool, each piece on single-threaded OpenBLAS (see Note [Gemm
+// threading]).
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "adjoint/error.h"
+#include "adjoint/threading.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
+#include "core/parallel.h"
 #include "core/tensor_factory.h"
+
+extern "C" {
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+}
 
 namespace adjoint::kernels {
 namespace {
+
+// Note [Gemm threading]
+// OpenBLAS threads a product itself, but its worker threads spin (sched_yield) for a while
+// after every threaded call, and on a 2-core machine that spinning takes the core the next
+// elementwise kernel wants; each small product also pays OpenBLAS's start and join. So a
+// product big enough to split is cut here instead, into one piece per pool thread: whole
+// products of a batch, or else row (or column) blocks of C, and every piece runs on
+// single-threaded OpenBLAS. adjoint's pool sleeps between jobs, so nothing spins. The pieces
+// are fixed by the thread count, never by timing, and each element of C is computed by one
+// single-threaded gemm, so results do not depend on scheduling. OpenBLAS's thread count
+// (set_num_threads sets it with the pool's) still caps how many pieces run at once.
+constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is faster
+
+// Sets OpenBLAS to one thread for its lifetime (cheap: OpenBLAS only stores the number).
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : prev_(openblas_get_num_threads()) {
+    if (prev_ != 1) openblas_set_num_threads(1);
+  }
+  ~SingleThreadedBlas() {
+    if (prev_ != 1) openblas_set_num_threads(prev_);
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int prev_;
+};
 
 struct MatrixArg {
   CBLAS_TRANSPOSE trans;
@@ -59,6 +98,36 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   }
 }
 
+// C = A B (+ beta C) for one product, split over the pool by rows of C (or by columns when C
+// has few rows) when it is large enough. A is m x k, B is k x n, as gemm<T> takes them.
+template <class T>
+void gemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (!std::is_floating_point_v<T>) {
+    return gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    // OpenBLAS's own thread count still caps the split (openblas_set_num_threads(1) keeps
+    // products on one thread).
+    const int threads = std::min(get_num_threads(), openblas_get_num_threads());
+    if (threads <= 1 || 2.0 * m * n * k < kSplitFlops * threads) {
+      SingleThreadedBlas one;
+      return gemm<T>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    }
+    SingleThreadedBlas one;
+    if (m >= n || m >= 64 * threads) {
+      parallel_for(m, 16, [&](int64_t r0, int64_t r1) {
+        const T* ap = ta == CblasNoTrans ? a + r0 * lda : a + r0;
+        gemm<T>(ta, tb, r1 - r0, n, k, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
+      });
+    } else {
+      parallel_for(n, 16, [&](int64_t c0, int64_t c1) {
+        const T* bp = tb == CblasNoTrans ? b + c0 : b + c0 * ldb;
+        gemm<T>(ta, tb, m, c1 - c0, k, a, lda, bp, ldb, beta, c + c0, ldc);
+      });
+    }
+  }
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
@@ -84,20 +153,42 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     const T* ap = a.data_ptr<T>();
     const T* bp = b.data_ptr<T>();
     T* cp = out.data_ptr<T>();
-    for (int64_t i = 0; i < batch; ++i) {
-      // Batch offsets of operand i, following each operand's own (maybe zero) batch strides.
-      int64_t ao = 0, bo = 0, rem = i;
-      for (int64_t d = nd - 3; d >= 0; --d) {
-        int64_t idx = rem % out_shape[d];
-        rem /= out_shape[d];
-        ao += idx * a.strides()[d];
-        bo += idx * b.strides()[d];
+    if (k == 0) {
+      std::fill(cp, cp + batch * m * n, T(0));
+      return;
+    }
+    if (batch == 1) {
+      gemm_split<T>(la.trans, lb.trans, m, n, k, ap, la.ld, bp, lb.ld, T(0), cp, n);
+      return;
+    }
+    // Products [begin, end) of the batch, each single-threaded.
+    auto run = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        // Batch offsets of operand i, following each operand's own (maybe zero) batch strides.
+        int64_t ao = 0, bo = 0, rem = i;
+        for (int64_t d = nd - 3; d >= 0; --d) {
+          int64_t idx = rem % out_shape[d];
+          rem /= out_shape[d];
+          ao += idx * a.strides()[d];
+          bo += idx * b.strides()[d];
+        }
+        gemm<T>(la.trans, lb.trans, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, T(0), cp + i * m * n,
+                n);
       }
-      if (k == 0) {
-        std::fill(cp + i * m * n, cp + (i + 1) * m * n, T(0));
-        continue;
+    };
+    if constexpr (std::is_floating_point_v<T>) {
+      const bool split = std::min(get_num_threads(), openblas_get_num_threads()) > 1;
+      SingleThreadedBlas one;
+      // One product per grain unless they are tiny (see Note [Gemm threading]).
+      const int64_t grain =
+          std::max<int64_t>(1, static_cast<int64_t>(kSplitFlops / std::max(2.0 * m * n * k, 1.0)));
+      if (split) {
+        parallel_for(batch, grain, run);
+      } else {
+        run(0, batch);
       }
-      gemm<T>(la.trans, lb.trans, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, T(0), cp + i * m * n, n);
+    } else {
+      run(0, batch);
     }
   });
   return out;
@@ -132,8 +223,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
       if (!bias.defined()) std::fill(o, o + rows * outf, T(0));
       return;
     }
-    gemm<T>(lx.trans, wt, rows, outf, in, x.data_ptr<T>(), lx.ld, w.data_ptr<T>(), lw.ld, beta, o,
-            outf);
+    gemm_split<T>(lx.trans, wt, rows, outf, in, x.data_ptr<T>(), lx.ld, w.data_ptr<T>(), lw.ld,
+                  beta, o, outf);
   });
   return out;
 }

@@ -71,7 +71,8 @@ void strided_loop(Shape shape, Operands<N> ops, Inner&& inner) {
   const int64_t rows = numel / cols;
   std::array<int64_t, N> inner_strides;
   for (std::size_t k = 0; k < N; ++k) inner_strides[k] = ops.strides[k][nd - 1];
-  constexpr int64_t kGrain = 32768;  // elements per thread below which threading costs more
+  constexpr int64_t kGrain = 262144;  // elements per thread below which threading costs more
+                                      // (see kFlatGrain in elementwise.cpp)
 
   if (rows == 1) {
     parallel_for(cols, kGrain, [&](int64_t begin, int64_t end) {

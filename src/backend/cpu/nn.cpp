@@ -1,11 +1,14 @@
-// CPU fused nn kernels: softmax cross-entropy from logits and layer norm forward (see
-// backend/nn_kernels.h). Rows run in parallel, each row reduced by one thread in a fixed order
-// with double accumulators, so results do not depend on the thread count.
+// CPU fused nn kernels: softmax cross-entropy from logits and layer norm, forward and input
+// gradient (see backend/nn_kernels.h). Rows run in parallel, each row reduced by one thread
+// in a fixed order with double accumulators, so results do not depend on the thread count.
+// Exponentials use the SIMD exp of simd_math.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "adjoint/error.h"
+#include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "backend/nn_kernels.h"
 #include "core/dispatch.h"
@@ -16,6 +19,33 @@ namespace adjoint::kernels {
 namespace {
 
 Tensor contiguous_of(const Tensor& t) { return t.is_contiguous() ? t : cast(t, t.dtype()); }
+
+// sum(x) and sum((x - mu)^2) over [0, n) in double, each with four partial sums so the loops
+// pipeline (and vectorise); the order is fixed, so results do not depend on the thread count.
+template <class T>
+double sum_double(const T* x, int64_t n) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(x[j + k]);
+  for (; j < n; ++j) s[0] += static_cast<double>(x[j]);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+template <class T>
+double sum_sq_dev(const T* x, int64_t n, double mu) {
+  double s[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int k = 0; k < 4; ++k) {
+      const double d = static_cast<double>(x[j + k]) - mu;
+      s[k] += d * d;
+    }
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(x[j]) - mu;
+    s[0] += d * d;
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
 
 int64_t grain_for(int64_t row_len) {
   return std::max<int64_t>(32768 / std::max<int64_t>(row_len, 1), 1);
@@ -55,19 +85,55 @@ CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target,
     T* loss = out.loss.data_ptr<T>();
     T* lse = out.lse.data_ptr<T>();
     parallel_for(rows, grain_for(classes), [&](int64_t begin, int64_t end) {
+      std::vector<T> e(static_cast<std::size_t>(classes));  // the row's exp(x - m)
       for (int64_t i = begin; i < end; ++i) {
         const T* xr = xs + i * classes;
-        T m = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < classes; ++j)
-          if (xr[j] > m || xr[j] != xr[j]) m = xr[j];
-        double sum = 0;
-        for (int64_t j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(xr[j] - m));
+        const T m = simd_max(xr, classes);  // NaN if the row has one
+        simd_exp_shifted(xr, m, e.data(), classes);
+        const double sum = sum_double(e.data(), classes);
         // log sum exp(x - m): the row's lse is m + log(sum); the loss subtracts x[t] - m
         const double log_sum = std::log(sum);
         lse[i] = static_cast<T>(static_cast<double>(m) + log_sum);
         loss[i] = ts[i] == ignore_index
                       ? T(0)
                       : static_cast<T>(log_sum - static_cast<double>(xr[ts[i]] - m));
+      }
+    });
+  });
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Tensor& target,
+                              int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  ADJOINT_ASSERT(logits.dim() == 2 && target.dim() == 1 && g_in.dim() == 1 &&
+                 target.size(0) == logits.size(0) && g_in.size(0) == logits.size(0) &&
+                 g_in.dtype() == logits.dtype());
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  const Tensor x = contiguous_of(logits);
+  const Tensor t = contiguous_of(target);
+  const Tensor g = contiguous_of(g_in);
+  Tensor out = make_empty(logits.shape(), logits.dtype());
+  if (out.numel() == 0) return out;
+  const int64_t* ts = t.data_ptr<int64_t>();
+  dispatch_floating(logits.dtype(), op, [&]<class T>() {
+    const T* xs = x.data_ptr<T>();
+    const T* gs = g.data_ptr<T>();
+    T* os = out.data_ptr<T>();
+    parallel_for(rows, grain_for(classes), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const T* xr = xs + i * classes;
+        T* o = os + i * classes;
+        if (ts[i] == ignore_index) {
+          std::fill(o, o + classes, T(0));
+          continue;
+        }
+        // (exp(x - m) / sum) g - g [j == target]
+        const T m = simd_max(xr, classes);
+        simd_exp_shifted(xr, m, o, classes);
+        const double scale = static_cast<double>(gs[i]) / sum_double(o, classes);
+        for (int64_t j = 0; j < classes; ++j) o[j] = static_cast<T>(o[j] * scale);
+        o[ts[i]] -= gs[i];
       }
     });
   });
@@ -109,22 +175,78 @@ LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tens
         const T* xr = xs + r * cols;
         T* yr = ys + r * cols;
         // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-        double s = 0;
-        for (int64_t j = 0; j < cols; ++j) s += xr[j];
-        const double mu = s / static_cast<double>(cols);
-        double ss = 0;
-        for (int64_t j = 0; j < cols; ++j) {
-          const double dv = static_cast<double>(xr[j]) - mu;
-          ss += dv * dv;
-        }
+        const double mu = sum_double(xr, cols) / static_cast<double>(cols);
+        const double ss = sum_sq_dev(xr, cols, mu);
         const double rs = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
         means[r] = static_cast<T>(mu);
         rstds[r] = static_cast<T>(rs);
+        if (ws && bs) {  // the affine case, without per-element branches
+          for (int64_t j = 0; j < cols; ++j)
+            yr[j] =
+                static_cast<T>((static_cast<double>(xr[j]) - mu) * rs * static_cast<double>(ws[j]) +
+                               static_cast<double>(bs[j]));
+          continue;
+        }
         for (int64_t j = 0; j < cols; ++j) {
           double v = (static_cast<double>(xr[j]) - mu) * rs;
           if (ws) v *= static_cast<double>(ws[j]);
           if (bs) v += static_cast<double>(bs[j]);
           yr[j] = static_cast<T>(v);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, int64_t normalized_dims) {
+  const char* op = "layer_norm_backward";
+  ADJOINT_ASSERT(normalized_dims >= 1 && normalized_dims <= x.dim() && gy.shape() == x.shape());
+  int64_t cols = 1;
+  for (int64_t i = x.dim() - normalized_dims; i < x.dim(); ++i) cols *= x.shape()[i];
+  const int64_t rows = cols > 0 ? x.numel() / cols : 0;
+  ADJOINT_ASSERT(mean.numel() == rows && rstd.numel() == rows &&
+                 (!weight.defined() || weight.numel() == cols));
+  Tensor out = make_empty(x.shape(), x.dtype());
+  if (out.numel() == 0) return out;
+  const Tensor gc = contiguous_of(gy), xc = contiguous_of(x), mc = contiguous_of(mean),
+               rc = contiguous_of(rstd);
+  const Tensor w = weight.defined() ? contiguous_of(weight) : Tensor();
+  dispatch_floating(x.dtype(), op, [&]<class T>() {
+    const T* gs = gc.data_ptr<T>();
+    const T* xs = xc.data_ptr<T>();
+    const T* ms = mc.data_ptr<T>();
+    const T* rs = rc.data_ptr<T>();
+    const T* ws = w.defined() ? w.data_ptr<T>() : nullptr;
+    T* os = out.data_ptr<T>();
+    parallel_for(rows, grain_for(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* g = gs + r * cols;
+        const T* xr = xs + r * cols;
+        T* o = os + r * cols;
+        const T mu = ms[r], a = rs[r];
+        // A = sum(g) and B' = sum(g (x - mean)) with g = gy w, in double with four partial
+        // sums each (B = mean(g x̂) = a B' / n)
+        double sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0};
+        auto term = [&](int64_t j, int k) {
+          const double gj = ws ? static_cast<double>(g[j] * ws[j]) : static_cast<double>(g[j]);
+          sa[k] += gj;
+          sb[k] += gj * static_cast<double>(xr[j] - mu);
+        };
+        int64_t j = 0;
+        for (; j + 4 <= cols; j += 4)
+          for (int k = 0; k < 4; ++k) term(j + k, k);
+        for (; j < cols; ++j) term(j, 0);
+        const double inv_n = 1.0 / static_cast<double>(cols);
+        const double mean_g = ((sa[0] + sa[1]) + (sa[2] + sa[3])) * inv_n;
+        const double mean_gx = ((sb[0] + sb[1]) + (sb[2] + sb[3])) * inv_n * a;
+        // a (g - mean(g) - x̂ mean(g x̂)) = a (g - mean(g)) - (x - mean) a^2 mean(g x̂), in T
+        const T am = static_cast<T>(a * mean_g), k2 = static_cast<T>(mean_gx * a * a);
+        if (ws) {
+          for (int64_t k = 0; k < cols; ++k) o[k] = a * (g[k] * ws[k]) - am - (xr[k] - mu) * k2;
+        } else {
+          for (int64_t k = 0; k < cols; ++k) o[k] = a * g[k] - am - (xr[k] - mu) * k2;
         }
       }
     });

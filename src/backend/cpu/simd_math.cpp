@@ -1,13 +1,16 @@
-// Vectorised transcendental unary kernels for contiguous float32/float64 arrays. Highway builds
-// the HWY_NAMESPACE block once per x86 instruction set (SSSE3, SSE4, AVX2, AVX-512 and a one-lane
+// Vectorised transcendental kernels for contiguous float32/float64 arrays: unary kinds, the gelu
+// gradients (binary kinds) and the row pieces of softmax (max, shifted exp). Highway builds the
+// HWY_NAMESPACE block once per x86 instruction set (SSSE3, SSE4, AVX2, AVX-512 and a one-lane
 // fallback) and HWY_DYNAMIC_DISPATCH picks the best the CPU has. Highway's contrib math gives
 // exp, expm1, log, log1p and tanh; erf is ours (ErfParts); sigmoid, silu, gelu and softplus are
 // built from those.
 #include "backend/cpu/simd_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "adjoint/error.h"
 
@@ -248,6 +251,39 @@ HWY_INLINE Vec<D> GeluTanhV(D d, Vec<D> x) {
   return hn::Mul(x, SigmoidV(d, two_u));
 }
 
+// d/dx gelu_tanh(x) = s (1 + x (1 - s) v') with v = 2u = x (k2 + k2 c x^2), s = sigmoid(v) and
+// v' = k2 (1 + 3 c x^2) (the tanh form's 0.5 (1 + tanh u) is sigmoid(2u), 1 - tanh^2 u is
+// 4 s (1 - s)). s and 1 - s come from the same exp(-|v|), so 1 - s keeps its precision.
+template <class D>
+HWY_INLINE Vec<D> GeluTanhGradV(D d, Vec<D> x) {
+  using T = hn::TFromD<D>;
+  constexpr double k2 = 2 * 0.7978845608028654, c = 0.044715;
+  const Vec<D> one = hn::Set(d, T(1));
+  const Vec<D> x2 = hn::Mul(x, x);
+  const Vec<D> v = hn::Mul(x, hn::MulAdd(x2, hn::Set(d, T(k2 * c)), hn::Set(d, T(k2))));
+  const Vec<D> dv = hn::MulAdd(x2, hn::Set(d, T(3 * k2 * c)), hn::Set(d, T(k2)));
+  const Vec<D> e = ExpV(d, hn::Neg(hn::Abs(v)));
+  const Vec<D> inv = hn::Div(one, hn::Add(one, e));
+  const auto neg = hn::Lt(v, hn::Zero(d));
+  const Vec<D> s = hn::Mul(hn::IfThenElse(neg, e, one), inv);
+  const Vec<D> sc = hn::Mul(hn::IfThenElse(neg, one, e), inv);  // 1 - s
+  return hn::Mul(s, hn::MulAdd(hn::Mul(x, sc), dv, one));
+}
+
+// d/dx x Phi(x) = Phi(x) + x phi(x), with Phi from ErfParts as in GeluErfV.
+template <class D>
+HWY_INLINE Vec<D> GeluErfGradV(D d, Vec<D> x) {
+  using T = hn::TFromD<D>;
+  const Vec<D> one = hn::Set(d, T(1)), half = hn::Set(d, T(0.5));
+  const Vec<D> a = hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2)))), x2 = hn::Mul(x, x);
+  Vec<D> erf, erfc;
+  ErfParts(d, a, hn::Mul(half, x2), hn::Mul(half, hn::MulSub(x, x, x2)), erf, erfc);
+  const Vec<D> cdf = hn::Mul(half, hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Add(one, erf)));
+  const Vec<D> pdf =
+      hn::Mul(ExpV(d, hn::Mul(hn::Neg(half), x2)), hn::Set(d, T(0.3989422804014327)));
+  return hn::MulAdd(x, pdf, cdf);  // NaN x gives NaN through pdf
+}
+
 // Writes f(in[i]) to out[i]; out may equal in. The last partial vector goes through a zeroed
 // buffer, so no lane reads or writes past n and every lane computes on a valid number.
 template <class D, class F>
@@ -261,6 +297,84 @@ HWY_INLINE void Apply(D d, const hn::TFromD<D>* in, hn::TFromD<D>* out, size_t n
   std::memcpy(buf, in + i, (n - i) * sizeof(T));
   hn::Store(f(hn::Load(d, buf)), d, buf);
   std::memcpy(out + i, buf, (n - i) * sizeof(T));
+}
+
+// Writes f(a[i], b[i]) to out[i]; out may equal a or b. The tail goes through zeroed buffers.
+template <class D, class F>
+HWY_INLINE void Apply2(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out,
+                       size_t n, F f) {
+  using T = hn::TFromD<D>;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    hn::StoreU(f(hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, out + i);
+  if (i == n) return;
+  HWY_ALIGN T bufa[HWY_MAX_BYTES / sizeof(T)] = {};
+  HWY_ALIGN T bufb[HWY_MAX_BYTES / sizeof(T)] = {};
+  std::memcpy(bufa, a + i, (n - i) * sizeof(T));
+  std::memcpy(bufb, b + i, (n - i) * sizeof(T));
+  hn::Store(f(hn::Load(d, bufa), hn::Load(d, bufb)), d, bufa);
+  std::memcpy(out + i, bufa, (n - i) * sizeof(T));
+}
+
+template <class T>
+HWY_INLINE void BinaryT(Binary kind, const T* a, const T* b, T* out, size_t n) {
+  const hn::ScalableTag<T> d;
+  using V = Vec<decltype(d)>;
+  switch (kind) {
+    case Binary::GeluTanhBackward:
+      return Apply2(d, a, b, out, n,
+                    [d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluTanhGradV(d, x)); });
+    case Binary::GeluErfBackward:
+      return Apply2(d, a, b, out, n,
+                    [d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluErfGradV(d, x)); });
+    default:
+      return;  // simd_binary_handles() keeps other kinds away
+  }
+}
+
+// The largest of x[0, n), NaN if any is NaN, -inf when n == 0.
+template <class T>
+HWY_INLINE T MaxT(const T* x, size_t n) {
+  const hn::ScalableTag<T> d;
+  using V = Vec<decltype(d)>;
+  const size_t lanes = hn::Lanes(d);
+  V m = hn::Set(d, -std::numeric_limits<T>::infinity());
+  V nan = hn::Zero(d);  // lanes that saw a NaN are all ones
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const V v = hn::LoadU(d, x + i);
+    nan = hn::Or(nan, hn::VecFromMask(d, hn::IsNaN(v)));
+    m = hn::Max(m, v);
+  }
+  T r = hn::GetLane(hn::MaxOfLanes(d, m));
+  bool any_nan = !hn::AllFalse(d, hn::MaskFromVec(nan));
+  for (; i < n; ++i) {
+    any_nan |= x[i] != x[i];
+    r = x[i] > r ? x[i] : r;
+  }
+  return any_nan ? std::numeric_limits<T>::quiet_NaN() : r;
+}
+
+void MaxF32(const float* x, size_t n, float* r) { *r = MaxT(x, n); }
+void MaxF64(const double* x, size_t n, double* r) { *r = MaxT(x, n); }
+
+void ExpShiftedF32(const float* x, float shift, float* y, size_t n) {
+  const hn::ScalableTag<float> d;
+  const auto s = hn::Set(d, shift);
+  Apply(d, x, y, n, [d, s](Vec<decltype(d)> v) HWY_ATTR { return ExpV(d, hn::Sub(v, s)); });
+}
+void ExpShiftedF64(const double* x, double shift, double* y, size_t n) {
+  const hn::ScalableTag<double> d;
+  const auto s = hn::Set(d, shift);
+  Apply(d, x, y, n, [d, s](Vec<decltype(d)> v) HWY_ATTR { return ExpV(d, hn::Sub(v, s)); });
+}
+
+void BinaryF32(Binary kind, const float* a, const float* b, float* out, size_t n) {
+  BinaryT<float>(kind, a, b, out, n);
+}
+void BinaryF64(Binary kind, const double* a, const double* b, double* out, size_t n) {
+  BinaryT<double>(kind, a, b, out, n);
 }
 
 template <class T>
@@ -327,6 +441,12 @@ namespace simd {
 HWY_EXPORT(UnaryF32);
 HWY_EXPORT(UnaryF64);
 HWY_EXPORT(ActiveTargetName);
+HWY_EXPORT(BinaryF32);
+HWY_EXPORT(BinaryF64);
+HWY_EXPORT(MaxF32);
+HWY_EXPORT(MaxF64);
+HWY_EXPORT(ExpShiftedF32);
+HWY_EXPORT(ExpShiftedF64);
 
 void unary_f32(Unary kind, const float* in, float* out, size_t n, float a, float b) {
   HWY_DYNAMIC_DISPATCH(UnaryF32)(kind, in, out, n, a, b);
@@ -335,8 +455,58 @@ void unary_f64(Unary kind, const double* in, double* out, size_t n, double a, do
   HWY_DYNAMIC_DISPATCH(UnaryF64)(kind, in, out, n, a, b);
 }
 const char* active_target_name() { return HWY_DYNAMIC_DISPATCH(ActiveTargetName)(); }
+void binary_f32(Binary kind, const float* a, const float* b, float* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryF32)(kind, a, b, out, n);
+}
+void binary_f64(Binary kind, const double* a, const double* b, double* out, size_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryF64)(kind, a, b, out, n);
+}
+void max_f32(const float* x, size_t n, float* r) { HWY_DYNAMIC_DISPATCH(MaxF32)(x, n, r); }
+void max_f64(const double* x, size_t n, double* r) { HWY_DYNAMIC_DISPATCH(MaxF64)(x, n, r); }
+void exp_shifted_f32(const float* x, float shift, float* y, size_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpShiftedF32)(x, shift, y, n);
+}
+void exp_shifted_f64(const double* x, double shift, double* y, size_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpShiftedF64)(x, shift, y, n);
+}
 
 }  // namespace simd
+
+bool simd_binary_handles(Binary kind) {
+  return kind == Binary::GeluTanhBackward || kind == Binary::GeluErfBackward;
+}
+
+bool simd_binary(Binary kind, const float* a, const float* b, float* out, int64_t n) {
+  if (!simd_binary_handles(kind)) return false;
+  if (n > 0) simd::binary_f32(kind, a, b, out, static_cast<size_t>(n));
+  return true;
+}
+
+bool simd_binary(Binary kind, const double* a, const double* b, double* out, int64_t n) {
+  if (!simd_binary_handles(kind)) return false;
+  if (n > 0) simd::binary_f64(kind, a, b, out, static_cast<size_t>(n));
+  return true;
+}
+
+float simd_max(const float* x, int64_t n) {
+  float r;
+  simd::max_f32(x, static_cast<size_t>(std::max<int64_t>(n, 0)), &r);
+  return r;
+}
+
+double simd_max(const double* x, int64_t n) {
+  double r;
+  simd::max_f64(x, static_cast<size_t>(std::max<int64_t>(n, 0)), &r);
+  return r;
+}
+
+void simd_exp_shifted(const float* x, float shift, float* y, int64_t n) {
+  if (n > 0) simd::exp_shifted_f32(x, shift, y, static_cast<size_t>(n));
+}
+
+void simd_exp_shifted(const double* x, double shift, double* y, int64_t n) {
+  if (n > 0) simd::exp_shifted_f64(x, shift, y, static_cast<size_t>(n));
+}
 
 bool simd_unary_handles(Unary kind) {
   switch (kind) {

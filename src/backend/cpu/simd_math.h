@@ -1,7 +1,8 @@
-// Vectorised transcendental unary kernels (exp, log, tanh, sigmoid, gelu, silu, erf, ...) for
-// contiguous float32 and float64 arrays, compiled once per instruction set with Google Highway
-// and chosen at run time for the CPU at hand. Internal to the CPU backend: elementwise.cpp
-// calls them on its contiguous fast path, and its scalar lambdas remain the reference.
+// Vectorised transcendental kernels (exp, log, tanh, sigmoid, gelu, silu, erf, ..., the gelu
+// gradients, softmax's row max and shifted exp) for contiguous float32 and float64 arrays,
+// compiled once per instruction set with Google Highway and chosen at run time for the CPU at
+// hand. Internal to the CPU backend: elementwise.cpp and softmax.cpp call them on their
+// contiguous fast paths, and their scalar loops remain the reference.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,22 @@ bool simd_unary_handles(Unary kind);
 /// for a kind it does not handle.
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
+
+/// True for the binary kinds simd_binary computes: GeluTanhBackward, GeluErfBackward.
+bool simd_binary_handles(Binary kind);
+
+/// out[i] = kind(a[i], b[i]) for i in [0, n); `out` may equal a or b. Returns false without
+/// writing anything for a kind it does not handle.
+bool simd_binary(Binary kind, const float* a, const float* b, float* out, int64_t n);
+bool simd_binary(Binary kind, const double* a, const double* b, double* out, int64_t n);
+
+/// The largest of x[0, n): NaN if any element is NaN, -inf for n == 0.
+float simd_max(const float* x, int64_t n);
+double simd_max(const double* x, int64_t n);
+
+/// y[i] = exp(x[i] - shift) for i in [0, n); y may equal x.
+void simd_exp_shifted(const float* x, float shift, float* y, int64_t n);
+void simd_exp_shifted(const double* x, double shift, double* y, int64_t n);
 
 // For tests, so each compiled instruction set can be checked on a CPU that has several.
 /// Names of the instruction sets compiled in and supported by this CPU, best first.

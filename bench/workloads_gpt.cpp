@@ -1,0 +1,78 @@
+// The `gpt-tiny` workload: a training step of adjoint::nn::GPT (vocab 256, context 128,
+// d 256, 4 heads, 4 layers, batch 16) with AdamW, exactly as ../shared/bench/README.md defines
+// it. Parameters and data come from adjoint's own seeded Generator, so values differ from
+// libtorch but the work is the same. Also reports the allocator's peak live storage per step.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+#include "adjoint/nn.h"
+#include "adjoint/optim.h"
+#include "report.h"
+
+namespace bench {
+namespace {
+
+using adjoint::Tensor;
+
+constexpr int64_t kVocab = 256, kCtx = 128, kDModel = 256, kHeads = 4, kLayers = 4, kBatch = 16;
+
+// zero_grad (in place), forward + loss, backward, AdamW, teardown.
+void gpt_tiny(const Opts& o, Json& j) {
+  adjoint::Generator gen(0);
+  adjoint::nn::GPT model(adjoint::nn::GPTConfig{kVocab, kCtx, kDModel, kHeads, kLayers, 0.0}, &gen);
+  const std::vector<Tensor> params = model.parameters();
+  const Tensor tokens = adjoint::randint(0, kVocab, {kBatch, kCtx + 1}, &gen);
+  const Tensor inputs = tokens.slice(1, 0, kCtx).contiguous();
+  const Tensor targets = tokens.slice(1, 1, kCtx + 1).contiguous();
+  adjoint::optim::AdamW opt(
+      params, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+
+  Samples fwd, bwd, step, total, peak;
+  double first_loss = NAN;
+  Tensor last_loss;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    adjoint::reset_peak_memory_stats();
+    const auto t0 = Clock::now();
+    opt.zero_grad(/*set_to_none=*/false);  // in place, as libtorch 1.13
+    const auto t1 = Clock::now();
+    Tensor loss = model.loss(inputs, targets);
+    const auto t2 = Clock::now();
+    loss.backward();
+    const auto t3 = Clock::now();
+    opt.step();
+    const auto t4 = Clock::now();
+    last_loss = loss.detach();
+    loss = Tensor();
+    const auto t5 = Clock::now();
+    if (s == 0) first_loss = last_loss.item<double>();
+    if (s >= o.warmup) {
+      fwd.add(ms(t1, t2));
+      bwd.add(ms(t2, t3));
+      step.add(ms(t3, t4));
+      total.add(ms(t0, t5));
+      peak.add(static_cast<double>(adjoint::memory_stats().peak_bytes));
+    }
+  }
+  const double tokens_per_step = static_cast<double>(kBatch * kCtx);
+  const double mm_weights = 12.0 * kDModel * kDModel * kLayers + 1.0 * kVocab * kDModel;
+  const double flops =
+      6.0 * mm_weights * tokens_per_step + 12.0 * kLayers * kBatch * kCtx * kCtx * kDModel;
+  common_fields(j, o, total);
+  j.num("fwd_ms", fwd.median());
+  j.num("bwd_ms", bwd.median());
+  j.num("opt_ms", step.median());
+  j.num("tokens_per_s", tokens_per_step / (total.median() * 1e-3));
+  j.integer("params", model.num_parameters());
+  j.num("flops_per_step", flops);
+  j.num("gflops", flops / (total.median() * 1e6));
+  j.num("first_loss", first_loss);
+  j.num("loss", last_loss.item<double>());
+  j.integer("peak_storage_bytes", static_cast<long long>(peak.median()));
+}
+
+static RegisterWorkload register_gpt_tiny{"gpt-tiny", gpt_tiny, 20};
+
+}  // namespace
+}  // namespace bench
