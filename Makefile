@@ -1,5 +1,5 @@
 # adjoint: the README's commands.
-#   make demo    install missing Debian packages, build Release, run the demo
+#   make demo    install missing Debian packages, build Release, train the default small GPT
 #   make test    same setup, then every test through ctest
 #   make bench   build the benchmark and the libtorch reference, run them side by side
 #   make asan    AddressSanitizer + UndefinedBehaviorSanitizer build running the suite
@@ -18,8 +18,11 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: a byte-level GPT trained on the license texts of /usr/share/common-licenses
+# (package base-files); checkpoint, loss curve and sample go to $(DEMO_OUT).
+DEMO_OUT ?= out
 demo: build
-	@./$(BUILD)/examples/adjoint-demo
+	@./$(BUILD)/tools/adjoint-train --out $(DEMO_OUT)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
