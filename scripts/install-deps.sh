@@ -4,7 +4,7 @@
 #   scripts/install-deps.sh [extra-package ...]
 set -euo pipefail
 
-PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev "$@")
+PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev python3 "$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
