@@ -3,6 +3,7 @@
 
 #include "adjoint/allocator.h"
 #include "adjoint/autograd.h"
+#include "adjoint/checkpoint_loop.h"
 #include "adjoint/dtype.h"
 #include "adjoint/error.h"
 #include "adjoint/generator.h"
