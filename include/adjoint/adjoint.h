@@ -8,6 +8,7 @@
 #include "adjoint/error.h"
 #include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
+#include "adjoint/offload.h"
 #include "adjoint/gradcheck.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
