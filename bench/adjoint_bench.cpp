@@ -3,7 +3,7 @@
 // Workloads register themselves from bench/workloads_*.cpp (see report.h).
 //
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
-//                 [--threads N] [--blas-threads N] [--verbose]
+//                 [--threads N] [--blas-threads N] [--checkpoint none|sqrt|block] [--verbose]
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,7 +36,7 @@ void print_usage(const char* argv0) {
     names += (names.empty() ? "" : "|") + std::string(w.name);
   std::fprintf(stderr,
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
-               "[--threads N] [--blas-threads N] [--verbose]\n",
+               "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -70,6 +70,13 @@ int main(int argc, char** argv) {
                                           : nullptr;
     if (a == "--workload" && i + 1 < argc) {
       o.workload = argv[++i];
+    } else if (a == "--checkpoint" && i + 1 < argc) {
+      o.checkpoint = argv[++i];
+      if (o.checkpoint != "none" && o.checkpoint != "sqrt" && o.checkpoint != "block") {
+        std::fprintf(stderr, "error: --checkpoint must be none, sqrt or block, got '%s'\n",
+                     o.checkpoint.c_str());
+        return 2;
+      }
     } else if (target && i + 1 < argc) {
       if (!parse_int(argv[++i], *target, target == &o.steps || target == &o.blas_threads)) {
         std::fprintf(stderr, "error: bad value '%s' for %s\n", argv[i], a.c_str());

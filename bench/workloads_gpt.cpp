@@ -9,6 +9,7 @@
 #include "adjoint/adjoint.h"
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
+#include "checkpoint_modes.h"
 #include "report.h"
 
 namespace bench {
@@ -28,6 +29,8 @@ void gpt_tiny(const Opts& o, Json& j) {
   const Tensor targets = tokens.slice(1, 1, kCtx + 1).contiguous();
   adjoint::optim::AdamW opt(
       params, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
+
+  model.run_blocks = block_runner(o.checkpoint);
 
   Samples fwd, bwd, step, total, peak;
   double first_loss = NAN;
@@ -55,11 +58,18 @@ void gpt_tiny(const Opts& o, Json& j) {
       peak.add(static_cast<double>(adjoint::memory_stats().peak_bytes));
     }
   }
+  // One more (untimed) forward and backward, with saved tensors counted.
+  const double saved_peak = saved_peak_bytes([&] {
+    opt.zero_grad(/*set_to_none=*/false);
+    model.loss(inputs, targets).backward();
+  });
   const double tokens_per_step = static_cast<double>(kBatch * kCtx);
   const double mm_weights = 12.0 * kDModel * kDModel * kLayers + 1.0 * kVocab * kDModel;
   const double flops =
       6.0 * mm_weights * tokens_per_step + 12.0 * kLayers * kBatch * kCtx * kCtx * kDModel;
   common_fields(j, o, total);
+  j.str("checkpoint", o.checkpoint);
+  j.integer("peak_saved_bytes", static_cast<long long>(saved_peak));
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());
   j.num("opt_ms", step.median());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "checkpoint_modes.h"
 #include "mlp_model.h"
 #include "report.h"
 
@@ -77,6 +78,9 @@ void deep_mlp(const Opts& o, Json& j) {
     params.push_back(layers.back().bias);
   }
   const Tensor x = adjoint::randn({kBatch, kWidth}, {}, &gen);
+  std::vector<adjoint::CheckpointLayer> blocks;  // Linear -> tanh, for --checkpoint
+  for (const auto& layer : layers)
+    blocks.push_back([&layer](const Tensor& in) { return adjoint::tanh(layer(in)); });
 
   // Growth over the forward pass, relative to just before it (probed steps are untimed).
   struct Mem {
@@ -97,9 +101,13 @@ void deep_mlp(const Opts& o, Json& j) {
     }
     const auto t1b = Clock::now();
     Tensor h = x;
-    for (const auto& layer : layers) {
-      h = adjoint::tanh(layer(h));
-      if (mem) mem->malloc_peak_mib = std::max(mem->malloc_peak_mib, malloc_in_use_mib() - m0);
+    if (o.checkpoint == "none") {
+      for (const auto& layer : layers) {
+        h = adjoint::tanh(layer(h));
+        if (mem) mem->malloc_peak_mib = std::max(mem->malloc_peak_mib, malloc_in_use_mib() - m0);
+      }
+    } else {
+      h = run_layers(blocks, x, o.checkpoint);
     }
     Tensor loss = h.pow(2).mean();
     const auto t2 = Clock::now();
@@ -135,11 +143,14 @@ void deep_mlp(const Opts& o, Json& j) {
     sf.add(m.storage_fwd_mib);
     sp.add(m.storage_peak);
   }
+  const double saved_peak = saved_peak_bytes([&] { run_step(nullptr, nullptr, nullptr, nullptr); });
   const long long P = count_params(params);
   common_fields(j, o, total);
+  j.str("checkpoint", o.checkpoint);
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());
   j.integer("params", P);
+  j.integer("peak_saved_bytes", static_cast<long long>(saved_peak));
   j.num("gflops", 6.0 * P * kBatch / (total.median() * 1e6));
   j.num("saved_activation_mib_expected", kDepth * kBatch * kWidth * 4.0 / kMiB);
   j.num("fwd_malloc_peak_growth_mib", mm.median());

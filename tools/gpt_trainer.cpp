@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <numbers>
+#include <optional>
 
 namespace adjoint::tools {
 namespace {
@@ -72,9 +75,48 @@ Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
   params_ = model_->parameters();
   optimizer_ = std::make_unique<optim::AdamW>(
       params_, optim::AdamWOptions{.lr = config.lr, .weight_decay = config.weight_decay});
+  set_checkpointing(config.checkpoint);
 }
 
-double Trainer::train_step() {
+void Trainer::set_checkpointing(const std::string& mode) {
+  if (mode == "none") {
+    model_->run_blocks = nullptr;
+  } else if (mode == "block") {
+    // Each block keeps only its input; backward reruns one block at a time.
+    model_->run_blocks = [](nn::Sequential& blocks, const Tensor& x) {
+      Tensor h = x;
+      for (const auto& block : blocks.children()) h = checkpoint(block, h);
+      return h;
+    };
+  } else if (mode == "sqrt") {
+    model_->run_blocks = [](nn::Sequential& blocks, const Tensor& x) {
+      return checkpoint_sequential(blocks, x);
+    };
+  } else if (mode.rfind("budget=", 0) == 0) {
+    set_checkpoint_budget(parse_byte_size(mode.substr(7), "train"));
+  } else {
+    ADJOINT_CHECK(false, Value, "train",
+                  "--checkpoint must be none, block, sqrt or budget=BYTES, got '", mode, "'");
+  }
+  config_.checkpoint = mode;
+}
+
+void Trainer::set_checkpoint_budget(std::size_t budget_bytes) {
+  // Planned on the first call that records a graph (evaluation runs without one, and with
+  // dropout off): profile the blocks on that input, plan, report the plan once, then run
+  // every call with it. The blocks' input has the same shape at every step.
+  auto plan = std::make_shared<std::optional<CheckpointPlan>>();
+  model_->run_blocks = [budget_bytes, plan](nn::Sequential& blocks, const Tensor& x) {
+    if (!plan->has_value()) {
+      if (!is_grad_enabled()) return blocks.forward(x);
+      *plan = plan_checkpoints(profile_sequential(blocks, x), budget_bytes);
+      std::fprintf(stderr, "%s", (*plan)->to_string().c_str());
+    }
+    return checkpoint_with_plan(blocks, **plan, x);
+  };
+}
+
+double Trainer::train_step(MemoryTimeline* timeline) {
   model_->train();
   optimizer_->set_lr(learning_rate(config_, step_));
   data::TextBatch b =
@@ -82,6 +124,7 @@ double Trainer::train_step() {
   optimizer_->zero_grad();
   Tensor loss = model_->loss(b.inputs, b.targets);
   loss.backward();
+  if (timeline) timeline->stop();  // forward and backward only: not the optimizer
   if (config_.grad_clip > 0) optim::clip_grad_norm_(params_, config_.grad_clip);
   optimizer_->step();
   ++step_;

@@ -3,6 +3,7 @@
 // loss, checkpoints that resume bit-identically, and text generation for adjoint-sample.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,11 @@ struct TrainConfig {
   double grad_clip = 1.0;     ///< max global gradient norm (0: off)
   uint64_t seed = 0;          ///< model init and the batch order
   int64_t eval_batches = 8;   ///< validation batches per evaluation
+  /// Activation checkpointing of the blocks: "none", "block" (each block), "sqrt"
+  /// (checkpoint_sequential with ceil(sqrt(layers)) segments), or "budget=BYTES" (such as
+  /// budget=64M: the blocks to checkpoint are planned on the first step so that their saved
+  /// activations fit, see checkpoint_budget.h). Gradients are the same.
+  std::string checkpoint = "none";
 };
 
 /// The model, optimizer, schedule and data order of one training run.
@@ -34,8 +40,9 @@ class Trainer {
  public:
   Trainer(const TrainConfig& config, const data::ByteDataset& data);
 
-  /// One step on a fresh training batch; returns its loss (before the update).
-  double train_step();
+  /// One step on a fresh training batch; returns its loss (before the update). With a
+  /// timeline, its forward and backward are recorded into it.
+  double train_step(MemoryTimeline* timeline = nullptr);
   /// Mean loss over eval_batches batches of a split, drawn from a generator seeded the same
   /// way every time, so evaluations are comparable and do not disturb the training order.
   double evaluate(data::Split split);
@@ -49,6 +56,11 @@ class Trainer {
   int64_t step() const { return step_; }
   const TrainConfig& config() const { return config_; }
   nn::GPT& model() { return *model_; }
+  /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
+  void set_checkpointing(const std::string& mode);
+  /// Checkpoints the blocks a plan chooses for `budget_bytes` of saved activations; the plan
+  /// is made, and printed to stderr, on the first step that records a graph.
+  void set_checkpoint_budget(std::size_t budget_bytes);
   double lr() const { return optimizer_->lr(); }
 
  private:

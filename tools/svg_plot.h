@@ -1,21 +1,12 @@
-// A small line-plot writer (SVG, no dependencies) for the trainer's loss curve and the memory
-// timelines: axes with ticks, several series, a legend. Written atomically (temp + rename).
+// The trainer's plots use the library's SVG line plot (include/adjoint/io/svg_plot.h), which
+// the memory timelines draw with too; these names keep the tools' spelling of it.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "adjoint/io/svg_plot.h"
 
 namespace adjoint::tools {
 
-struct Series {
-  std::string name;
-  std::vector<double> x, y;
-  std::string color = "#1f77b4";
-  bool markers = false;  ///< dots at the points instead of a line
-};
-
-/// Writes the plot to `path`; throws adjoint::Error (IO) when it cannot.
-void write_svg_plot(const std::string& path, const std::string& title, const std::string& xlabel,
-                    const std::string& ylabel, const std::vector<Series>& series);
+using Series = io::PlotSeries;
+using io::write_svg_plot;
 
 }  // namespace adjoint::tools

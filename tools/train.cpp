@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "gpt_trainer.h"
 #include "svg_plot.h"
@@ -72,6 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--sample-length", sample_length, "bytes of text generated at the end")
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--checkpoint", c.checkpoint,
+                 "activation checkpointing of the blocks: none, block (each block), sqrt "
+                 "(ceil(sqrt(layers)) segments) or budget=BYTES (e.g. budget=64M: the blocks to "
+                 "checkpoint are planned so that their saved activations fit; the plan is "
+                 "printed)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -103,8 +110,19 @@ int main(int argc, char** argv) {
     const auto start = Clock::now();
     const int64_t first = trainer.step();
     double last_val = NAN;
+    // The first step of the run is recorded op by op: memory.svg shows what the forward
+    // saves and how backward frees it (compare --checkpoint none and block).
+    std::unique_ptr<MemoryTimeline> timeline;
     while (trainer.step() < c.steps) {
-      const double loss = trainer.train_step();
+      if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
+      const double loss = trainer.train_step(timeline.get());
+      if (timeline) {
+        timeline->write_csv(out_dir + "/memory.csv");
+        timeline->write_svg(
+            out_dir + "/memory.svg",
+            "adjoint-train: memory during one step (--checkpoint " + c.checkpoint + ")");
+        timeline.reset();
+      }
       const int64_t step = trainer.step();
       train_curve.x.push_back(static_cast<double>(step));
       train_curve.y.push_back(loss);
@@ -131,8 +149,8 @@ int main(int argc, char** argv) {
                           "loss (nats per byte)", {train_curve, val_curve});
     std::printf("trained %lld steps in %s; validation loss %.4f nats per byte (uniform: 5.545)\n",
                 static_cast<long long>(c.steps - first), duration(seconds).c_str(), last_val);
-    std::printf("wrote %s, %s/loss.svg and %s/loss.csv\n", ckpt.c_str(), out_dir.c_str(),
-                out_dir.c_str());
+    std::printf("wrote %s, %s/loss.svg, %s/loss.csv and %s/memory.svg\n", ckpt.c_str(),
+                out_dir.c_str(), out_dir.c_str(), out_dir.c_str());
     Generator gen(c.seed + 7);
     const std::string prompt = "This program is ";
     std::printf("\nsample (temperature 0.8, top-k 40):\n%s%s\n", prompt.c_str(),

@@ -20,6 +20,7 @@
 namespace adjoint {
 
 class Node;
+class SavedTensor;  // src/autograd/saved_tensor.h
 
 /// An input of a node: the node that produced it and which of that node's outputs it was.
 struct Edge {
@@ -46,6 +47,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual TensorList apply(TensorList&& grads) = 0;
   /// Frees saved tensors; a later apply() throws an error naming the op.
   virtual void release_saved() {}
+  /// Calls visit(saved, role, index) for each tensor saved for backward, role "input",
+  /// "output" or "saved" (extras); what memory summaries read (memory.h).
+  using SavedVisitor = std::function<void(const SavedTensor&, const char* role, std::size_t)>;
+  virtual void visit_saved(const SavedVisitor& /*visit*/) const {}
 
   const EdgeList& next_edges() const { return next_edges_; }
   EdgeList& mutable_next_edges() { return next_edges_; }
@@ -233,10 +238,12 @@ class DualLevel {
 };
 
 /// A view of `primal` carrying `tangent` (same shape and dtype) at the innermost dual level;
-/// the tangents `primal` has at outer levels stay.
+/// the tangents `primal` has at outer levels stay. `primal` itself is left as it is. As in
+/// PyTorch, a primal that already has a tangent at this level is an error: for another
+/// tangent, make the dual from unpack_dual(primal).first. The tangent is used as is (no copy).
 Tensor make_dual(const Tensor& primal, const Tensor& tangent);
 /// (primal, tangent) at the innermost dual level; the tangent is undefined when none was
-/// attached. The primal keeps its tangents of the outer levels.
+/// attached. The primal keeps its tangents of the outer levels. Throws for an undefined tensor.
 std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual);
 
 }  // namespace adjoint

@@ -127,6 +127,7 @@ class Tensor {
   /// keeping its autograd identity: a leaf stays the same leaf with the same requires_grad,
   /// and its .grad() is dropped when the dtype or shape changes. What libtorch's set_data
   /// does; Module::to uses it so that references to a parameter see the converted tensor.
+  /// Forward-mode tangents, derivatives of the old values, are dropped at every level.
   void set_data(const Tensor& data) const;
   Tensor& detach_();
   /// Forward-mode tangent at the innermost dual level (undefined when none).
@@ -226,7 +227,8 @@ class Tensor {
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
 
-  // ---- in-place (bump the version; recorded when the tensor has history) ----
+  // ---- in-place (bump the version; recorded when the tensor has history; tangents follow
+  // at visible dual levels, see docs/transforms.md) ----
   Tensor& add_(const Tensor& other, Scalar alpha = 1);
   Tensor& add_(Scalar other);
   Tensor& sub_(const Tensor& other, Scalar alpha = 1);

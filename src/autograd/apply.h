@@ -30,6 +30,8 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/forward_ad.h"
+#include "autograd/memory_hooks.h"
+#include "autograd/op_cache.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
 
@@ -199,6 +201,14 @@ class OpNode final : public Node {
     for (auto& s : saved_extras_) s.release();
   }
 
+  void visit_saved(const SavedVisitor& visit) const override {
+    for (std::size_t i = 0; i < saved_inputs_.size(); ++i)
+      if (saved_inputs_[i].defined()) visit(saved_inputs_[i], "input", i);
+    if (saved_output_.defined()) visit(saved_output_, "output", 0);
+    for (std::size_t i = 0; i < saved_extras_.size(); ++i)
+      if (saved_extras_[i].defined()) visit(saved_extras_[i], "saved", i);
+  }
+
   Op op_;
   std::vector<SavedTensor, detail::PoolAllocator<SavedTensor>> saved_inputs_;
   SavedTensor saved_output_;
@@ -217,7 +227,13 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
     for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
   Saver saver;
-  Tensor out = run_forward(saver);
+  Tensor out;
+  // Checkpointed regions log their ops and may replay kept results: see src/checkpoint.
+  if (OpCache* cache = tls_op_cache) [[unlikely]] {
+    out = run_watched_op(*cache, op, saver.tensors, [&] { return run_forward(saver); });
+  } else {
+    out = run_forward(saver);
+  }
 
   std::shared_ptr<OpNode<Op>> node;
   if (record && is_floating(out.dtype())) {
@@ -252,6 +268,12 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
   if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
     node->saved_output_ = SavedTensor(out, true);
+  // Memory timelines (src/memory) and FLOP counting (src/checkpoint/budget_profile.cpp): see
+  // Note [Op observer] in memory_hooks.cpp.
+  if (OpObserver* observer = tls_op_observer) [[unlikely]] {
+    observer->forward_op_tensors(Op::name, inputs.data(), inputs.size(), out);
+    observer->after_forward_op(Op::name);
+  }
   return out;
 }
 

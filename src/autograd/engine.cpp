@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <atomic>
 #include <queue>
+#include <utility>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
 
 namespace adjoint {
@@ -24,12 +26,39 @@ struct BySequence {
   }
 };
 
+// Note [Nested backward passes]
+// A node's apply may itself run a backward: a checkpointed region's recomputation when the
+// region's function calls grad() (src/checkpoint), or a custom function whose backward does.
+// That inner pass can reach nodes the outer one is still counting (the graph behind the inner
+// pass's inputs). It stashes their run state when it first visits them and puts it back when
+// it ends, so the outer pass goes on as if nothing had happened.
+thread_local std::vector<uint64_t> tls_active_runs;
+
+// A pass in progress on this thread; when it ends (or throws), the stashed state goes back.
+struct ActiveRun {
+  explicit ActiveRun(uint64_t run) { tls_active_runs.push_back(run); }
+  ~ActiveRun() {
+    for (auto& [n, state] : stashed) n->run_ = std::move(state);
+    tls_active_runs.pop_back();
+  }
+  ActiveRun(const ActiveRun&) = delete;
+  ActiveRun& operator=(const ActiveRun&) = delete;
+  std::vector<std::pair<Node*, Node::RunState>> stashed;
+};
+
+bool is_active(uint64_t run) {
+  return std::find(tls_active_runs.begin(), tls_active_runs.end(), run) != tls_active_runs.end();
+}
+
 // Visits every node reachable from `roots` once, resetting its run state and counting the
-// edges that point at it.
-std::vector<Node*> discover(const std::vector<Node*>& roots, uint64_t run) {
+// edges that point at it. State of an enclosing pass goes to `stash` (Note [Nested backward
+// passes]).
+std::vector<Node*> discover(const std::vector<Node*>& roots, uint64_t run,
+                            std::vector<std::pair<Node*, Node::RunState>>& stash) {
   std::vector<Node*> order, stack;
   auto visit = [&](Node* n) {
     if (n->run_.run_id == run) return false;
+    if (n->run_.run_id != 0 && is_active(n->run_.run_id)) stash.emplace_back(n, std::move(n->run_));
     n->run_ = Node::RunState{run, 0, false, TensorList(n->num_outputs())};
     order.push_back(n);
     return true;
@@ -93,9 +122,10 @@ struct Capture {
 void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, bool keep_graph,
                   bool create_graph, std::vector<Capture>& captures) {
   const uint64_t run = next_run_id.fetch_add(1);
+  ActiveRun active(run);  // See Note [Nested backward passes]
   std::vector<Node*> root_nodes;
   for (const Edge& e : roots) root_nodes.push_back(e.node.get());
-  std::vector<Node*> order = discover(root_nodes, run);
+  std::vector<Node*> order = discover(root_nodes, run, active.stashed);
   const bool capturing = !captures.empty();
   if (capturing) {
     std::vector<Node*> targets;
@@ -109,6 +139,11 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     ~GradModeRestore() { tls_mode.grad_enabled = prev; }
   } restore;
   tls_mode.grad_enabled = create_graph;
+  // Memory timelines see one event per node, not the ops inside it (Note [Op observer]).
+  struct ObserverPause {
+    detail::OpObserver* observer = std::exchange(detail::tls_op_observer, nullptr);
+    ~ObserverPause() { detail::tls_op_observer = observer; }
+  } observer_pause;
 
   std::priority_queue<Node*, std::vector<Node*>, BySequence> ready;
   for (std::size_t i = 0; i < roots.size(); ++i) {
@@ -152,6 +187,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
         ready.push(c);
       }
     }
+    if (observer_pause.observer) [[unlikely]]
+      observer_pause.observer->after_backward_node(n->name());
   }
   // Drop buffers of nodes that never became ready (their branch had no gradient).
   for (Node* n : order) n->run_.buffer.clear();

@@ -61,6 +61,25 @@ void track_tangent_copy(const std::shared_ptr<std::vector<TangentSlot>>& slots) 
   }
 }
 
+bool other_dual_on_storage(const Tensor& t, uint64_t level) {
+  const TensorImpl* self = t.impl();
+  // Only this handle's tensor holds the storage: nothing else can see its values.
+  if (self->storage.use_count() <= 1) return false;
+  const int index = stack_index_of(level);
+  if (index < 0) return false;
+  bool found = false;
+  // Dead entries are dropped on the way, so repeated in-place ops in a long-lived level only
+  // scan the tensors still alive.
+  std::erase_if(tls_records[index].tensors, [&](const std::weak_ptr<TensorImpl>& weak) {
+    std::shared_ptr<TensorImpl> impl = weak.lock();
+    if (!impl) return true;
+    if (impl.get() == self || impl->storage != self->storage || !impl->autograd) return false;
+    for (const TangentSlot& slot : impl->autograd->tangents) found |= slot.level == level;
+    return false;
+  });
+  return found;
+}
+
 void copy_tangents(const Tensor& from, const Tensor& to, uint32_t levels) {
   for (int i = 0; i < tls_mode.dual_levels_open; ++i) {
     if (!((levels >> i) & 1u)) continue;
@@ -106,9 +125,16 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
                 "primal and tangent must be defined");
   ADJOINT_CHECK(is_floating(primal.dtype()), DType, "make_dual",
                 "only floating tensors can carry tangents, got ", describe(primal));
-  ADJOINT_CHECK(primal.shape() == tangent.shape() && primal.dtype() == tangent.dtype(), Shape,
-                "make_dual", "tangent ", describe(tangent), " does not match primal ",
-                describe(primal));
+  ADJOINT_CHECK(primal.shape() == tangent.shape(), Shape, "make_dual", "tangent ",
+                describe(tangent), " does not match primal ", describe(primal));
+  ADJOINT_CHECK(primal.dtype() == tangent.dtype(), DType, "make_dual", "tangent ",
+                describe(tangent), " does not match primal ", describe(primal));
+  // As in PyTorch: replacing the tangent would either change the input (which other code may
+  // hold as a dual) or silently drop it. unpack_dual(x).first is x without it.
+  ADJOINT_CHECK(detail::tangent_at(primal, level) == nullptr, Autograd, "make_dual", "primal ",
+                describe(primal),
+                " already has a tangent at this dual level; make the dual from "
+                "unpack_dual(primal).first to give it another one");
   Tensor dual = detail::alias_with_history(primal);
   detail::copy_tangents(primal, dual, detail::levels_below(index));
   detail::set_tangent(dual, level, tangent);
@@ -116,6 +142,7 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
 }
 
 std::pair<Tensor, Tensor> unpack_dual(const Tensor& dual) {
+  ADJOINT_CHECK(dual.defined(), Value, "unpack_dual", "called on an undefined tensor");
   Tensor primal = detail::alias_with_history(dual);
   // The primal keeps its tangents of the outer levels: it is still a dual number there.
   int index = 0;

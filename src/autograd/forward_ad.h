@@ -15,6 +15,24 @@
 // it, and erases those slots when it closes, as PyTorch does. Besides freeing the memory,
 // this breaks the reference cycle a recorded tangent of a saved output makes with its node
 // (Note [Tangents of saved outputs]) when no backward ever runs through it.
+//
+// Note [In-place ops on dual tensors]
+// An in-place op on a tensor with a tangent, or with an operand that has one, updates the
+// tangent whenever its level is visible, whether or not a graph is recorded (as PyTorch does
+// whenever forward grad is enabled): the out-of-place op runs on a clone of the old value,
+// its JVP rule gives the new tangent, and the tensor takes value and tangent. A tangent the
+// result lacks becomes zero (copy_ or fill_ of a value without one), and levels hidden by
+// NoForwardGradGuard are left as they are (PyTorch does not see them either). Tangents are
+// replaced, never written into: they may be shared (make_dual takes the caller's tangent
+// as is, copy_tangents shares handles). The cost: a tangent does not follow the memory. A
+// view's tangent is its own tensor, not a view of its base's, so an in-place op whose new
+// tangent other tensors on the same memory should see is refused with an error naming the
+// op: a view that would get its first tangent at a level (its base would not), and any
+// tensor whose memory another live tensor with a tangent at that level shares (a view of a
+// dual, or the base of one). A dual from make_dual may be modified: its primal has no
+// tangent at that level, so nothing else goes stale. PyTorch, whose view tangents are views
+// of the base's, supports these; a view without a tangent of a tensor that gains one in
+// place does not see it here (PyTorch's view reads it from its base).
 #pragma once
 
 #include <memory>
@@ -56,6 +74,10 @@ void track_tangent_copy(const std::shared_ptr<std::vector<TangentSlot>>& slots);
 /// Copies onto `to` the tangents `from` has at the levels whose bits are set in `levels`, so
 /// that an alias keeps its outer derivatives.
 void copy_tangents(const Tensor& from, const Tensor& to, uint32_t levels);
+
+/// Whether a live tensor other than `t` shares t's storage and has a tangent at `level`.
+/// See Note [In-place ops on dual tensors].
+bool other_dual_on_storage(const Tensor& t, uint64_t level);
 
 /// Makes only the levels whose bits are set in `visible` propagate while alive.
 struct VisibleLevels {

@@ -1,4 +1,6 @@
 // Custom functions: the node that runs a user's backward, and FunctionCtx's saved tensors.
+#include <optional>
+
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
@@ -12,6 +14,13 @@ namespace adjoint {
 struct FunctionCtx::State {
   std::vector<SavedTensor> saved;
   std::vector<std::pair<Tensor, bool>> to_save;  // tensor, is an output of this function
+  // What get_saved() returns while the jvp runs (see record_custom_function).
+  std::vector<Tensor> for_jvp;
+  bool in_jvp = false;
+  // While backward runs: the saved tensors, unpacked by the first get_saved(). Unpacking
+  // again for every call could be costly (a checkpointed function would be recomputed).
+  bool in_backward = false;
+  std::optional<std::vector<Tensor>> unpacked;
   std::vector<const TensorImpl*> non_differentiable;
   std::vector<bool> needs_input_grad;
   std::weak_ptr<Node> node;
@@ -36,9 +45,12 @@ std::vector<Tensor> FunctionCtx::get_saved() const {
     for (auto& [t, is_out] : state_->to_save) out.push_back(t);
     return out;
   }
+  if (state_->in_jvp) return state_->for_jvp;
+  if (state_->in_backward && state_->unpacked) return *state_->unpacked;
   std::vector<Tensor> out;
   auto node = state_->node.lock();
   for (const SavedTensor& s : state_->saved) out.push_back(s.unpack(node));
+  if (state_->in_backward) state_->unpacked = out;
   return out;
 }
 
@@ -69,7 +81,19 @@ class CustomNode final : public Node {
                            std::make_move_iterator(grads.end()));
     for (std::size_t i = 0; i < gs.size(); ++i)
       if (!gs[i].defined()) gs[i] = zeros(output_shapes_[i], output_dtypes_[i]);
-    std::vector<Tensor> user = backward_(*ctx_, std::move(gs));
+    struct BackwardScope {  // get_saved() unpacks once per backward call
+      FunctionCtx::State& st;
+      explicit BackwardScope(FunctionCtx::State& s) : st(s) { st.in_backward = true; }
+      ~BackwardScope() {
+        st.in_backward = false;
+        st.unpacked.reset();
+      }
+    };
+    std::vector<Tensor> user;
+    {
+      BackwardScope scope(ctx_->state());
+      user = backward_(*ctx_, std::move(gs));
+    }
     TensorList result(std::make_move_iterator(user.begin()), std::make_move_iterator(user.end()));
     ADJOINT_CHECK(result.size() == next_edges_.size(), Value, name_, "backward returned ",
                   result.size(), " gradients but forward took ", next_edges_.size(),
@@ -92,6 +116,12 @@ class CustomNode final : public Node {
   void release_saved() override {
     for (SavedTensor& s : ctx_->state().saved) s.release();
     ctx_->state().released = true;
+  }
+
+  void visit_saved(const SavedVisitor& visit) const override {  // memory summaries
+    const std::vector<SavedTensor>& saved = ctx_->state().saved;
+    for (std::size_t i = 0; i < saved.size(); ++i)
+      if (saved[i].defined()) visit(saved[i], saved[i].is_output() ? "output" : "saved", i);
   }
 
   std::vector<Shape> input_shapes_, output_shapes_;
@@ -119,6 +149,20 @@ void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(
 void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
   out.insert(out.end(), ts.begin(), ts.end());
 }
+
+namespace {
+// get_saved() answers from State::for_jvp while the user's jvp runs.
+struct JvpScope {
+  FunctionCtx::State& st;
+  explicit JvpScope(FunctionCtx::State& s) : st(s) { st.in_jvp = true; }
+  ~JvpScope() {
+    st.in_jvp = false;
+    st.for_jvp.clear();
+  }
+  JvpScope(const JvpScope&) = delete;
+  JvpScope& operator=(const JvpScope&) = delete;
+};
+}  // namespace
 
 std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<FunctionCtx> ctx,
                                            const std::vector<Tensor>& inputs,
@@ -159,15 +203,21 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
         detail::set_history(outputs[i], node, static_cast<uint32_t>(i));
     }
     st.node = node;
-    for (auto& [t, is_out] : st.to_save) {
-      bool output = false;
-      for (const Tensor& o : outputs) output |= o.defined() && t.defined() && o.impl() == t.impl();
-      st.saved.emplace_back(t, output);
-    }
-  } else {
-    for (auto& [t, is_out] : st.to_save) st.saved.emplace_back(t, false);
   }
-  st.to_save.clear();
+  for (auto& [t, is_out] : st.to_save) {
+    is_out = false;
+    for (const Tensor& o : outputs) is_out |= t.defined() && o.impl() == t.impl();
+  }
+  // to_save holds the outputs themselves (node -> ctx -> to_save -> output -> node) and
+  // for_jvp aliases with their history: both are emptied on every way out, an exception from
+  // the jvp or from the checks below included, or the whole graph would leak.
+  struct ClearPending {
+    FunctionCtx::State& st;
+    ~ClearPending() {
+      st.to_save.clear();
+      st.for_jvp.clear();
+    }
+  } clear_pending{st};
 
   // Forward mode through the custom function, level by level (Note [Nested dual levels]).
   for (int li = 0; li < tls_mode.dual_levels_open; ++li) {
@@ -188,9 +238,25 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
         tangents.push_back(x.defined() && is_floating(x.dtype()) ? zeros_like(x) : Tensor());
       }
     }
+    // As apply<Op> does for built-in ops, the jvp sees a saved output as an alias carrying
+    // the output's tangents of the levels below (so nested levels get their cross terms) and
+    // its gradient edge: the output itself, saved by an op the jvp records, would make
+    // output -> tangent -> tangent's graph -> output a reference cycle.
+    const uint32_t below = detail::levels_below(li);
+    st.for_jvp.clear();
+    for (auto& [t, is_out] : st.to_save) {
+      if (!is_out) {
+        st.for_jvp.push_back(t);
+        continue;
+      }
+      Tensor alias = detail::alias_with_history(t);
+      detail::copy_tangents(t, alias, below);
+      st.for_jvp.push_back(std::move(alias));
+    }
     std::vector<Tensor> out_t;
     {
-      detail::VisibleLevels below(detail::levels_below(li));
+      JvpScope scope(st);
+      detail::VisibleLevels only_below(below);
       out_t = jvp(*ctx, std::move(tangents));
     }
     ADJOINT_CHECK(out_t.size() == outputs.size(), Value, name, "jvp returned ", out_t.size(),
@@ -198,10 +264,21 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (!out_t[i].defined()) continue;
       ADJOINT_CHECK(out_t[i].shape() == outputs[i].shape(), Shape, name, "jvp returned a tangent ",
-                    describe(out_t[i]), " for output ", describe(outputs[i]));
+                    describe(out_t[i]), " for output ", i, " ", describe(outputs[i]));
+      ADJOINT_CHECK(out_t[i].dtype() == outputs[i].dtype(), DType, name, "jvp returned a tangent ",
+                    describe(out_t[i]), " for output ", i, " ", describe(outputs[i]),
+                    ": tangents must have the output's dtype");
       detail::set_tangent(outputs[i], level, out_t[i]);
     }
   }
+
+  // Saved only now, after the outputs got their tangents: a saved output keeps them for a
+  // backward run inside the dual level (forward over reverse), as built-in ops do (Note
+  // [Tangents of saved outputs] in saved_tensor.cpp). Without a node nothing can read the
+  // saved tensors after the jvp, so nothing is saved (and no pack hook runs), as in PyTorch.
+  if (auto node = st.node.lock())
+    for (auto& [t, is_out] : st.to_save) st.saved.emplace_back(t, is_out);
+  st.to_save.clear();
   return outputs;
 }
 

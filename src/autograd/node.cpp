@@ -105,9 +105,13 @@ Tensor alias_with_history(const Tensor& t) {
 }
 
 void check_tangent(const Tensor& out, const Tensor& tangent, const char* op) {
-  ADJOINT_CHECK(tangent.defined() && tangent.shape() == out.shape(), Internal, op,
+  ADJOINT_CHECK(tangent.defined() && tangent.shape() == out.shape(), Shape, op,
                 "the JVP rule returned a tangent of ", describe(tangent), " for an output of ",
                 describe(out));
+  // A tangent lives in the primal's tangent space: its dtype too (a float32 tangent on a
+  // float64 output would silently lose precision in everything downstream).
+  ADJOINT_CHECK(tangent.dtype() == out.dtype(), DType, op, "the JVP rule returned a tangent of ",
+                describe(tangent), " for an output of ", describe(out), ": the dtypes must match");
 }
 
 }  // namespace detail

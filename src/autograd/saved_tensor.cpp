@@ -81,6 +81,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   dtype_ = impl.dtype;
   requires_grad_ = t.requires_grad();
   if (is_output) output_nr_ = impl.autograd ? impl.autograd->output_nr : 0;
+  leaf_ = !is_output && !(impl.autograd && impl.autograd->grad_fn);
   if ((is_output || !tls_hooks.empty()) && impl.autograd && !impl.autograd->tangents.empty()) {
     tangents_ = std::make_shared<std::vector<TangentSlot>>(impl.autograd->tangents);
     detail::track_tangent_copy(tangents_);
@@ -91,9 +92,11 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
     unpack_ = hooks.unpack;
     // The hook sees a tensor without history, as PyTorch's pack hooks do for outputs.
     packed_ = hooks.pack(is_output ? alias_without_history(t) : t.detach());
-    return;
+  } else {
+    data_ = is_output ? alias_without_history(t) : t;
   }
-  data_ = is_output ? alias_without_history(t) : t;
+  if (detail::saved_tracking_enabled()) [[unlikely]]
+    claim_.claim(held_storage());
 }
 
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
@@ -133,11 +136,18 @@ Tensor SavedTensor::with_tangents(Tensor t) const {
 }
 
 void SavedTensor::release() {
+  claim_.reset();  // before the storage can die and its address be reused
   data_ = Tensor();
   packed_.reset();
   edge_ = Edge();
   tangents_.reset();
   released_ = true;
+}
+
+const StorageImpl* SavedTensor::held_storage() const {
+  if (data_.defined()) return data_.impl()->storage.get();
+  const Tensor* packed = std::any_cast<Tensor>(&packed_);
+  return packed && packed->defined() ? packed->impl()->storage.get() : nullptr;
 }
 
 std::size_t SavedTensor::nbytes() const {

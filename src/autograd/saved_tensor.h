@@ -10,6 +10,7 @@
 #include "adjoint/storage.h"
 #include "adjoint/tensor.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/memory_hooks.h"
 
 namespace adjoint {
 
@@ -30,6 +31,13 @@ class SavedTensor {
   std::size_t nbytes() const;
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
+  bool is_output() const { return is_output_; }
+  /// Whether what was saved had no grad_fn: a parameter or input data, not an activation.
+  bool is_leaf() const { return leaf_; }
+  /// The storage this saved tensor keeps alive: its tensor's, or that of the Tensor a pack
+  /// hook returned; null once released or when the hook kept the data elsewhere. Memory
+  /// accounting and summaries count these (see Note [Saved tensor accounting]).
+  const StorageImpl* held_storage() const;
 
  private:
   Tensor with_tangents(Tensor t) const;
@@ -52,6 +60,9 @@ class SavedTensor {
   bool requires_grad_ = false;
   bool defined_ = false;
   bool released_ = false;
+  bool leaf_ = false;
+  // Declared last so it is destroyed first: uncounted before the storage it names can die.
+  detail::SavedBytesClaim claim_;  // counted only while memory tracking is on
 };
 
 }  // namespace adjoint

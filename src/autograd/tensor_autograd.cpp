@@ -162,6 +162,8 @@ void Tensor::set_data(const Tensor& data) const {
   dst->is_view = src->is_view;
   dst->refresh();
   if (dst->autograd && !same_kind) dst->autograd->grad = Tensor();
+  // Tangents are derivatives of the old values: they go with them, at every dual level.
+  if (dst->autograd) dst->autograd->tangents.clear();
 }
 
 Tensor& Tensor::detach_() {

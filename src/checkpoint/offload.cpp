@@ -144,30 +144,33 @@ uint16_t to_bfloat16(float f) {
 
 float from_bfloat16(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
-// The bfloat16 bits live in allocator storage, so memory_stats() and the saved-memory
-// accounting count them. adjoint has no 16-bit dtype yet: the bits sit in a byte tensor
-// (Bool, one byte per element) twice as long as the tensor, tagged with the shape.
-struct BFloat16Record {
-  Tensor bytes;
-  Shape shape;
-};
-
+// What the hook keeps is always a Tensor, so that memory_stats() and the saved-memory
+// accounting (which sees a packed Tensor's storage) count it. A float32 tensor becomes its
+// bfloat16 bits in a Bool tensor of shape [..., 2], two bytes per element (adjoint has no
+// 16-bit dtype yet). Anything else is kept as it is, a Bool tensor as a [..., 1] view so that
+// it cannot be taken for bits.
 std::any pack_bfloat16(const std::set<const StorageImpl*>& keep, const Tensor& t) {
+  if (t.dtype() == DType::Bool) return t.unsqueeze(-1);
   if (t.dtype() != DType::Float32 || kept(keep, t)) return t;
   const Tensor c = t.contiguous();
-  BFloat16Record rec{empty({2 * c.numel()}, DType::Bool), c.shape()};
-  auto* dst = static_cast<uint16_t*>(rec.bytes.raw_data());
+  Shape shape = c.shape();
+  shape.push_back(2);
+  Tensor bits = empty(shape, DType::Bool);
+  auto* dst = static_cast<uint16_t*>(bits.raw_data());
   const float* src = c.data_ptr<float>();
   for (int64_t i = 0; i < c.numel(); ++i) dst[i] = to_bfloat16(src[i]);
-  return rec;
+  return bits;
 }
 
 Tensor unpack_bfloat16(const std::any& packed) {
-  if (const Tensor* t = std::any_cast<Tensor>(&packed)) return *t;
-  const auto& rec = std::any_cast<const BFloat16Record&>(packed);
-  Tensor out = empty(rec.shape, DType::Float32);
+  const Tensor& p = std::any_cast<const Tensor&>(packed);
+  if (p.dtype() != DType::Bool) return p;
+  if (p.size(-1) == 1) return p.squeeze(-1);
+  Shape shape = p.shape();
+  shape.resize(shape.size() - 1);
+  Tensor out = empty(shape, DType::Float32);
   float* dst = out.data_ptr<float>();
-  const auto* src = static_cast<const uint16_t*>(rec.bytes.raw_data());
+  const auto* src = static_cast<const uint16_t*>(p.raw_data());
   for (int64_t i = 0; i < out.numel(); ++i) dst[i] = from_bfloat16(src[i]);
   return out;
 }

@@ -41,7 +41,7 @@ Tensor GPT::forward(const Tensor& idx) {
   // backward would scatter into a zero [context, d] tensor).
   const Tensor pos = T == config_.context ? wpe->weight : wpe->weight.narrow(0, 0, T);
   Tensor x = drop->forward(wte->forward(idx) + pos);  // [B, T, d], pos broadcast over B
-  x = ln_f->forward(blocks->forward(x));
+  x = ln_f->forward(run_blocks ? run_blocks(*blocks, x) : blocks->forward(x));
   // The tied head: x wteᵀ as one linear op (no bias, no copy of the transpose).
   return linear(x, wte->weight);
 }

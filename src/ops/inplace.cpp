@@ -4,6 +4,9 @@
 //   into the tensor, with no temporary (optimizer steps, zero_grad, gradient accumulation).
 // - Recorded: the out-of-place op runs on a clone of the old value (it may save it), the
 //   result is written back, and the tensor's history moves to the new node.
+// - Forward mode: when the tensor or the operand has a tangent at a visible dual level, the
+//   op goes the out-of-place way as well, recorded or not, and the tensor takes the result's
+//   tangents. See Note [In-place ops on dual tensors] in src/autograd/forward_ad.h.
 #include "adjoint/error.h"
 #include "ops/common.h"
 
@@ -12,6 +15,54 @@ namespace {
 
 bool recording_with(const Tensor& self, const Tensor* other) {
   return is_grad_enabled() && (self.requires_grad() || (other && other->requires_grad()));
+}
+
+// Whether the op changes tangents: see Note [In-place ops on dual tensors].
+bool dual_with(const Tensor& self, const Tensor* other) {
+  return tls_mode.dual_visible != 0 &&
+         (detail::has_visible_tangent(self) || (other && detail::has_visible_tangent(*other)));
+}
+
+// Throws, before anything is written, when the tangents self gets from `result` (zero where
+// result is null or has none) would not reach the tensors that share its memory.
+void check_dual_inplace(const Tensor& self, const Tensor* result, const char* op) {
+  if (tls_mode.dual_visible == 0) return;
+  for (int i = 0; i < tls_mode.dual_levels_open; ++i) {
+    if (!detail::level_visible(i)) continue;
+    const uint64_t level = tls_mode.dual_level_ids[i];
+    const bool had = detail::tangent_at(self, level) != nullptr;
+    if (!had && !(result && detail::tangent_at(*result, level))) continue;
+    ADJOINT_CHECK(had || !self.impl()->is_view, NotImplemented, op,
+                  "in-place modification of a view (", describe(self),
+                  ") by an operand with a forward-mode tangent is not supported: the tensor it "
+                  "views would not get the tangent; clone() the view first, or use the "
+                  "out-of-place op");
+    ADJOINT_CHECK(!detail::other_dual_on_storage(self, level), NotImplemented, op,
+                  "in-place modification of ", describe(self),
+                  " under forward-mode AD is not supported while another tensor sharing its "
+                  "memory (a view of it, or the tensor it views) has a tangent at the same "
+                  "dual level: that tangent would not be updated; clone() first, or use the "
+                  "out-of-place op");
+  }
+}
+
+// Gives self the tangents of `result` at every visible level, and a zero tangent where self
+// had one and the result has none (copy_ or fill_ of a value without one, as in PyTorch).
+void update_tangents(const Tensor& self, const Tensor* result) {
+  if (tls_mode.dual_visible == 0) return;
+  for (int i = 0; i < tls_mode.dual_levels_open; ++i) {
+    if (!detail::level_visible(i)) continue;
+    const uint64_t level = tls_mode.dual_level_ids[i];
+    const Tensor* rt = result ? detail::tangent_at(*result, level) : nullptr;
+    if (!rt && !detail::tangent_at(self, level)) continue;
+    Tensor t;
+    {
+      // The tangent of level i carries only the levels below it (Note [Nested dual levels]).
+      detail::VisibleLevels below(detail::levels_below(i));
+      t = rt ? cast_to(*rt, self.dtype()) : zeros_like(self);
+    }
+    detail::set_tangent(self, level, std::move(t));
+  }
 }
 
 void check_inplace(const Tensor& self, bool recording, const char* op) {
@@ -73,6 +124,7 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
   ADJOINT_CHECK(result.shape() == self.shape(), Shape, op, "the result has shape ", result.shape(),
                 " but the tensor being modified is ", describe(self));
   check_storable(result.dtype(), self, op);
+  check_dual_inplace(self, &result, op);
   kernels::copy_into(self, result);
   bump(self);
   if (recording && result.requires_grad()) {
@@ -90,51 +142,54 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
     m.output_nr = e.input_nr;
     if (retained) self.retain_grad();
   }
-  if (result.impl()->autograd)
-    for (const TangentSlot& s : result.impl()->autograd->tangents)
-      detail::set_tangent(self, s.level, cast_to(s.value, self.dtype()));
+  update_tangents(self, &result);
   return self;
 }
 
+// The out-of-place way: recorded when a graph is, and giving the new tangents when some
+// operand is dual.
 template <class Compute>
-Tensor& recorded(Tensor& self, const char* op, Compute compute) {
-  check_inplace(self, true, op);
+Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute compute) {
+  const bool recording = recording_with(self, other);
+  check_inplace(self, recording, op);
   Tensor result = compute(self.clone());
-  return commit(self, result, true, op);
+  return commit(self, result, recording, op);
 }
 
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
-  if (recording_with(*this, &o))
-    return recorded(*this, "add_", [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
+  if (recording_with(*this, &o) || dual_with(*this, &o))
+    return functional(*this, &o, "add_",
+                      [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
   check_inplace(*this, false, "add_");
   if (alpha.to_double() != 1) return direct_add_scaled(*this, o, alpha.to_double(), "add_");
   return direct_binary(*this, Binary::Add, o, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
-  if (recording_with(*this, &o))
-    return recorded(*this, "sub_", [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
+  if (recording_with(*this, &o) || dual_with(*this, &o))
+    return functional(*this, &o, "sub_",
+                      [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
   check_inplace(*this, false, "sub_");
   if (alpha.to_double() != 1) return direct_add_scaled(*this, o, -alpha.to_double(), "sub_");
   return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (recording_with(*this, &o))
-    return recorded(*this, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+  if (recording_with(*this, &o) || dual_with(*this, &o))
+    return functional(*this, &o, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (recording_with(*this, &o))
-    return recorded(*this, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  if (recording_with(*this, &o) || dual_with(*this, &o))
+    return functional(*this, &o, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
   check_storable(kDefaultFloat, *this, "div_");  // true division gives floats
   return direct_binary(*this, Binary::Div, o, "div_");
 }
 Tensor& Tensor::add_(Scalar o) {
-  if (recording_with(*this, nullptr))
-    return recorded(*this, "add_", [&](const Tensor& s) { return adjoint::add(s, o); });
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+    return functional(*this, nullptr, "add_", [&](const Tensor& s) { return adjoint::add(s, o); });
   check_inplace(*this, false, "add_");
   return direct_unary(*this, Unary::AddScalar, o, "add_");
 }
@@ -142,21 +197,22 @@ Tensor& Tensor::sub_(Scalar o) {
   return add_(o.is_floating() ? Scalar(-o.to_double()) : Scalar(-o.to_int()));
 }
 Tensor& Tensor::mul_(Scalar o) {
-  if (recording_with(*this, nullptr))
-    return recorded(*this, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+    return functional(*this, nullptr, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
-  if (recording_with(*this, nullptr))
-    return recorded(*this, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+    return functional(*this, nullptr, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
   check_storable(kDefaultFloat, *this, "div_");
   return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  if (recording_with(*this, nullptr))
-    return recorded(*this, "clamp_", [&](const Tensor& s) { return adjoint::clamp(s, lo, hi); });
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+    return functional(*this, nullptr, "clamp_",
+                      [&](const Tensor& s) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
   ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
   if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
@@ -171,9 +227,11 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) {
   const bool recording = recording_with(*this, nullptr);
   check_inplace(*this, recording, "fill_");
+  check_dual_inplace(*this, nullptr, "fill_");
   if (recording) detach_();
   kernels::fill(*this, v);
   bump(*this);
+  update_tangents(*this, nullptr);  // a constant: a dual's tangent becomes zero
   return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src) {
@@ -182,11 +240,14 @@ Tensor& Tensor::copy_(const Tensor& src) {
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
   if (!recording) {
+    if (dual_with(*this, &src))
+      return commit(*this, cast_to(adjoint::expand(src, shape()), dtype()), false, "copy_");
     kernels::copy_into(*this, src);
     bump(*this);
     return *this;
   }
   Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
+  check_dual_inplace(*this, &value, "copy_");  // before detach_: an error changes nothing
   if (!value.requires_grad()) detach_();
   return commit(*this, value, true, "copy_");
 }

@@ -331,9 +331,10 @@ void check_lengths_and_offsets() {
           }
           std::vector<T> inplace(src.begin() + offset, src.begin() + offset + n);
           kernels::simd_unary(k, inplace.data(), inplace.data(), n, kBeta, kThreshold);
-          if (n > 0)  // memcmp on an empty vector's null data() is undefined
+          if (n > 0) {  // memcmp on an empty vector's null data() is undefined
             ASSERT_EQ(std::memcmp(inplace.data(), out.data() + offset, n * sizeof(T)), 0)
                 << name(k) << " in place, n=" << n;
+          }
         }
       }
     }

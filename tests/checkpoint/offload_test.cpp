@@ -137,11 +137,17 @@ TEST(SaveAsBFloat16, HalvesSavedBytesWithSmallGradientError) {
   const double plain_mb = (memory_stats().current_bytes - base) / kMB;
   plain.backward();
   Tensor small;
+  SavedMemoryStats saved;
   {
+    SavedMemoryTracker tracker;
     SaveAsBFloat16 guard;
     small = deep_exp(x, w2);
+    saved = saved_memory_stats();
   }
   const double bf16_mb = (memory_stats().current_bytes - base) / kMB;
+  // The saved-memory accounting sees the bfloat16 copies: the eight exp outputs' and x's,
+  // 0.5 MB each, and w's (2 KB).
+  EXPECT_NEAR(saved.current_bytes / kMB, 4.5, 0.01);
   small.backward();
   // The plain graph holds the eight 1 MB exp outputs (x, saved by the product, is the
   // caller's); with the guard they are 0.5 MB bfloat16 copies each, plus a 0.5 MB copy of x.
@@ -159,6 +165,18 @@ TEST(SaveAsBFloat16, HalvesSavedBytesWithSmallGradientError) {
   const double worst = std::sqrt(err / norm);
   EXPECT_TRUE(differs);    // it is lossy ...
   EXPECT_LT(worst, 2e-2);  // ... by a few bfloat16 roundings (2^-9 each) over nine factors
+}
+
+TEST(SaveAsBFloat16, BoolMasksComeBackAsTheyWere) {
+  Tensor x = tensor(std::vector<float>{1.0f, -2.0f, 3.0f, -4.0f}).requires_grad_(true);
+  Tensor mask = tensor(std::vector<bool>{true, false, true, false});
+  Tensor y;
+  {
+    SaveAsBFloat16 guard;
+    y = where(mask, x, 0.0).sum();
+  }
+  y.backward();
+  adjoint::testing::expect_values(x.grad(), {1, 0, 1, 0}, 0);
 }
 
 TEST(SaveAsBFloat16, OtherDtypesAndKeptTensorsAreExact) {

@@ -110,6 +110,31 @@ TEST(Trainer, ScheduleWarmsUpThenDecays) {
   EXPECT_NEAR(tools::learning_rate(c, 14), 0.1, 1e-12);
 }
 
+// --checkpoint budget=BYTES plans on the first step (and prints the plan); the losses are
+// those of the plain run, dropout included.
+TEST(Trainer, CheckpointBudgetKeepsTheLosses) {
+  const data::ByteDataset data = corpus();
+  tools::TrainConfig c = tiny();
+  c.model.dropout = 0.1;
+  std::vector<double> plain, budgeted;
+  {
+    tools::Trainer t(c, data);
+    for (int i = 0; i < 3; ++i) plain.push_back(t.train_step());
+  }
+  c.checkpoint = "budget=160K";
+  {
+    tools::Trainer t(c, data);
+    t.evaluate(data::Split::Validation);  // no graph: runs the blocks plainly, plans nothing
+    for (int i = 0; i < 3; ++i) budgeted.push_back(t.train_step());
+  }
+  EXPECT_EQ(plain, budgeted);
+  c.checkpoint = "budget=lots";
+  expect_error([&] { tools::Trainer t(c, data); }, ErrorKind::Value, {"[train]", "'lots'"});
+  c.checkpoint = "budget=1K";
+  tools::Trainer t(c, data);
+  expect_error([&] { t.train_step(); }, ErrorKind::Value, {"[plan_checkpoints]", "budget of 1024"});
+}
+
 TEST(SvgPlot, WritesAPlot) {
   const std::string path = temp_path("adjoint_plot_") + ".svg";
   tools::write_svg_plot(path, "t", "x", "y", {{"a", {0, 1, 2}, {3, 1, 2}}});

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "adjoint/generator.h"
@@ -48,6 +49,11 @@ class GPT : public Module {
   Tensor loss(const Tensor& idx, const Tensor& targets);
 
   const GPTConfig& config() const { return config_; }
+
+  /// How forward runs the blocks: blocks->forward(x) when empty. Setting it changes how
+  /// the blocks execute, not what they compute: adjoint-train sets it to checkpoint each
+  /// block, or segments of blocks (see docs/checkpointing.md).
+  std::function<Tensor(Sequential& blocks, const Tensor& x)> run_blocks;
 
   std::shared_ptr<Embedding> wte;
   std::shared_ptr<Embedding> wpe;

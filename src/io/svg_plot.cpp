@@ -1,16 +1,15 @@
 // The SVG line plot; see svg_plot.h. Ticks are "nice" numbers (1, 2, 5 times a power of ten).
-#include "svg_plot.h"
+#include "adjoint/io/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
-#include "adjoint/error.h"
+#include "adjoint/io/text_file.h"
 
-namespace adjoint::tools {
+namespace adjoint::io {
 namespace {
 
 constexpr double kWidth = 720, kHeight = 420, kLeft = 70, kRight = 20, kTop = 40, kBottom = 50;
@@ -46,10 +45,10 @@ std::string fmt(double v) {
 
 }  // namespace
 
-void write_svg_plot(const std::string& path, const std::string& title, const std::string& xlabel,
-                    const std::string& ylabel, const std::vector<Series>& series) {
+std::string render_svg_plot(const std::string& title, const std::string& xlabel,
+                            const std::string& ylabel, const std::vector<PlotSeries>& series) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
-  for (const Series& s : series)
+  for (const PlotSeries& s : series)
     for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!std::isfinite(s.y[i])) continue;
       x0 = std::min(x0, s.x[i]);
@@ -60,10 +59,15 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
   if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + 1;
+  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
+  // Headroom for the legend box in the top right, so no curve runs beneath it.
+  int named = 0;
+  for (const PlotSeries& s : series) named += !s.name.empty();
+  const double legend_h = named > 0 ? 18.0 * named + 12 : 0, f = legend_h / ph;
+  y1 = (y1 - f * y0) / (1 - f);
   const double ystep = nice_step(y1 - y0, 6), xstep = nice_step(x1 - x0, 8);
   y0 = std::floor(y0 / ystep) * ystep;
   y1 = std::ceil(y1 / ystep) * ystep;
-  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
 
@@ -89,36 +93,40 @@ void write_svg_plot(const std::string& path, const std::string& title, const std
     << escape(xlabel) << "</text>\n"
     << "<text transform=\"translate(16," << kTop + ph / 2
     << ") rotate(-90)\" text-anchor=\"middle\">" << escape(ylabel) << "</text>\n";
-  for (std::size_t k = 0; k < series.size(); ++k) {
-    const Series& s = series[k];
+  for (const PlotSeries& s : series) {
     if (s.markers) {
       for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
         if (std::isfinite(s.y[i]))
           o << "<circle cx=\"" << px(s.x[i]) << "\" cy=\"" << py(s.y[i]) << "\" r=\"3\" fill=\""
             << s.color << "\"/>\n";
     } else {
-      o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.5\" points=\"";
+      o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"1.5\""
+        << (s.dashed ? " stroke-dasharray=\"5,4\"" : "") << " points=\"";
       for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
         if (std::isfinite(s.y[i])) o << px(s.x[i]) << "," << py(s.y[i]) << " ";
       o << "\"/>\n";
     }
-    const double ly = kTop + 16 + 18 * static_cast<double>(k);
+  }
+  // The legend last, on a white box.
+  if (named > 0)
+    o << "<rect x=\"" << kLeft + pw - 176 << "\" y=\"" << kTop + 4 << "\" width=\"170\" height=\""
+      << 18 * named + 6 << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
+  int legend = 0;
+  for (const PlotSeries& s : series) {
+    if (s.name.empty()) continue;
+    const double ly = kTop + 16 + 18 * static_cast<double>(legend++);
     o << "<rect x=\"" << kLeft + pw - 170 << "\" y=\"" << ly - 9 << "\" width=\"12\" height=\"12\" "
       << "fill=\"" << s.color << "\"/>\n<text x=\"" << kLeft + pw - 152 << "\" y=\"" << ly + 1
       << "\">" << escape(s.name) << "</text>\n";
   }
   o << "</svg>\n";
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    ADJOINT_CHECK(f.good(), IO, "svg_plot", "cannot write ", tmp);
-    f << o.str();
-    f.flush();
-    ADJOINT_CHECK(f.good(), IO, "svg_plot", "error while writing ", tmp);
-  }
-  ADJOINT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IO, "svg_plot", "cannot rename ", tmp,
-                " to ", path);
+  return o.str();
 }
 
-}  // namespace adjoint::tools
+void write_svg_plot(const std::string& path, const std::string& title, const std::string& xlabel,
+                    const std::string& ylabel, const std::vector<PlotSeries>& series) {
+  write_text_file_atomic(path, render_svg_plot(title, xlabel, ylabel, series), "io.write_svg_plot");
+}
+
+}  // namespace adjoint::io

@@ -1,0 +1,8 @@
+// The thread-local slot behind op_cache.h (set by src/checkpoint while a region runs).
+#include "autograd/op_cache.h"
+
+namespace adjoint::detail {
+
+constinit thread_local OpCache* tls_op_cache = nullptr;
+
+}  // namespace adjoint::detail

@@ -1,0 +1,52 @@
+// The window checkpointed regions (src/checkpoint) have into apply<Op>: while a checkpointed
+// function runs, every op reports itself before it runs and after, so the region can log the
+// op sequence (a recomputation must repeat it) and, under a selective policy, keep an op's
+// result in forward and hand it back instead of running the op again in the recomputation.
+// One thread-local pointer, tested once per op. See Note [Op log] in src/checkpoint/region.h.
+#pragma once
+
+#include <any>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "adjoint/tensor.h"
+
+namespace adjoint::detail {
+
+/// An op's result as a region keeps it: the output, the extra tensors its forward saved
+/// (layer_norm's mean and rstd), and a copy of the op struct (forward may set its members).
+struct KeptOpResult {
+  Tensor output;
+  std::vector<Tensor> extras;
+  std::any op;
+};
+
+class OpCache {
+ public:
+  virtual ~OpCache() = default;
+  /// Before an op runs. A result means: use it instead of running the op.
+  virtual std::optional<KeptOpResult> before_op(const char* op) = 0;
+  /// After an op ran (when before_op gave nothing): whether to keep its result.
+  virtual bool after_op(const char* op, const Tensor& output) = 0;
+  /// The result of the op after_op just asked to keep.
+  virtual void keep_op(KeptOpResult result) = 0;
+};
+
+/// The innermost checkpointed region running on this thread, or null.
+extern constinit thread_local OpCache* tls_op_cache;
+
+/// run_forward(), or the result the region kept for this op. Op must be copyable.
+template <class Op, class Forward>
+Tensor run_watched_op(OpCache& cache, Op& op, std::vector<Tensor>& extras, Forward&& forward) {
+  if (std::optional<KeptOpResult> kept = cache.before_op(Op::name)) {
+    extras = std::move(kept->extras);
+    op = std::any_cast<const Op&>(kept->op);
+    return std::move(kept->output);
+  }
+  Tensor out = forward();
+  if (cache.after_op(Op::name, out)) cache.keep_op(KeptOpResult{out, extras, std::any(op)});
+  return out;
+}
+
+}  // namespace adjoint::detail
