@@ -3,7 +3,8 @@
 // Workloads register themselves from bench/workloads_*.cpp (see report.h).
 //
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
-//                 [--threads N] [--blas-threads N] [--checkpoint none|sqrt|block] [--verbose]
+//                 [--threads N] [--blas-threads N]
+//                 [--checkpoint none|sqrt|block|budget=BYTES] [--verbose]
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "adjoint/adjoint.h"
+#include "checkpoint_modes.h"
 #include "report.h"
 
 // From OpenBLAS, which adjoint links for its matmuls.
@@ -34,10 +36,11 @@ void print_usage(const char* argv0) {
   std::string names;
   for (const auto& w : bench::workloads())
     names += (names.empty() ? "" : "|") + std::string(w.name);
-  std::fprintf(stderr,
-               "usage: %s --workload {%s} [--steps N] [--warmup N] "
-               "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block] [--verbose]\n",
-               argv0, names.c_str());
+  std::fprintf(
+      stderr,
+      "usage: %s --workload {%s} [--steps N] [--warmup N] "
+      "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] [--verbose]\n",
+      argv0, names.c_str());
 }
 
 // Parses a positive (or, with allow_zero, non-negative) integer option value.
@@ -72,8 +75,9 @@ int main(int argc, char** argv) {
       o.workload = argv[++i];
     } else if (a == "--checkpoint" && i + 1 < argc) {
       o.checkpoint = argv[++i];
-      if (o.checkpoint != "none" && o.checkpoint != "sqrt" && o.checkpoint != "block") {
-        std::fprintf(stderr, "error: --checkpoint must be none, sqrt or block, got '%s'\n",
+      if (!bench::valid_checkpoint_mode(o.checkpoint)) {
+        std::fprintf(stderr,
+                     "error: --checkpoint must be none, sqrt, block or budget=BYTES, got '%s'\n",
                      o.checkpoint.c_str());
         return 2;
       }

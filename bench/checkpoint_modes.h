@@ -1,9 +1,13 @@
-// --checkpoint none|sqrt|block for the deep-mlp and gpt-tiny workloads, and the saved-
-// activation peak of one step (issue 5's benchmark): none runs the layers plainly, block
-// checkpoints each layer (it keeps only its input), sqrt is checkpoint_sequential with
-// ceil(sqrt(L)) segments.
+// --checkpoint none|sqrt|block|budget=BYTES for the deep-mlp and gpt-tiny workloads, and the
+// saved-activation peak of one step (issue 5's benchmark): none runs the layers plainly,
+// block checkpoints each layer (it keeps only its input), sqrt is checkpoint_sequential with
+// ceil(sqrt(L)) segments, budget=BYTES the segments plan_checkpoints chooses for that many
+// bytes of saved activations (planned once, on the first step that records a graph).
 #pragma once
 
+#include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,10 +16,39 @@
 
 namespace bench {
 
-/// The layers applied to x in order, checkpointed as `mode` says.
+/// Whether `mode` is a valid --checkpoint value.
+inline bool valid_checkpoint_mode(const std::string& mode) {
+  if (mode == "none" || mode == "sqrt" || mode == "block") return true;
+  if (mode.rfind("budget=", 0) != 0) return false;
+  try {
+    adjoint::parse_byte_size(mode.substr(7), "--checkpoint");
+    return true;
+  } catch (const adjoint::Error&) {
+    return false;
+  }
+}
+
+/// The plan of a budget mode, made on the first call that records a graph and printed once.
+template <class Layers>
+const adjoint::CheckpointPlan& budget_plan(std::optional<adjoint::CheckpointPlan>& plan,
+                                           const Layers& layers, const adjoint::Tensor& x,
+                                           const std::string& mode) {
+  if (!plan) {
+    plan = adjoint::plan_checkpoints(adjoint::profile_sequential(layers, x),
+                                     adjoint::parse_byte_size(mode.substr(7), "--checkpoint"));
+    std::fprintf(stderr, "%s", plan->to_string().c_str());
+  }
+  return *plan;
+}
+
+/// The layers applied to x in order, checkpointed as `mode` says; `plan` holds a budget
+/// mode's plan between calls.
 inline adjoint::Tensor run_layers(const std::vector<adjoint::CheckpointLayer>& layers,
-                                  const adjoint::Tensor& x, const std::string& mode) {
+                                  const adjoint::Tensor& x, const std::string& mode,
+                                  std::optional<adjoint::CheckpointPlan>& plan) {
   if (mode == "sqrt") return adjoint::checkpoint_sequential(layers, x);
+  if (mode.rfind("budget=", 0) == 0)
+    return adjoint::checkpoint_with_plan(layers, budget_plan(plan, layers, x, mode), x);
   adjoint::Tensor h = x;
   for (const auto& layer : layers) {
     h = mode == "block"
@@ -39,6 +72,12 @@ block_runner(const std::string& mode) {
       for (const auto& block : blocks.children()) h = adjoint::checkpoint(block, h);
       return h;
     };
+  if (mode.rfind("budget=", 0) == 0) {
+    auto plan = std::make_shared<std::optional<adjoint::CheckpointPlan>>();
+    return [mode, plan](adjoint::nn::Sequential& blocks, const adjoint::Tensor& x) {
+      return adjoint::checkpoint_with_plan(blocks, budget_plan(*plan, blocks, x, mode), x);
+    };
+  }
   return {};
 }
 

@@ -80,7 +80,7 @@ struct Opts {
   int threads = 2;
   int blas_threads = 0;  // 0: same as threads
   bool verbose = false;
-  std::string checkpoint = "none";  // deep-mlp and gpt-tiny: none, sqrt or block
+  std::string checkpoint = "none";  // deep-mlp and gpt-tiny: none, sqrt, block, budget=BYTES
 };
 
 /// Fields every record has: step counts and whole-step median and minimum.

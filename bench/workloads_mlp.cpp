@@ -78,6 +78,7 @@ void deep_mlp(const Opts& o, Json& j) {
     params.push_back(layers.back().bias);
   }
   const Tensor x = adjoint::randn({kBatch, kWidth}, {}, &gen);
+  std::optional<adjoint::CheckpointPlan> plan;   // of --checkpoint budget=BYTES
   std::vector<adjoint::CheckpointLayer> blocks;  // Linear -> tanh, for --checkpoint
   for (const auto& layer : layers)
     blocks.push_back([&layer](const Tensor& in) { return adjoint::tanh(layer(in)); });
@@ -107,7 +108,7 @@ void deep_mlp(const Opts& o, Json& j) {
         if (mem) mem->malloc_peak_mib = std::max(mem->malloc_peak_mib, malloc_in_use_mib() - m0);
       }
     } else {
-      h = run_layers(blocks, x, o.checkpoint);
+      h = run_layers(blocks, x, o.checkpoint, plan);
     }
     Tensor loss = h.pow(2).mean();
     const auto t2 = Clock::now();
