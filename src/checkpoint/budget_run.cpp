@@ -18,11 +18,6 @@ namespace {
 
 using Layers = std::vector<CheckpointLayer>;
 
-Tensor run_layers(const Layers& layers, std::size_t begin, std::size_t end, Tensor x) {
-  for (std::size_t i = begin; i < end; ++i) x = layers[i](x);
-  return x;
-}
-
 // The layers are shared by the regions: each checkpointed segment runs again in backward.
 Tensor run_plan(std::shared_ptr<const Layers> layers, const CheckpointPlan& plan,
                 const Tensor& input, const CheckpointOptions& options) {
@@ -38,15 +33,15 @@ Tensor run_plan(std::shared_ptr<const Layers> layers, const CheckpointPlan& plan
     ADJOINT_CHECK(s.begin >= next && s.begin < s.end && s.end <= layers->size(), Value, op,
                   "the plan's segments must be non-empty, sorted, disjoint and within the ",
                   layers->size(), " layers; got [", s.begin, ", ", s.end, ") after layer ", next);
-    x = run_layers(*layers, next, s.begin, x);
+    x = detail::run_layers(*layers, next, s.begin, x);
     x = checkpoint(
         [layers, s](const std::vector<Tensor>& xs) {
-          return run_layers(*layers, s.begin, s.end, xs[0]);
+          return detail::run_layers(*layers, s.begin, s.end, xs[0]);
         },
         {x}, options);
     next = s.end;
   }
-  return run_layers(*layers, next, layers->size(), x);
+  return detail::run_layers(*layers, next, layers->size(), x);
 }
 
 }  // namespace

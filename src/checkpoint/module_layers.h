@@ -27,4 +27,11 @@ inline CheckpointOptions with_module_generators(const nn::Sequential& seq,
   return options;
 }
 
+/// layers[begin, end) applied to x in order (one segment of a checkpointed chain).
+inline Tensor run_layers(const std::vector<CheckpointLayer>& layers, std::size_t begin,
+                         std::size_t end, Tensor x) {
+  for (std::size_t i = begin; i < end; ++i) x = layers[i](x);
+  return x;
+}
+
 }  // namespace adjoint::detail

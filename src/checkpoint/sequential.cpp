@@ -14,11 +14,6 @@ namespace {
 
 using Layers = std::vector<CheckpointLayer>;
 
-Tensor run_layers(const Layers& layers, std::size_t begin, std::size_t end, Tensor x) {
-  for (std::size_t i = begin; i < end; ++i) x = layers[i](x);
-  return x;
-}
-
 // The layers are shared by the regions: each one runs its own range again in backward.
 Tensor run_segments(std::shared_ptr<const Layers> layers, int64_t segments, const Tensor& input,
                     const CheckpointOptions& options) {
@@ -26,10 +21,10 @@ Tensor run_segments(std::shared_ptr<const Layers> layers, int64_t segments, cons
   Tensor x = input;
   for (std::size_t s = 0; s < plan.size(); ++s) {
     const std::size_t begin = plan[s].first, end = plan[s].second;
-    if (s + 1 == plan.size()) return run_layers(*layers, begin, end, x);
+    if (s + 1 == plan.size()) return detail::run_layers(*layers, begin, end, x);
     x = checkpoint(
         [layers, begin, end](const std::vector<Tensor>& xs) {
-          return run_layers(*layers, begin, end, xs[0]);
+          return detail::run_layers(*layers, begin, end, xs[0]);
         },
         {x}, options);
   }
