@@ -18,10 +18,8 @@ namespace bench {
 
 /// Whether `mode` is a valid --checkpoint value.
 inline bool valid_checkpoint_mode(const std::string& mode) {
-  if (mode == "none" || mode == "sqrt" || mode == "block") return true;
-  if (mode.rfind("budget=", 0) != 0) return false;
   try {
-    adjoint::parse_byte_size(mode.substr(7), "--checkpoint");
+    adjoint::sequential_runner(mode);  // validates the mode and a budget's byte size
     return true;
   } catch (const adjoint::Error&) {
     return false;
@@ -29,10 +27,10 @@ inline bool valid_checkpoint_mode(const std::string& mode) {
 }
 
 /// The plan of a budget mode, made on the first call that records a graph and printed once.
-template <class Layers>
-const adjoint::CheckpointPlan& budget_plan(std::optional<adjoint::CheckpointPlan>& plan,
-                                           const Layers& layers, const adjoint::Tensor& x,
-                                           const std::string& mode) {
+inline const adjoint::CheckpointPlan& budget_plan(
+    std::optional<adjoint::CheckpointPlan>& plan,
+    const std::vector<adjoint::CheckpointLayer>& layers, const adjoint::Tensor& x,
+    const std::string& mode) {
   if (!plan) {
     plan = adjoint::plan_checkpoints(adjoint::profile_sequential(layers, x),
                                      adjoint::parse_byte_size(mode.substr(7), "--checkpoint"));
@@ -59,26 +57,14 @@ inline adjoint::Tensor run_layers(const std::vector<adjoint::CheckpointLayer>& l
   return h;
 }
 
-/// The same for the blocks of nn::GPT (its run_blocks hook); empty for none.
-inline std::function<adjoint::Tensor(adjoint::nn::Sequential&, const adjoint::Tensor&)>
-block_runner(const std::string& mode) {
-  if (mode == "sqrt")
-    return [](adjoint::nn::Sequential& blocks, const adjoint::Tensor& x) {
-      return adjoint::checkpoint_sequential(blocks, x);
-    };
-  if (mode == "block")
-    return [](adjoint::nn::Sequential& blocks, const adjoint::Tensor& x) {
-      adjoint::Tensor h = x;
-      for (const auto& block : blocks.children()) h = adjoint::checkpoint(block, h);
-      return h;
-    };
-  if (mode.rfind("budget=", 0) == 0) {
-    auto plan = std::make_shared<std::optional<adjoint::CheckpointPlan>>();
-    return [mode, plan](adjoint::nn::Sequential& blocks, const adjoint::Tensor& x) {
-      return adjoint::checkpoint_with_plan(blocks, budget_plan(*plan, blocks, x, mode), x);
-    };
-  }
-  return {};
+/// The same for the blocks of nn::GPT (its run_blocks hook; empty for none).
+inline adjoint::SequentialRunner block_runner(const std::string& mode) {
+  return adjoint::sequential_runner(
+      mode,
+      [](const adjoint::CheckpointPlan& plan) {
+        std::fprintf(stderr, "%s", plan.to_string().c_str());
+      },
+      "--checkpoint");
 }
 
 /// Peak bytes of saved activations over one call of `step` (a forward and backward), as the

@@ -79,41 +79,11 @@ Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
 }
 
 void Trainer::set_checkpointing(const std::string& mode) {
-  if (mode == "none") {
-    model_->run_blocks = nullptr;
-  } else if (mode == "block") {
-    // Each block keeps only its input; backward reruns one block at a time.
-    model_->run_blocks = [](nn::Sequential& blocks, const Tensor& x) {
-      Tensor h = x;
-      for (const auto& block : blocks.children()) h = checkpoint(block, h);
-      return h;
-    };
-  } else if (mode == "sqrt") {
-    model_->run_blocks = [](nn::Sequential& blocks, const Tensor& x) {
-      return checkpoint_sequential(blocks, x);
-    };
-  } else if (mode.rfind("budget=", 0) == 0) {
-    set_checkpoint_budget(parse_byte_size(mode.substr(7), "train"));
-  } else {
-    ADJOINT_CHECK(false, Value, "train",
-                  "--checkpoint must be none, block, sqrt or budget=BYTES, got '", mode, "'");
-  }
+  model_->run_blocks = sequential_runner(
+      mode,
+      [](const CheckpointPlan& plan) { std::fprintf(stderr, "%s", plan.to_string().c_str()); },
+      "train");
   config_.checkpoint = mode;
-}
-
-void Trainer::set_checkpoint_budget(std::size_t budget_bytes) {
-  // Planned on the first call that records a graph (evaluation runs without one, and with
-  // dropout off): profile the blocks on that input, plan, report the plan once, then run
-  // every call with it. The blocks' input has the same shape at every step.
-  auto plan = std::make_shared<std::optional<CheckpointPlan>>();
-  model_->run_blocks = [budget_bytes, plan](nn::Sequential& blocks, const Tensor& x) {
-    if (!plan->has_value()) {
-      if (!is_grad_enabled()) return blocks.forward(x);
-      *plan = plan_checkpoints(profile_sequential(blocks, x), budget_bytes);
-      std::fprintf(stderr, "%s", (*plan)->to_string().c_str());
-    }
-    return checkpoint_with_plan(blocks, **plan, x);
-  };
 }
 
 double Trainer::train_step(MemoryTimeline* timeline) {

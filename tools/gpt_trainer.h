@@ -58,9 +58,6 @@ class Trainer {
   nn::GPT& model() { return *model_; }
   /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
   void set_checkpointing(const std::string& mode);
-  /// Checkpoints the blocks a plan chooses for `budget_bytes` of saved activations; the plan
-  /// is made, and printed to stderr, on the first step that records a graph.
-  void set_checkpoint_budget(std::size_t budget_bytes);
   double lr() const { return optimizer_->lr(); }
 
  private:

@@ -172,6 +172,16 @@ Tensor checkpoint_budget(const nn::Sequential& layers, std::size_t budget_bytes,
 /// peak. Turns saved-memory tracking on while it runs and resets the saved peak.
 std::size_t measure_saved_peak(const SequentialProfile& profile, const std::function<void()>& step);
 
+/// How to run an nn::Sequential under a checkpointing mode, for nn::GPT::run_blocks: "none"
+/// (an empty function: run it plainly), "block" (each module checkpointed), "sqrt"
+/// (checkpoint_sequential) or "budget=BYTES" (planned on the first call that records a graph,
+/// then reused; calls without grad run plainly; `on_plan` is shown the plan once). The input
+/// must have the same shape at every call. A Value error naming `what` for another mode.
+using SequentialRunner = std::function<Tensor(nn::Sequential&, const Tensor&)>;
+SequentialRunner sequential_runner(const std::string& mode,
+                                   std::function<void(const CheckpointPlan&)> on_plan = {},
+                                   const char* what = "sequential_runner");
+
 /// "1048576", "512K", "64M", "1.5G", "2GiB" (powers of 1024; a trailing B or iB is allowed)
 /// as bytes. A Value error naming `what` for anything else.
 std::size_t parse_byte_size(std::string_view text, const char* what = "parse_byte_size");

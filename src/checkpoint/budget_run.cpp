@@ -1,15 +1,19 @@
 // Running a sequential model with a checkpoint plan (each planned layer under its own
-// checkpoint(), the others plainly), the one-call checkpoint_budget, and byte sizes such as
-// "64M" for command lines. Planning is in budget.cpp.
+// checkpoint(), the others plainly), the one-call checkpoint_budget, the runners of the
+// --checkpoint modes (adjoint-train, adjoint-bench), and byte sizes such as "64M" for command
+// lines. Planning is in budget.cpp.
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "adjoint/checkpoint_budget.h"
 #include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/nn/container.h"
 #include "checkpoint/budget_util.h"
 #include "checkpoint/module_layers.h"
 
@@ -101,6 +105,37 @@ std::size_t parse_byte_size(std::string_view text, const char* what) {
   const double bytes = std::floor(value * scale);
   ADJOINT_CHECK(bytes < 1.8e19, Value, what, bad(), ": too large");
   return static_cast<std::size_t>(bytes);
+}
+
+SequentialRunner sequential_runner(const std::string& mode,
+                                   std::function<void(const CheckpointPlan&)> on_plan,
+                                   const char* what) {
+  if (mode == "none") return {};
+  if (mode == "block") {  // each module keeps only its input; backward reruns one at a time
+    return [](nn::Sequential& seq, const Tensor& x) {
+      Tensor h = x;
+      for (const auto& module : seq.children()) h = checkpoint(module, h);
+      return h;
+    };
+  }
+  if (mode == "sqrt") {
+    return [](nn::Sequential& seq, const Tensor& x) { return checkpoint_sequential(seq, x); };
+  }
+  ADJOINT_CHECK(mode.rfind("budget=", 0) == 0, Value, what,
+                "the checkpointing mode must be none, block, sqrt or budget=BYTES, got '", mode,
+                "'");
+  const std::size_t budget = parse_byte_size(mode.substr(7), what);
+  // Planned on the first call that records a graph: a call without one (an evaluation) saves
+  // nothing, and its dropout may be off.
+  auto plan = std::make_shared<std::optional<CheckpointPlan>>();
+  return [budget, plan, on_plan](nn::Sequential& seq, const Tensor& x) {
+    if (!plan->has_value()) {
+      if (!is_grad_enabled()) return seq.forward(x);
+      *plan = plan_checkpoints(profile_sequential(seq, x), budget);
+      if (on_plan) on_plan(**plan);
+    }
+    return checkpoint_with_plan(seq, **plan, x);
+  };
 }
 
 }  // namespace adjoint

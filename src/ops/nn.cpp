@@ -63,6 +63,15 @@ struct LogSoftmaxBackward {
   }
 };
 
+// The fused softmax gradients: gy is converted to y's dtype, and dim is wrapped against the
+// rank of the broadcast shape (the kernel's output).
+template <class GradOp>
+Tensor apply_softmax_gradient(const Tensor& gy, const Tensor& y, int64_t dim) {
+  ADJOINT_CHECK(gy.defined() && y.defined(), Value, GradOp::name, "got an undefined tensor");
+  const Tensor g = gy.dtype() == y.dtype() ? gy : gy.to(y.dtype());
+  return apply(GradOp{wrap_dim(dim, std::max(g.dim(), y.dim()), GradOp::name)}, g, y);
+}
+
 struct Softmax {
   static constexpr const char* name = "softmax";
   static constexpr Save save = Save::Output;
@@ -226,21 +235,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return apply(LogSoftmax{d}, to_floating(x));
 }
 
-// The fused gradients: gy is converted to y's dtype, and dim is wrapped against the rank of
-// the broadcast shape (the kernel's output).
 Tensor softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim) {
-  ADJOINT_CHECK(gy.defined() && y.defined(), Value, "softmax_backward", "got an undefined tensor");
-  if (gy.dtype() != y.dtype()) return softmax_backward(gy.to(y.dtype()), y, dim);
-  const int64_t d = wrap_dim(dim, std::max(gy.dim(), y.dim()), "softmax_backward");
-  return apply(SoftmaxBackward{d}, gy, y);
+  return apply_softmax_gradient<SoftmaxBackward>(gy, y, dim);
 }
 
 Tensor log_softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim) {
-  ADJOINT_CHECK(gy.defined() && y.defined(), Value, "log_softmax_backward",
-                "got an undefined tensor");
-  if (gy.dtype() != y.dtype()) return log_softmax_backward(gy.to(y.dtype()), y, dim);
-  const int64_t d = wrap_dim(dim, std::max(gy.dim(), y.dim()), "log_softmax_backward");
-  return apply(LogSoftmaxBackward{d}, gy, y);
+  return apply_softmax_gradient<LogSoftmaxBackward>(gy, y, dim);
 }
 
 Tensor Tensor::softmax(int64_t dim) const { return adjoint::softmax(*this, dim); }
