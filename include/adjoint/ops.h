@@ -190,6 +190,12 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 // ---- nn functions (src/ops/nn.cpp) ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+/// softmax(masked_fill(x, mask, -inf), dim) as one op: `mask` is bool, broadcasts to x, and
+/// true marks an entry to leave out (masked_fill's convention). Masked entries come out exactly
+/// 0, and so does every entry of a row that is masked throughout (the composite gives NaN
+/// there), as torch's SDPA does. The kernel skips the work of masked entries, so a causal
+/// attention mask costs nothing extra.
+Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
 /// Softmax cross-entropy from logits [N, C] (or [C]) and int64 class indices [N], fused.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);

@@ -127,6 +127,9 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log);
 /// y (gy - sum(gy y)), or gy - exp(y) sum(gy). gy and y share a dtype and broadcast; the result
 /// has the broadcast shape and `dim` is wrapped against it.
 Tensor softmax_backward(const Tensor& gy, const Tensor& y, int64_t dim, bool log);
+/// softmax(masked_fill(x, mask, -inf), dim) with masked entries (and all-masked rows) exactly
+/// 0; the bool mask broadcasts to x (src/backend/cpu/masked_softmax.cpp).
+Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim);
 
 // Factories and random fills (contiguous dst).
 void arange(const Tensor& dst, double start, double step);

@@ -6,7 +6,6 @@
 #include "adjoint/nn/attention.h"
 
 #include <cmath>
-#include <limits>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
@@ -65,8 +64,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 
   Tensor scores = matmul(q, k.transpose(-2, -1));  // [B, H, T, T]
   const Tensor m = T == context_ ? mask : mask.slice(0, 0, T).slice(1, 0, T);
-  scores = masked_fill(scores, m, -std::numeric_limits<double>::infinity());
-  Tensor att = attn_drop->forward(softmax(scores, -1));
+  // softmax(masked_fill(scores, mask, -inf)) in one op: no -inf pass over the scores and no
+  // mask pass over their gradient, and the masked half of each row is never exponentiated.
+  Tensor att = attn_drop->forward(masked_softmax(scores, m, -1));
   Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, d_});  // heads concatenated in order
   return resid_drop->forward(proj->forward(y));
 }

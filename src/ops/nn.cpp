@@ -82,6 +82,23 @@ struct Softmax {
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
 };
 
+// softmax(masked_fill(x, mask, -inf)): the output is 0 at masked entries, so softmax's own
+// gradient formulas already give 0 there and need no mask.
+struct MaskedSoftmax {
+  static constexpr const char* name = "masked_softmax";
+  static constexpr Save save = Save::Output;
+  int64_t dim;  // wrapped
+  Tensor forward(const Tensor& x, const Tensor& mask) const {
+    return kernels::masked_softmax(x, mask, dim);
+  }
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    return {softmax_backward(gy, c.output(), dim), Tensor()};  // the mask has no gradient
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
+    return softmax_backward(tx, c.output(), dim);
+  }
+};
+
 struct LogSoftmax {
   static constexpr const char* name = "log_softmax";
   static constexpr Save save = Save::Output;
@@ -227,6 +244,16 @@ Tensor softmax(const Tensor& x, int64_t dim) {
   ADJOINT_CHECK(x.defined(), Value, "softmax", "got an undefined tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "softmax");
   return apply(Softmax{d}, to_floating(x));
+}
+
+Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
+  const char* op = "masked_softmax";
+  ADJOINT_CHECK(x.defined() && mask.defined(), Value, op, "input or mask is undefined");
+  ADJOINT_CHECK(mask.dtype() == DType::Bool, DType, op, "mask must be bool, got ", describe(mask));
+  ADJOINT_CHECK(broadcast_shapes(x.shape(), mask.shape(), op) == x.shape(), Shape, op, "mask ",
+                describe(mask), " does not broadcast to input ", describe(x));
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  return apply(MaskedSoftmax{d}, to_floating(x), mask);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {

@@ -43,6 +43,23 @@ ADJOINT_REGISTER_SAMPLES(nn) {
     sink.add(op + "empty", f(1), {randn64({0, 3})});
   }
 
+  // ---- masked_softmax ----
+  {
+    auto ms = [](int64_t dim) {
+      return SampleFn([dim](const Inputs& x) { return masked_softmax(x[0], x[1], dim); });
+    };
+    const Tensor causal = constant(gt(arange(4).unsqueeze(0), arange(4).unsqueeze(1)));
+    const Tensor scattered =  // rows whose unmasked entries are not a prefix, one all masked
+        constant(tensor(std::vector<bool>{false, true, false, true, true, false, false, true, true,
+                                          true, true, true},
+                        Shape{3, 4}));
+    sink.add("nn/masked_softmax/causal", ms(-1), {randn64({2, 4, 4}), causal});
+    sink.add("nn/masked_softmax/scattered", ms(1), {randn64({3, 4}), scattered});
+    sink.add("nn/masked_softmax/dim0", ms(0), {randn64({3, 4}), scattered});
+    sink.add("nn/masked_softmax/noncontiguous", ms(1), {randn64({4, 4}).t(), causal.t()});
+    sink.add("nn/masked_softmax/empty", ms(1), {randn64({0, 4}), causal.slice(0, 0, 1)});
+  }
+
   // ---- cross_entropy ----
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
     const std::string red = reduction_name(r);
