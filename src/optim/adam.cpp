@@ -1,12 +1,13 @@
-// optim::Adam and optim::AdamW: torch.optim.Adam's single-tensor update, step by step in the
-// same floating-point order as PyTorch's CPU kernels (lerp for m, addcmul for v, addcdiv for
-// p), in place, with two shared scratch buffers and one temporary (sqrt(v)) per parameter.
+// optim::Adam and optim::AdamW: options, per-parameter state and its state dict. The update
+// itself (torch.optim.Adam's single-tensor update in PyTorch's floating-point order, fused into
+// one pass where the tensors allow) is in adam_fused.cpp.
 #include "adjoint/optim/adam.h"
 
 #include <cmath>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "optim/adam_fused.h"
 
 namespace adjoint::optim {
 
@@ -40,63 +41,25 @@ void Adam::validate(const AdamOptions& o) const {
         "weight_decay must be finite and >= 0", o.weight_decay);
 }
 
-void Adam::update(std::size_t index, Tensor& param, const Tensor& grad_in) {
+void Adam::update(std::size_t index, Tensor& param, const Tensor& grad) {
   const AdamOptions& o = options_;
-  const double lr = this->lr();
   ParamState& st = state_[index];
   if (!st.exp_avg.defined()) {
     st.exp_avg = zeros(param.shape(), param.dtype());
     st.exp_avg_sq = zeros(param.shape(), param.dtype());
   }
   st.step += 1;
-  Tensor& m = st.exp_avg;
-  Tensor& v = st.exp_avg_sq;
-
-  Tensor grad = grad_in;
-  if (o.weight_decay != 0) {
-    if (decoupled_) {
-      param.mul_(1 - lr * o.weight_decay);  // AdamW: decay the weights, not the gradient
-    } else {
-      Tensor g = scratch_like(param, 0);  // Adam: L2 term added to (a copy of) the gradient
-      g.copy_(grad);
-      g.add_(param, o.weight_decay);
-      grad = g;
-    }
-  }
-
-  Tensor t = scratch_like(param, 1);
-  // m = lerp(m, grad, w), w = 1 - beta1, with torch's two-sided formula.
-  const double w = 1 - o.beta1;
-  t.copy_(grad);
-  t.sub_(m);  // grad - m
-  if (w < 0.5) {
-    m.add_(t, w);  // m + w * (grad - m)
-  } else {
-    t.mul_(1 - w);  // grad - (grad - m) * (1 - w)
-    m.copy_(grad);
-    m.sub_(t);
-  }
-  // v = v * beta2 + (1 - beta2) * grad * grad  (addcmul multiplies left to right)
-  v.mul_(o.beta2);
-  t.copy_(grad);
-  t.mul_(1 - o.beta2);
-  t.mul_(grad);
-  v.add_(t);
-
-  const double step = static_cast<double>(st.step);
-  const double bias_correction1 = 1 - std::pow(o.beta1, step);
-  const double bias_correction2 = 1 - std::pow(o.beta2, step);
-  const double step_size = lr / bias_correction1;
-  // denom = sqrt(v) / sqrt(bias_correction2) + eps; a true division, as PyTorch (div_(Scalar)
-  // would multiply by the reciprocal).
-  Tensor denom = sqrt(v);
-  denom.div_(scalar_tensor(std::sqrt(bias_correction2), param.dtype()));
-  denom.add_(o.eps);
-  // p = p + (-step_size) * m / denom  (addcdiv: value * t1 / t2)
-  t.copy_(m);
-  t.mul_(-step_size);
-  t.div_(denom);
-  param.add_(t);
+  const detail::AdamStep s{.lr = lr(),
+                           .beta1 = o.beta1,
+                           .beta2 = o.beta2,
+                           .eps = o.eps,
+                           .weight_decay = o.weight_decay,
+                           .decoupled = decoupled_,
+                           .step = st.step};
+  // One fused pass where the tensors allow it, else the in-place ops; bitwise the same result
+  // (see Note [Fused Adam is bitwise the op-by-op update] in adam_fused.cpp).
+  detail::adam_update(param, grad, st.exp_avg, st.exp_avg_sq, s,
+                      [this](const Tensor& like, int slot) { return scratch_like(like, slot); });
 }
 
 void Adam::save_state(StateDict& out) const {
