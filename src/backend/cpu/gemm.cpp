@@ -220,7 +220,10 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
     if (bias.defined()) {
       Tensor bc = bias.is_contiguous() ? bias : cast(bias, bias.dtype());
       const T* bp = bc.data_ptr<T>();
-      for (int64_t r = 0; r < rows; ++r) std::copy(bp, bp + outf, o + r * outf);
+      parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(outf, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + outf, o + r * outf);
+                   });
       beta = T(1);
     }
     if (in == 0) {

@@ -93,9 +93,12 @@ int64_t leading_rows(const Tensor& x, const std::vector<int64_t>& dims, const Pl
 }
 
 // out[j] = step-fold of x[i * cols + j] over rows i: row-wise, so the inner loop vectorises.
+// Threads take blocks of columns (each column is still folded by one thread in row order); a
+// bias gradient of [2048, 256] is worth splitting even though it has few columns.
 template <class T, class Acc, class Step>
 void run_leading(int64_t rows, int64_t cols, const T* x, Acc* out, Acc init, Step step) {
-  parallel_for(cols, 4096, [&](int64_t begin, int64_t end) {
+  const int64_t grain = std::max<int64_t>(16, 32768 / std::max<int64_t>(rows, 1));
+  parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) out[j] = init;
     for (int64_t i = 0; i < rows; ++i) {
       const T* row = x + i * cols;
