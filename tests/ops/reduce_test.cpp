@@ -260,3 +260,37 @@ TEST(SumMean, AlongDimsMatchNaiveLoop) {
   (s.sum() + m.sum()).backward();
   for (double g : x.grad().to_vector<double>()) EXPECT_NEAR(g, 1.5, 1e-12);
 }
+
+TEST(SumMean, OverLeadingRowsOfWideMatricesMatchNaiveLoop) {
+  // The column-blocked path (a bias gradient): full and partial blocks of columns, one row or
+  // many, sum / max / prod, float32 accumulated in double; 1 and 2 threads give the same bits.
+  Generator gen(3);
+  const int saved_threads = get_num_threads();
+  for (int64_t rows : {1, 3, 700}) {
+    for (int64_t cols : {1, 31, 32, 33, 100, 300}) {
+      const Tensor x = randn({rows, cols}, DType::Float32, &gen);
+      const std::vector<float> xv = x.to_vector<float>();
+      std::vector<double> want_sum(cols, 0.0), want_max(cols, -INFINITY), want_prod(cols, 1.0);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const double v = xv[i * cols + j];
+          want_sum[j] += v;
+          want_max[j] = std::max(want_max[j], v);
+          want_prod[j] *= 1 + v / 1000;  // stays near 1 over 700 rows
+        }
+      const std::string what = std::to_string(rows) + " x " + std::to_string(cols);
+      std::vector<float> by_thread[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        const Tensor s = sum(x, {0});
+        by_thread[threads - 1] = s.to_vector<float>();
+        SCOPED_TRACE(what + ", threads " + std::to_string(threads));
+        expect_near(s.to_vector<double>(), want_sum, 1e-4);
+        expect_near(amax(x, {0}).to_vector<double>(), want_max, 0);
+        expect_near(prod(x / 1000 + 1, {0}).to_vector<double>(), want_prod, 1e-5);
+      }
+      EXPECT_EQ(by_thread[0], by_thread[1]) << what;
+    }
+  }
+  set_num_threads(saved_threads);
+}

@@ -92,17 +92,32 @@ int64_t leading_rows(const Tensor& x, const std::vector<int64_t>& dims, const Pl
   return p.per_output;
 }
 
-// out[j] = step-fold of x[i * cols + j] over rows i: row-wise, so the inner loop vectorises.
-// Threads take blocks of columns (each column is still folded by one thread in row order); a
-// bias gradient of [2048, 256] is worth splitting even though it has few columns.
+// out[j] = step-fold of x[i * cols + j] over rows i (a bias gradient: summing [rows, cols]
+// over rows). Blocks of kBlock columns are folded in registers down all the rows, so each
+// element costs a load and a fold instead of also loading and storing its running out[j];
+// every column is still folded alone in row order, so the result is the same whichever way
+// the columns are blocked or split over threads.
 template <class T, class Acc, class Step>
 void run_leading(int64_t rows, int64_t cols, const T* x, Acc* out, Acc init, Step step) {
-  const int64_t grain = std::max<int64_t>(16, 32768 / std::max<int64_t>(rows, 1));
-  parallel_for(cols, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t j = begin; j < end; ++j) out[j] = init;
-    for (int64_t i = 0; i < rows; ++i) {
-      const T* row = x + i * cols;
-      for (int64_t j = begin; j < end; ++j) out[j] = step(out[j], row[j]);
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(rows * kBlock, 1));
+  parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t j = b * kBlock;
+      if (j + kBlock <= cols) {
+        Acc acc[kBlock];
+        for (int64_t k = 0; k < kBlock; ++k) acc[k] = init;
+        for (int64_t i = 0; i < rows; ++i) {
+          const T* row = x + i * cols + j;
+          for (int64_t k = 0; k < kBlock; ++k) acc[k] = step(acc[k], row[k]);
+        }
+        for (int64_t k = 0; k < kBlock; ++k) out[j + k] = acc[k];
+      } else {  // the last, partial block
+        for (int64_t c = j; c < cols; ++c) out[c] = init;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t c = j; c < cols; ++c) out[c] = step(out[c], x[i * cols + c]);
+      }
     }
   });
 }
