@@ -22,16 +22,18 @@ namespace adjoint {
 namespace {
 
 // Note [Pool waiting]
-// A training step hands the pool a few hundred jobs of 0.1-2 ms each, often back to back.
-// Waking a sleeping thread takes a futex call plus, on a virtual machine, the hypervisor
-// waking an idle vCPU: tens to hundreds of microseconds, during which the other thread sits
-// finished and waiting. Measured on gpt-tiny (2 vCPUs), the caller spent ~40 ms of a ~450 ms
-// step waiting for the worker with sleep-only waits. So both sides first spin, for up to
-// kSpin, on the atomic they wait for, and only then sleep on the condition variable. The spin
-// is short enough that an idle pool costs nothing measurable, and it cannot starve OpenBLAS:
-// products are split here and run on single-threaded OpenBLAS (Note [Gemm threading]), so
-// OpenBLAS's own threads stay parked.
-constexpr auto kSpin = std::chrono::microseconds(200);
+// A training step hands the pool a few hundred jobs of 0.1-2 ms each, separated by serial
+// stretches (the engine, small ops) of up to a few milliseconds. Waking a sleeping thread
+// takes a futex call plus, on a virtual machine, the hypervisor waking an idle vCPU: tens to
+// hundreds of microseconds, during which the other thread sits finished and waiting. Measured
+// on gpt-tiny (2 vCPUs): with sleep-only waits the caller spent ~40 ms of a ~450 ms step
+// waiting for the worker. So both sides first spin, for up to kSpin, on the atomic they wait
+// for, and only then sleep on the condition variable. Interleaved runs of gpt-tiny put a 2 ms
+// spin ahead of 1 ms and 200 us (medians ~400, ~415 and ~450 ms a step); the mlp step did not
+// care. That is far shorter than OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms),
+// and it cannot starve OpenBLAS: products are split here and run on single-threaded OpenBLAS
+// (Note [Gemm threading]), so OpenBLAS's own threads stay parked.
+constexpr auto kSpin = std::chrono::microseconds(2000);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,6 +53,9 @@ bool spin_until(Done&& done) {
       cpu_relax();
     }
     if (std::chrono::steady_clock::now() >= deadline) return done();
+    // With more threads than cores (or a busy machine) the thread we wait for may need this
+    // core: offer it now and then rather than burning the whole spin.
+    std::this_thread::yield();
   }
 }
 

@@ -29,7 +29,7 @@ namespace {
 // product big enough to split is cut here instead, into one piece per pool thread: whole
 // products of a batch, or else row (or column) blocks of C, and every piece runs on
 // single-threaded OpenBLAS. adjoint's pool is the same threads the elementwise kernels use,
-// and it spins for at most 200 us between jobs (Note [Pool waiting]). The pieces
+// and it spins for at most 2 ms between jobs (Note [Pool waiting]). The pieces
 // are fixed by the thread count, never by timing, and each element of C is computed by one
 // single-threaded gemm, so results do not depend on scheduling. OpenBLAS's thread count
 // (set_num_threads sets it with the pool's) still caps how many pieces run at once.
