@@ -42,6 +42,45 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
 }
 
 namespace autograd {
+namespace {
+thread_local uint64_t tls_add_into_grad_run = 0;  // the pass that may add into .grad, or 0
+}  // namespace
+
+AddIntoGradScope::AddIntoGradScope(uint64_t run) : prev_(tls_add_into_grad_run) {
+  tls_add_into_grad_run = run;
+}
+AddIntoGradScope::~AddIntoGradScope() { tls_add_into_grad_run = prev_; }
+
+// Note [Adding into .grad in place]
+// A weight's gradient usually ends in AccumulateGrad, which adds it to an existing .grad in
+// place (zero_grad(set_to_none = false) keeps .grad between steps). For a product such as
+// linear's dW = gᵀ x, BLAS can add into .grad itself (beta = 1): that saves writing dW, then
+// reading it and .grad again and writing .grad (on the mlp benchmark, ~8 % of the step). The
+// result is what AccumulateGrad would store: .grad + gᵀ x with one rounding per element when
+// the product is one pass over k, and exactly gᵀ x when .grad holds zeros. A VJP may do it only
+// when nothing could tell the difference:
+// - backward() without create_graph (grad() never writes .grad; create_graph records ops);
+// - the edge leads straight to the leaf's AccumulateGrad, and this is the last gradient it
+//   will get in this pass with none waiting in its buffer (no fan-in to sum first);
+// - no tensor pre-hooks or leaf hooks (they see, and may replace, the gradient) and no
+//   forward-mode level (AccumulateGrad would keep the gradient's tangent);
+// - .grad is defined, does not require grad, and is a contiguous tensor of the input's shape
+//   and dtype.
+// The VJP then returns an undefined gradient for that input, so AccumulateGrad does nothing.
+Tensor grad_to_add_into(const Edge& e, const Shape& shape, DType dtype) {
+  if (tls_add_into_grad_run == 0 || tls_mode.grad_enabled || tls_mode.dual_visible != 0 || !e.node)
+    return {};
+  auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get());
+  if (!acc || acc->run_.run_id != tls_add_into_grad_run || acc->run_.dependencies != 1 ||
+      acc->run_.buffer.empty() || acc->run_.buffer[0].defined() || acc->has_tensor_pre_hooks())
+    return {};
+  const AutogradMeta* m = acc->leaf()->autograd.get();
+  if (!m || !m->leaf_hooks.empty() || !m->grad.defined()) return {};
+  const Tensor& g = m->grad;
+  if (g.requires_grad() || !g.is_contiguous() || g.shape() != shape || g.dtype() != dtype)
+    return {};
+  return g;
+}
 
 Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();

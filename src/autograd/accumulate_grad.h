@@ -20,4 +20,27 @@ class AccumulateGrad final : public Node {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
+namespace autograd {
+
+/// The .grad a VJP may add input i's gradient into itself, in place, instead of returning it
+/// (returning undefined for it instead): defined only where that is exactly what AccumulateGrad
+/// would do (see Note [Adding into .grad in place]). `e` is the input's edge; shape and dtype
+/// are the input's.
+Tensor grad_to_add_into(const Edge& e, const Shape& shape, DType dtype);
+
+/// While alive, grad_to_add_into may answer for the nodes of backward pass `run` (set by the
+/// engine for backward() without create_graph; grad() never writes .grad).
+class AddIntoGradScope {
+ public:
+  explicit AddIntoGradScope(uint64_t run);
+  ~AddIntoGradScope();
+  AddIntoGradScope(const AddIntoGradScope&) = delete;
+  AddIntoGradScope& operator=(const AddIntoGradScope&) = delete;
+
+ private:
+  uint64_t prev_;
+};
+
+}  // namespace autograd
+
 }  // namespace adjoint

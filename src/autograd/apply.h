@@ -29,6 +29,7 @@
 #include "adjoint/detail/pool.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/accumulate_grad.h"
 #include "autograd/forward_ad.h"
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
@@ -63,6 +64,12 @@ class Ctx {
   const Shape& input_shape(std::size_t i) const { return info_[i].shape; }
   DType input_dtype(std::size_t i) const { return info_[i].dtype; }
   std::size_t num_inputs() const { return n_; }
+  /// The .grad that the VJP may add input i's gradient into itself (then returning undefined
+  /// for it), or undefined: see Note [Adding into .grad in place].
+  Tensor grad_to_add_into(std::size_t i) const {
+    return edges_ ? autograd::grad_to_add_into(edges_[i], info_[i].shape, info_[i].dtype)
+                  : Tensor();
+  }
 
   Ctx(const Tensor* inputs, const Tensor* out, const Tensor* extras, const InputInfo* info,
       const Edge* edges, std::size_t n)

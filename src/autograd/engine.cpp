@@ -133,6 +133,9 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     mark_needed(order, targets);
   }
 
+  // VJPs may add weight gradients straight into .grad (Note [Adding into .grad in place]).
+  autograd::AddIntoGradScope add_into_grad(capturing || create_graph ? 0 : run);
+
   // Grad mode inside backward is create_graph: VJPs record only when asked to.
   struct GradModeRestore {
     bool prev = tls_mode.grad_enabled;

@@ -110,6 +110,9 @@ Tensor arg_reduce(ArgReduce kind, const Tensor& x, int64_t dim, bool keepdim);
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x Wᵀ + bias for x [rows, in], W [out, in], bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+/// c += a b for 2-d a [m, k], b [k, n] and a contiguous c [m, n] of their dtype, in one BLAS
+/// call with beta = 1 (c must not overlap a or b).
+void matmul_add_into(const Tensor& c, const Tensor& a, const Tensor& b);
 
 // Indexing: index is int64; bounds are checked and reported with `op`.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const char* op);

@@ -97,7 +97,16 @@ struct Linear {
     if (c.needs_grad(0)) dx = matmul(gy, w);
     if (c.needs_grad(1) || c.needs_grad(2)) {
       Tensor g2 = to_matrix(gy);
-      if (c.needs_grad(1)) dw = matmul(g2.t(), to_matrix(x));
+      if (c.needs_grad(1)) {
+        const Tensor x2 = to_matrix(x);
+        const Tensor into = c.grad_to_add_into(1);
+        if (into.defined() && !into.shares_storage(g2) && !into.shares_storage(x2)) {
+          kernels::matmul_add_into(into, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
+          into.impl()->storage->bump_version();
+        } else {
+          dw = matmul(g2.t(), x2);
+        }
+      }
       if (c.needs_grad(2)) db = g2.sum({0});
     }
     return {dx, dw, db};

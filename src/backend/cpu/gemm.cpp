@@ -198,6 +198,28 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
+void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+  ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
+                 a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
+  const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
+  ADJOINT_ASSERT(b_in.shape()[0] == k && c.shape()[0] == m && c.shape()[1] == n);
+  if (c.numel() == 0 || k == 0) return;
+  Tensor a = a_in, b = b_in;
+  MatrixArg la{}, lb{};
+  if (!blas_layout(m, k, a.strides()[0], a.strides()[1], la)) {
+    a = cast(a, a.dtype());
+    la = {CblasNoTrans, std::max<int64_t>(k, 1)};
+  }
+  if (!blas_layout(k, n, b.strides()[0], b.strides()[1], lb)) {
+    b = cast(b, b.dtype());
+    lb = {CblasNoTrans, std::max<int64_t>(n, 1)};
+  }
+  dispatch_numeric(c.dtype(), "matmul", [&]<class T>() {
+    gemm_split<T>(la.trans, lb.trans, m, n, k, a.data_ptr<T>(), la.ld, b.data_ptr<T>(), lb.ld, T(1),
+                  c.data_ptr<T>(), n);
+  });
+}
+
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
   Tensor out = make_empty({rows, outf}, x_in.dtype());
