@@ -55,10 +55,13 @@ AddIntoGradScope::~AddIntoGradScope() { tls_add_into_grad_run = prev_; }
 // A weight's gradient usually ends in AccumulateGrad, which adds it to an existing .grad in
 // place (zero_grad(set_to_none = false) keeps .grad between steps). For a product such as
 // linear's dW = gᵀ x, BLAS can add into .grad itself (beta = 1): that saves writing dW, then
-// reading it and .grad again and writing .grad (on the mlp benchmark, ~8 % of the step). The
-// result is what AccumulateGrad would store: .grad + gᵀ x with one rounding per element when
-// the product is one pass over k, and exactly gᵀ x when .grad holds zeros. A VJP may do it only
-// when nothing could tell the difference:
+// reading it and .grad again and writing .grad (on the mlp benchmark, ~7 % of the step). When
+// .grad holds zeros (zero_grad(false)) the result is exactly gᵀ x, bitwise what AccumulateGrad
+// stores. When it accumulates onto a nonzero .grad, the values are the same sum rounded in
+// another order wherever BLAS splits k into blocks (it adds each block's partial product into
+// .grad: (.grad + P1) + P2 instead of .grad + (P1 + P2)), a last-bit difference like that
+// between two BLAS blockings, and still deterministic. A VJP may do it only where nothing else
+// could tell:
 // - backward() without create_graph (grad() never writes .grad; create_graph records ops);
 // - the edge leads straight to the leaf's AccumulateGrad, and this is the last gradient it
 //   will get in this pass with none waiting in its buffer (no fan-in to sum first);

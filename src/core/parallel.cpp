@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "adjoint/error.h"
 #include "adjoint/threading.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,7 +34,8 @@ namespace {
 // spin ahead of 1 ms and 200 us (medians ~400, ~415 and ~450 ms a step); the mlp step did not
 // care. That is far shorter than OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms),
 // and it cannot starve OpenBLAS: products are split here and run on single-threaded OpenBLAS
-// (Note [Gemm threading]), so OpenBLAS's own threads stay parked.
+// (Note [Gemm threading]), so OpenBLAS's own threads stay parked. A pool with more threads
+// than cores does not spin: there the thread being waited for may need the spinner's core.
 constexpr auto kSpin = std::chrono::microseconds(2000);
 
 inline void cpu_relax() {
@@ -43,10 +46,10 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until done() or kSpin has passed; returns done().
+// Spins until done() or `spin` has passed; returns done().
 template <class Done>
-bool spin_until(Done&& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+bool spin_until(std::chrono::microseconds spin, Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + spin;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (done()) return true;
@@ -64,15 +67,19 @@ class Pool {
   explicit Pool(int threads) { resize(threads); }
   ~Pool() { stop(); }
 
-  int size() const { return threads_; }
+  int size() const { return threads_.load(std::memory_order_relaxed); }
 
   void resize(int threads) {
     stop();
-    threads_ = std::clamp(threads, 1, static_cast<int>(kChunkMask));  // chunks fit in job_
+    threads_.store(std::clamp(threads, 1, static_cast<int>(kChunkMask)));  // chunks fit in job_
+    // More threads than cores: a spinning thread would hold a core the one it waits for needs.
+    const unsigned cores = std::thread::hardware_concurrency();
+    spin_ =
+        cores != 0 && static_cast<unsigned>(size()) > cores ? std::chrono::microseconds(0) : kSpin;
     quit_.store(false);
     // New workers start at the current job: it is done, not theirs to run.
     const uint64_t job = job_.load();
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, job] { work(i, job); });
+    for (int i = 1; i < size(); ++i) workers_.emplace_back([this, i, job] { work(i, job); });
   }
 
   void run(int chunks, const std::function<void(int)>& task) {
@@ -88,7 +95,7 @@ class Pool {
     }
     wake_.notify_all();
     task(0);
-    if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    if (!spin_until(spin_, [&] { return pending_.load(std::memory_order_acquire) == 0; })) {
       std::unique_lock lock(mu_);
       done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
     }
@@ -102,7 +109,7 @@ class Pool {
         return quit_.load(std::memory_order_acquire) ||
                job_.load(std::memory_order_acquire) != seen;
       };
-      if (!spin_until(fresh)) {
+      if (!spin_until(spin_, fresh)) {
         std::unique_lock lock(mu_);
         wake_.wait(lock, fresh);
       }
@@ -142,7 +149,8 @@ class Pool {
   // Written by run() before its release store of job_, read by workers after their acquire
   // load of it; it cannot change while a worker with a chunk has not finished.
   const std::function<void(int)>* task_ = nullptr;
-  int threads_ = 1;
+  std::atomic<int> threads_{1};
+  std::chrono::microseconds spin_ = kSpin;  // 0 when the pool has more threads than cores
   std::atomic<int> pending_{0};
   std::atomic<bool> quit_{false};
 };
@@ -175,21 +183,36 @@ void parallel_run(int64_t n, int chunks, const std::function<void(int64_t, int64
     return;
   }
   std::unique_lock lock(run_mu, std::try_to_lock);
-  if (!lock.owns_lock()) {
+  // Nested or concurrent callers, and a pool resized since `chunks` was counted, run inline.
+  if (!lock.owns_lock() || chunks > pool().size()) {
     fn(0, n);
     return;
   }
+  // Every chunk runs to its end even if another throws (the pool must see all of them
+  // finish); the first exception is rethrown here, on the caller's thread.
+  std::exception_ptr error;
+  std::mutex error_mu;
   std::function<void(int)> task = [&](int c) {
-    in_parallel_region = true;
-    int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
-    fn(begin, end);
-    in_parallel_region = false;
+    struct Region {
+      Region() { in_parallel_region = true; }
+      ~Region() { in_parallel_region = false; }
+    } region;
+    try {
+      fn(n * c / chunks, n * (c + 1) / chunks);
+    } catch (...) {
+      std::lock_guard guard(error_mu);
+      if (!error) error = std::current_exception();
+    }
   };
   pool().run(chunks, task);
+  if (error) std::rethrow_exception(error);
 }
 }  // namespace detail
 
 void set_num_threads(int n) {
+  ADJOINT_CHECK(!in_parallel_region, Value, "set_num_threads",
+                "cannot change the thread count from inside a parallel kernel");
+  std::lock_guard lock(run_mu);  // not while a job runs: its workers must finish it
   pool().resize(n);
   openblas_set_num_threads(std::max(n, 1));
 }

@@ -100,7 +100,10 @@ struct Linear {
       if (c.needs_grad(1)) {
         const Tensor x2 = to_matrix(x);
         const Tensor into = c.grad_to_add_into(1);
-        if (into.defined() && !into.shares_storage(g2) && !into.shares_storage(x2)) {
+        // (a gradient of another dtype, say from a hook or an explicit seed, goes the usual
+        // way: matmul promotes and fit_gradient casts back)
+        if (into.defined() && g2.dtype() == into.dtype() && x2.dtype() == into.dtype() &&
+            !into.shares_storage(g2) && !into.shares_storage(x2)) {
           kernels::matmul_add_into(into, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
           into.impl()->storage->bump_version();
         } else {

@@ -133,3 +133,17 @@ TEST(AddIntoGrad, NoGradYetTakesTheIncomingBuffer) {
   p.loss().backward();  // .grad undefined before: AccumulateGrad's own path
   expect_equal(p.w.grad(), want);
 }
+
+TEST(AddIntoGrad, AGradientOfAnotherDtypeTakesTheUsualPath) {
+  // A float64 seed for a float32 layer: matmul promotes, and the weight still gets a float32
+  // gradient added into its .grad.
+  Problem p(3, 4, 5, DType::Float32);
+  p.loss().backward();
+  p.w.zero_grad(false);
+  const Tensor y = linear(p.x, p.w, p.b);
+  autograd::backward({y}, {p.r.to(DType::Float64)});
+  EXPECT_EQ(p.w.grad().dtype(), DType::Float32);
+  const std::vector<double> got = p.w.grad().to_vector<double>();
+  const std::vector<double> want = p.reference().to_vector<double>();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "at " << i;
+}

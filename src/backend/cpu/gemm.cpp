@@ -77,6 +77,16 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, MatrixArg& 
   return false;
 }
 
+// How BLAS reads t's last two dims (rows x cols); t becomes a contiguous copy first when its
+// strides do not fit.
+MatrixArg blas_operand(Tensor& t, int64_t rows, int64_t cols) {
+  const int64_t nd = t.dim();
+  MatrixArg arg{};
+  if (blas_layout(rows, cols, t.strides()[nd - 2], t.strides()[nd - 1], arg)) return arg;
+  t = cast(t, t.dtype());
+  return {CblasNoTrans, std::max<int64_t>(cols, 1)};
+}
+
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -142,16 +152,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   out_shape[nd - 1] = n;
   Tensor out = make_empty(out_shape, a_in.dtype());
   if (out.numel() == 0) return out;
-  MatrixArg la{}, lb{};
   Tensor a = a_in, b = b_in;
-  if (!blas_layout(m, k, a.strides()[nd - 2], a.strides()[nd - 1], la)) {
-    a = cast(a, a.dtype());
-    la = {CblasNoTrans, std::max<int64_t>(k, 1)};
-  }
-  if (!blas_layout(k, n, b.strides()[nd - 2], b.strides()[nd - 1], lb)) {
-    b = cast(b, b.dtype());
-    lb = {CblasNoTrans, std::max<int64_t>(n, 1)};
-  }
+  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   const int64_t batch = out.numel() / (m * n);
   dispatch_numeric(a.dtype(), "matmul", [&]<class T>() {
     const T* ap = a.data_ptr<T>();
@@ -205,15 +207,7 @@ void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(b_in.shape()[0] == k && c.shape()[0] == m && c.shape()[1] == n);
   if (c.numel() == 0 || k == 0) return;
   Tensor a = a_in, b = b_in;
-  MatrixArg la{}, lb{};
-  if (!blas_layout(m, k, a.strides()[0], a.strides()[1], la)) {
-    a = cast(a, a.dtype());
-    la = {CblasNoTrans, std::max<int64_t>(k, 1)};
-  }
-  if (!blas_layout(k, n, b.strides()[0], b.strides()[1], lb)) {
-    b = cast(b, b.dtype());
-    lb = {CblasNoTrans, std::max<int64_t>(n, 1)};
-  }
+  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   dispatch_numeric(c.dtype(), "matmul", [&]<class T>() {
     gemm_split<T>(la.trans, lb.trans, m, n, k, a.data_ptr<T>(), la.ld, b.data_ptr<T>(), lb.ld, T(1),
                   c.data_ptr<T>(), n);
@@ -225,15 +219,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   Tensor out = make_empty({rows, outf}, x_in.dtype());
   if (out.numel() == 0) return out;
   Tensor x = x_in, w = w_in;
-  MatrixArg lx{}, lw{};
-  if (!blas_layout(rows, in, x.strides()[0], x.strides()[1], lx)) {
-    x = cast(x, x.dtype());
-    lx = {CblasNoTrans, std::max<int64_t>(in, 1)};
-  }
-  if (!blas_layout(outf, in, w.strides()[0], w.strides()[1], lw)) {
-    w = cast(w, w.dtype());
-    lw = {CblasNoTrans, std::max<int64_t>(in, 1)};
-  }
+  const MatrixArg lx = blas_operand(x, rows, in), lw = blas_operand(w, outf, in);
   // Wᵀ: flip W's transpose flag.
   CBLAS_TRANSPOSE wt = lw.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
   dispatch_numeric(x.dtype(), "linear", [&]<class T>() {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "adjoint/error.h"
-#include "backend/cpu/simd_math.h"
+#include "backend/cpu/row_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -18,17 +18,6 @@
 
 namespace adjoint::kernels {
 namespace {
-
-// sum over [0, n) in double with four partial sums (the same order as softmax's).
-template <class T>
-double sum_double(const T* a, int64_t n) {
-  double s[4] = {0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(a[j + k]);
-  for (; j < n; ++j) s[0] += static_cast<double>(a[j]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
 
 // The mask's strides once broadcast to `shape` (0 along broadcast dims).
 Shape broadcast_strides(const Tensor& mask, const Shape& shape) {
@@ -51,15 +40,6 @@ int64_t unmasked_prefix(const bool* m, int64_t stride, int64_t n) {
   return p;
 }
 
-// y[0, n) = softmax of x[0, n) (n > 0), scaled in double as softmax_last does.
-template <class T>
-void softmax_row(const T* x, T* y, int64_t n) {
-  const T m = simd_max(x, n);
-  simd_exp_shifted(x, m, y, n);
-  const double inv = 1.0 / sum_double(y, n);
-  for (int64_t j = 0; j < n; ++j) y[j] = static_cast<T>(y[j] * inv);
-}
-
 // Masked softmax along the last dim of a contiguous [rows, n] block; mask_row(r) is row r's
 // mask and `ms` its element stride.
 template <class T, class MaskRow>
@@ -80,7 +60,9 @@ void masked_softmax_last(const T* x, T* y, int64_t rows, int64_t n, MaskRow mask
       filled.resize(n);
       for (int64_t j = 0; j < n; ++j)
         filled[j] = m[j * ms] ? -std::numeric_limits<T>::infinity() : xr[j];
-      softmax_row(filled.data(), yr, n);  // not all masked (p would be 0), so the max is finite
+      // Some entry is unmasked (else p would be 0); if all of those are -inf (or one is NaN)
+      // the row is NaN, as in the composite.
+      softmax_row(filled.data(), yr, n);
       for (int64_t j = 0; j < n; ++j)
         if (m[j * ms]) yr[j] = T(0);  // exactly 0, even where x was NaN
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "backend/nn_kernels.h"
@@ -20,17 +21,7 @@ namespace {
 
 Tensor contiguous_of(const Tensor& t) { return t.is_contiguous() ? t : cast(t, t.dtype()); }
 
-// sum(x) and sum((x - mu)^2) over [0, n) in double, each with four partial sums so the loops
-// pipeline (and vectorise); the order is fixed, so results do not depend on the thread count.
-template <class T>
-double sum_double(const T* x, int64_t n) {
-  double s[4] = {0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(x[j + k]);
-  for (; j < n; ++j) s[0] += static_cast<double>(x[j]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
+// sum((x - mu)^2) over [0, n) in double, with four partial sums as sum_double (row_math.h).
 template <class T>
 double sum_sq_dev(const T* x, int64_t n, double mu) {
   double s[4] = {0, 0, 0, 0};

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -23,27 +24,6 @@ inline T max_nan(T a, T v) {
   return (v > a || v != v) ? v : a;
 }
 
-// sum(a) or sum(a * b) over [0, n) in double, with four partial sums (so the loop vectorises).
-template <class T>
-double sum_double(const T* a, int64_t n) {
-  double s[4] = {0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k) s[k] += static_cast<double>(a[j + k]);
-  for (; j < n; ++j) s[0] += static_cast<double>(a[j]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-template <class T>
-double dot_double(const T* a, const T* b, int64_t n) {
-  double s[4] = {0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int k = 0; k < 4; ++k)
-      s[k] += static_cast<double>(a[j + k]) * static_cast<double>(b[j + k]);
-  for (; j < n; ++j) s[0] += static_cast<double>(a[j]) * static_cast<double>(b[j]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
 // Rows per thread chunk for rows of n elements.
 int64_t row_grain(int64_t n) { return std::max<int64_t>(32768 / std::max<int64_t>(n, 1), 1); }
 
@@ -54,17 +34,15 @@ void softmax_last(const T* x, T* y, int64_t rows, int64_t n, bool log) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
+      if (!log) {
+        softmax_row(xr, yr, n);
+        continue;
+      }
       const T m = simd_max(xr, n);  // NaN anywhere makes the whole row NaN
       simd_exp_shifted(xr, m, yr, n);
-      const double sum = sum_double(yr, n);
-      if (log) {
-        // (x - m) - log(sum) keeps float32 precision when |m| is large
-        const T lse = static_cast<T>(std::log(sum));
-        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - lse;
-      } else {
-        const double inv = 1.0 / sum;
-        for (int64_t j = 0; j < n; ++j) yr[j] = static_cast<T>(yr[j] * inv);
-      }
+      // (x - m) - log(sum) keeps float32 precision when |m| is large
+      const T lse = static_cast<T>(std::log(sum_double(yr, n)));
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - lse;
     }
   });
 }
