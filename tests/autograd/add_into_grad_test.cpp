@@ -125,6 +125,10 @@ TEST(AddIntoGrad, CreateGraphKeepsADifferentiableGrad) {
   // d/dw of sum(w.grad * w) through the recorded gradient is finite and defined
   Tensor second = autograd::grad({(p.w.grad() * p.w).sum()}, {p.w})[0];
   EXPECT_TRUE(second.defined());
+  // A recorded .grad points back at its own leaf (the reference cycle PyTorch warns about for
+  // backward with create_graph): drop it.
+  p.w.zero_grad(true);
+  p.b.zero_grad(true);
 }
 
 TEST(AddIntoGrad, NoGradYetTakesTheIncomingBuffer) {
