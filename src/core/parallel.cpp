@@ -30,9 +30,9 @@ namespace {
 // hundreds of microseconds, during which the other thread sits finished and waiting. Measured
 // on gpt-tiny (2 vCPUs): with sleep-only waits the caller spent ~40 ms of a ~450 ms step
 // waiting for the worker. So both sides first spin, for up to kSpin, on the atomic they wait
-// for, and only then sleep on the condition variable. Interleaved runs of gpt-tiny put a 2 ms
-// spin ahead of 1 ms and 200 us (medians ~400, ~415 and ~450 ms a step); the mlp step did not
-// care. That is far shorter than OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms),
+// for, and only then sleep on the condition variable. In interleaved gpt-tiny runs a 200 us
+// spin beat sleeping (~424 vs ~458 ms a step, 3 pairs), 2 ms beat 200 us (~421 vs ~455, 6
+// pairs) and 1 ms (~394 vs ~415, 4 pairs); the mlp step did not care. That is far shorter than OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms),
 // and it cannot starve OpenBLAS: products are split here and run on single-threaded OpenBLAS
 // (Note [Gemm threading]), so OpenBLAS's own threads stay parked. A pool with more threads
 // than cores does not spin: there the thread being waited for may need the spinner's core.
