@@ -32,10 +32,11 @@ namespace {
 // waiting for the worker. So both sides first spin, for up to kSpin, on the atomic they wait
 // for, and only then sleep on the condition variable. In interleaved gpt-tiny runs a 200 us
 // spin beat sleeping (~424 vs ~458 ms a step, 3 pairs), 2 ms beat 200 us (~421 vs ~455, 6
-// pairs) and 1 ms (~394 vs ~415, 4 pairs); the mlp step did not care. That is far shorter than OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms),
-// and it cannot starve OpenBLAS: products are split here and run on single-threaded OpenBLAS
-// (Note [Gemm threading]), so OpenBLAS's own threads stay parked. A pool with more threads
-// than cores does not spin: there the thread being waited for may need the spinner's core.
+// pairs) and 1 ms (~394 vs ~415, 4 pairs); the mlp step did not care. That is far shorter than
+// OpenMP runtimes' defaults (Intel's KMP_BLOCKTIME is 200 ms), and it cannot starve OpenBLAS:
+// products are split here and run on single-threaded OpenBLAS (Note [Gemm threading]), so
+// OpenBLAS's own threads stay parked. A pool with more threads than cores does not spin: there the
+// thread being waited for may need the spinner's core.
 constexpr auto kSpin = std::chrono::microseconds(2000);
 
 inline void cpu_relax() {
