@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/cube_function.h"
 #include "support/expect.h"
 
 using namespace adjoint;
@@ -167,18 +168,7 @@ TEST(Hooks, HookOnTensorWithoutGradThrows) {
 
 namespace {
 
-// y = x^3 with the derivative written by hand: dy/dx = 3x^2.
-struct Cube : Function<Cube> {
-  static std::string name() { return "Cube"; }
-  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
-    ctx.save_for_backward({x});
-    return x * x * x;
-  }
-  static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
-    Tensor x = ctx.get_saved()[0];
-    return {g[0] * 3 * x * x};
-  }
-};
+using adjoint::testing::Cube;  // y = x^3, dy/dx = 3x^2 written by hand
 
 // The same with a forward-mode rule: t -> 3x^2 t.
 struct CubeJvp : Function<CubeJvp> {

@@ -21,26 +21,9 @@ using adjoint::testing::grads_of;
 
 namespace {
 
-struct Net {
-  std::shared_ptr<nn::MLP> mlp;
-  Tensor x;
-  std::vector<Tensor> leaves() const {
-    std::vector<Tensor> ps = mlp->parameters();
-    ps.push_back(x);
-    return ps;
-  }
-  Tensor loss(const Tensor& y) const { return (y * y).mean(); }
-  Tensor run(const std::vector<Tensor>& xs) const { return mlp->forward(xs[0]); }
-};
+using Net = adjoint::testing::MlpWithInput;
 
-Net make_net() {
-  Generator gen(2);
-  Net n;
-  n.mlp = std::make_shared<nn::MLP>(std::vector<int64_t>{5, 24, 24, 24, 3}, nn::Activation::GELU,
-                                    true, &gen);
-  n.x = randn({6, 5}, {}, &gen).requires_grad_(true);
-  return n;
-}
+Net make_net() { return Net({5, 24, 24, 24, 3}, 6, 2); }
 
 TEST(CheckpointPolicy, SavesFewerTensorsWithEqualGradients) {
   Net n = make_net();

@@ -17,27 +17,11 @@ using adjoint::testing::values_of;
 
 namespace {
 
-struct Mlp {
-  std::shared_ptr<nn::MLP> net;
-  Tensor x;
-  std::vector<Tensor> leaves() const {
-    std::vector<Tensor> ps = net->parameters();
-    ps.push_back(x);
-    return ps;
-  }
-};
+using Mlp = adjoint::testing::MlpWithInput;
 
-Mlp make_mlp(DType dtype = DType::Float32) {
-  Generator gen(11);
-  Mlp m;
-  m.net = std::make_shared<nn::MLP>(std::vector<int64_t>{6, 32, 32, 32, 4}, nn::Activation::GELU,
-                                    true, &gen);
-  m.net->to(dtype);
-  m.x = randn({8, 6}, dtype, &gen).requires_grad_(true);
-  return m;
-}
+Mlp make_mlp(DType dtype = DType::Float32) { return Mlp({6, 32, 32, 32, 4}, 8, 11, dtype); }
 
-Tensor mlp_loss(const Tensor& y) { return (y * y).mean(); }
+Tensor mlp_loss(const Tensor& y) { return Mlp::loss(y); }
 
 TEST(Checkpoint, MlpGradientsEqualBitwise) {
   Mlp m = make_mlp();

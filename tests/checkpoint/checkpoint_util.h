@@ -1,5 +1,5 @@
-// Helpers shared by the checkpointing tests: gradients as exact values, generator states, and
-// a count of the tensors a plain run saves for backward.
+// Helpers shared by the checkpointing tests: a small GELU MLP with its input, gradients as exact
+// values, generator states, and a count of the tensors a plain run saves for backward.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,8 +9,30 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "adjoint/nn.h"
 
 namespace adjoint::testing {
+
+/// A GELU MLP of the given widths and an input batch that requires grad, drawn from seed.
+struct MlpWithInput {
+  std::shared_ptr<nn::MLP> net;
+  Tensor x;
+  MlpWithInput(std::vector<int64_t> widths, int64_t rows, uint64_t seed,
+               DType dtype = DType::Float32) {
+    Generator gen(seed);
+    net = std::make_shared<nn::MLP>(widths, nn::Activation::GELU, true, &gen);
+    net->to(dtype);
+    x = randn({rows, widths.front()}, dtype, &gen).requires_grad_(true);
+  }
+  /// The parameters, then x: every leaf a gradient reaches.
+  std::vector<Tensor> leaves() const {
+    std::vector<Tensor> ps = net->parameters();
+    ps.push_back(x);
+    return ps;
+  }
+  Tensor run(const std::vector<Tensor>& xs) const { return net->forward(xs[0]); }
+  static Tensor loss(const Tensor& y) { return (y * y).mean(); }
+};
 
 /// The elements of each tensor as doubles (exact for float32 and float64).
 inline std::vector<std::vector<double>> values_of(const std::vector<Tensor>& ts) {

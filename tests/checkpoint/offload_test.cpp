@@ -43,18 +43,33 @@ bool same(const Tensor& a, const Tensor& b) {
 
 constexpr double kMB = 1 << 20;
 
+// The input of both offload tests, and deep_exp's plain graph as the baseline: w_plain and
+// w_offloaded are two copies of the same weight, so the two runs' gradients can be compared.
+struct OffloadCase {
+  Tensor x, w_plain, w_offloaded;
+  std::size_t base = 0;  // storage bytes before either graph
+  double plain_mb = 0;   // what deep_exp's plain graph holds
+
+  explicit OffloadCase(uint64_t seed) {
+    Generator gen(seed);
+    x = randn({256, 1024}, DType::Float32, &gen) * 0.1;
+    w_plain = ones({1024}).requires_grad_(true);
+    w_offloaded = ones({1024}).requires_grad_(true);
+    base = memory_stats().current_bytes;
+    Tensor plain = deep_exp(x, w_plain);
+    plain_mb = (memory_stats().current_bytes - base) / kMB;
+    plain.backward();
+  }
+  double mb_since_base() const { return (memory_stats().current_bytes - base) / kMB; }
+};
+
 }  // namespace
 
 TEST(SaveOnDisk, RoundTripIsExactAndTakesActivationsOffTheHeap) {
   ScratchDir dir;
-  Generator gen(0);
-  Tensor x = randn({256, 1024}, DType::Float32, &gen) * 0.1;
-  Tensor w1 = ones({1024}).requires_grad_(true), w2 = ones({1024}).requires_grad_(true);
-
-  const std::size_t base = memory_stats().current_bytes;
-  Tensor plain = deep_exp(x, w1);
-  const double plain_mb = (memory_stats().current_bytes - base) / kMB;
-  plain.backward();
+  const OffloadCase c(0);
+  const Tensor &x = c.x, &w1 = c.w_plain, &w2 = c.w_offloaded;
+  const double plain_mb = c.plain_mb;
 
   std::size_t written = 0;
   double disk_mb = 0;
@@ -62,7 +77,7 @@ TEST(SaveOnDisk, RoundTripIsExactAndTakesActivationsOffTheHeap) {
   {
     SaveOnDisk guard(dir.path.string());
     spilled = deep_exp(x, w2);
-    disk_mb = (memory_stats().current_bytes - base) / kMB;
+    disk_mb = c.mb_since_base();
     written = guard.bytes_written();
     EXPECT_TRUE(dir.empty());  // the file has no name
   }
@@ -129,13 +144,9 @@ TEST(SaveAsBFloat16, RoundsToNearestEven) {
 }
 
 TEST(SaveAsBFloat16, HalvesSavedBytesWithSmallGradientError) {
-  Generator gen(2);
-  Tensor x = randn({256, 1024}, DType::Float32, &gen) * 0.1;
-  Tensor w1 = ones({1024}).requires_grad_(true), w2 = ones({1024}).requires_grad_(true);
-  const std::size_t base = memory_stats().current_bytes;
-  Tensor plain = deep_exp(x, w1);
-  const double plain_mb = (memory_stats().current_bytes - base) / kMB;
-  plain.backward();
+  const OffloadCase c(2);
+  const Tensor &x = c.x, &w1 = c.w_plain, &w2 = c.w_offloaded;
+  const double plain_mb = c.plain_mb;
   Tensor small;
   SavedMemoryStats saved;
   {
@@ -144,7 +155,7 @@ TEST(SaveAsBFloat16, HalvesSavedBytesWithSmallGradientError) {
     small = deep_exp(x, w2);
     saved = saved_memory_stats();
   }
-  const double bf16_mb = (memory_stats().current_bytes - base) / kMB;
+  const double bf16_mb = c.mb_since_base();
   // The saved-memory accounting sees the bfloat16 copies: the eight exp outputs' and x's,
   // 0.5 MB each, and w's (2 KB).
   EXPECT_NEAR(saved.current_bytes / kMB, 4.5, 0.01);

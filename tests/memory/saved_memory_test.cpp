@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "support/cube_function.h"
 #include "support/expect.h"
 
 using namespace adjoint;
@@ -177,17 +178,7 @@ TEST(SavedMemory, PackHooksCountWhatTheyKeep) {
   }
 }
 
-struct Cube : Function<Cube> {
-  static Tensor forward(FunctionCtx& ctx, const Tensor& x) {
-    ctx.save_for_backward({x});
-    return x * x * x;
-  }
-  static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
-    Tensor x = ctx.get_saved()[0];
-    return {g[0] * 3.0 * x * x};
-  }
-  static std::string name() { return "Cube"; }
-};
+using adjoint::testing::Cube;  // y = x^3, dy/dx = 3x^2 written by hand
 
 TEST(SavedMemory, CustomFunctionsCount) {
   SavedMemoryTracker tracking;
