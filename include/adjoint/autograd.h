@@ -64,15 +64,6 @@ class Node : public std::enable_shared_from_this<Node> {
   void run_tensor_pre_hooks(TensorList& grads);
   bool has_tensor_pre_hooks() const { return !pre_hooks_.empty(); }
 
-  // Engine bookkeeping for the backward pass in progress (see src/autograd/engine.cpp).
-  struct RunState {
-    uint64_t run_id = 0;
-    uint32_t dependencies = 0;
-    bool needed = false;
-    TensorList buffer;
-  };
-  RunState run_;
-
  protected:
   EdgeList next_edges_;
 

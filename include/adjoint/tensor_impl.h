@@ -54,6 +54,12 @@ struct TensorImpl {
   bool contiguous = true;
   bool is_view = false;    ///< made by a view op: shares storage with another tensor
   bool inference = false;  ///< made in inference mode: may not be saved for backward
+  /// For the output of a view op (view, slice, permute, expand, ...): the tensor, not itself
+  /// such a view, whose memory it views, and the storage version its history was last made
+  /// at. A view whose storage changed since then takes its history anew from the base. See
+  /// Note [Views and in-place ops] in src/autograd/view_tracking.h.
+  std::shared_ptr<TensorImpl> view_base;
+  uint64_t view_version = 0;
   std::unique_ptr<AutogradMeta, detail::AutogradMetaDeleter> autograd;  ///< null until needed
 
   TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt);

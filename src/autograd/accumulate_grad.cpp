@@ -2,6 +2,8 @@
 #include "autograd/accumulate_grad.h"
 
 #include "adjoint/ops.h"
+#include "autograd/graph_task.h"
+#include "autograd/view_tracking.h"
 #include "core/mode_state.h"
 
 namespace adjoint {
@@ -18,8 +20,9 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   AutogradMeta& m = leaf_->meta();
-  run_hooks(g);
+  run_hooks(g);  // outside the lock: a hook is user code and may take its time
   const bool create_graph = tls_mode.grad_enabled;  // the engine sets grad mode to create_graph
+  std::lock_guard<std::mutex> lock(mutex_);         // See Note [Concurrent backward] in engine.cpp
   if (!m.grad.defined()) {
     // Take the incoming buffer when nothing else can see it; otherwise copy, so that later
     // in-place accumulation cannot write into a tensor the caller holds.
@@ -43,13 +46,15 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
 
 namespace autograd {
 namespace {
-thread_local uint64_t tls_add_into_grad_run = 0;  // the pass that may add into .grad, or 0
-}  // namespace
 
-AddIntoGradScope::AddIntoGradScope(uint64_t run) : prev_(tls_add_into_grad_run) {
-  tls_add_into_grad_run = run;
+// Guards the creation of leaves' AccumulateGrad nodes, striped by leaf so that threads
+// recording through different leaves rarely meet.
+std::mutex& leaf_lock(const TensorImpl* leaf) {
+  static std::mutex stripes[64];
+  return stripes[(reinterpret_cast<std::uintptr_t>(leaf) >> 6) % 64];
 }
-AddIntoGradScope::~AddIntoGradScope() { tls_add_into_grad_run = prev_; }
+
+}  // namespace
 
 // Note [Adding into .grad in place]
 // A weight's gradient usually ends in AccumulateGrad, which adds it to an existing .grad in
@@ -70,27 +75,35 @@ AddIntoGradScope::~AddIntoGradScope() { tls_add_into_grad_run = prev_; }
 // - .grad is defined, does not require grad, and is a contiguous tensor of the input's shape
 //   and dtype.
 // The VJP then returns an undefined gradient for that input, so AccumulateGrad does nothing.
-Tensor grad_to_add_into(const Edge& e, const Shape& shape, DType dtype) {
-  if (tls_add_into_grad_run == 0 || tls_mode.grad_enabled || tls_mode.dual_visible != 0 || !e.node)
+// It adds while holding the AccumulateGrad's lock, as AccumulateGrad does (Note [Concurrent
+// backward] in engine.cpp).
+GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype) {
+  const GraphTask* task = current_graph_task();
+  if (!task || !task->options().add_into_grad || tls_mode.grad_enabled ||
+      tls_mode.dual_visible != 0 || !e.node)
     return {};
   auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get());
-  if (!acc || acc->run_.run_id != tls_add_into_grad_run || acc->run_.dependencies != 1 ||
-      acc->run_.buffer.empty() || acc->run_.buffer[0].defined() || acc->has_tensor_pre_hooks())
-    return {};
+  if (!acc || acc->has_tensor_pre_hooks()) return {};
+  const GraphTask::Slot* s = task->find(acc);
+  if (!s || s->dependencies != 1 || task->buffer(*s, 0).defined()) return {};
+  std::unique_lock<std::mutex> lock(acc->mutex());  // another thread's run may reach the leaf
   const AutogradMeta* m = acc->leaf()->autograd.get();
   if (!m || !m->leaf_hooks.empty() || !m->grad.defined()) return {};
   const Tensor& g = m->grad;
   if (g.requires_grad() || !g.is_contiguous() || g.shape() != shape || g.dtype() != dtype)
     return {};
-  return g;
+  return {g, std::move(lock)};
 }
 
 Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();
-  if (!impl || !impl->autograd) return {};
+  if (!impl) return {};
+  detail::refresh_view(t);  // Note [Views and in-place ops]
+  if (!impl->autograd) return {};
   AutogradMeta& m = *impl->autograd;
   if (m.grad_fn) return {m.grad_fn, m.output_nr};
   if (!m.requires_grad) return {};
+  std::lock_guard<std::mutex> lock(leaf_lock(impl));  // threads may record through one leaf
   std::shared_ptr<Node> acc = m.grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());

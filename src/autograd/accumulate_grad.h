@@ -2,6 +2,8 @@
 // gradients into the leaf's .grad.
 #pragma once
 
+#include <mutex>
+
 #include "adjoint/autograd.h"
 #include "adjoint/tensor_impl.h"
 
@@ -15,31 +17,29 @@ class AccumulateGrad final : public Node {
   /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).
   void run_hooks(Tensor& g) const;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
+  /// Held while .grad changes: backward runs on several threads may reach one leaf.
+  std::mutex& mutex() { return mutex_; }
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
+  std::mutex mutex_;
 };
 
 namespace autograd {
+
+/// The .grad a VJP may add an input's gradient into itself, and the lock that keeps other
+/// threads' backward runs off it meanwhile; `grad` is undefined when the VJP may not.
+struct GradInto {
+  Tensor grad;
+  std::unique_lock<std::mutex> lock;
+  bool defined() const { return grad.defined(); }
+};
 
 /// The .grad a VJP may add input i's gradient into itself, in place, instead of returning it
 /// (returning undefined for it instead): defined only where that is exactly what AccumulateGrad
 /// would do (see Note [Adding into .grad in place]). `e` is the input's edge; shape and dtype
 /// are the input's.
-Tensor grad_to_add_into(const Edge& e, const Shape& shape, DType dtype);
-
-/// While alive, grad_to_add_into may answer for the nodes of backward pass `run` (set by the
-/// engine for backward() without create_graph; grad() never writes .grad).
-class AddIntoGradScope {
- public:
-  explicit AddIntoGradScope(uint64_t run);
-  ~AddIntoGradScope();
-  AddIntoGradScope(const AddIntoGradScope&) = delete;
-  AddIntoGradScope& operator=(const AddIntoGradScope&) = delete;
-
- private:
-  uint64_t prev_;
-};
+GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype);
 
 }  // namespace autograd
 

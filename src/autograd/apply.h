@@ -34,6 +34,7 @@
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
 #include "autograd/saved_tensor.h"
+#include "autograd/view_tracking.h"
 #include "core/mode_state.h"
 
 namespace adjoint {
@@ -65,10 +66,11 @@ class Ctx {
   DType input_dtype(std::size_t i) const { return info_[i].dtype; }
   std::size_t num_inputs() const { return n_; }
   /// The .grad that the VJP may add input i's gradient into itself (then returning undefined
-  /// for it), or undefined: see Note [Adding into .grad in place].
-  Tensor grad_to_add_into(std::size_t i) const {
+  /// for it), or undefined, with the lock to hold while adding: see Note [Adding into .grad
+  /// in place].
+  autograd::GradInto grad_to_add_into(std::size_t i) const {
     return edges_ ? autograd::grad_to_add_into(edges_[i], info_[i].shape, info_[i].dtype)
-                  : Tensor();
+                  : autograd::GradInto{};
   }
 
   Ctx(const Tensor* inputs, const Tensor* out, const Tensor* extras, const InputInfo* info,
@@ -86,8 +88,12 @@ class Ctx {
 
 namespace detail {
 
+/// Whether t requires grad, after bringing a view's history up to date (Note [Views and
+/// in-place ops]).
 inline bool requires_grad(const Tensor& t) {
-  return t.defined() && t.impl()->autograd && t.impl()->autograd->requires_grad;
+  if (!t.defined()) return false;
+  refresh_view(t);
+  return t.impl()->autograd && t.impl()->autograd->requires_grad;
 }
 /// "log_softmax" -> "LogSoftmaxBackward".
 std::string backward_name(const char* op);
@@ -240,6 +246,13 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
     out = run_watched_op(*cache, op, saver.tensors, [&] { return run_forward(saver); });
   } else {
     out = run_forward(saver);
+  }
+
+  // A view op's output views its input's base (Note [Views and in-place ops]).
+  if (out.impl()->is_view && !inputs.empty()) [[unlikely]] {
+    const Tensor& x = inputs[0];
+    if (x.defined() && x.impl() != out.impl() && x.impl()->storage == out.impl()->storage)
+      track_view(out, x);
   }
 
   std::shared_ptr<OpNode<Op>> node;

@@ -4,7 +4,6 @@
 // graph of a million nodes does not touch the stack depth, and it releases each node's saved
 // tensors and buffers as soon as the node has run (unless retain_graph).
 #include <algorithm>
-#include <atomic>
 #include <queue>
 #include <utility>
 
@@ -12,13 +11,14 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/graph_task.h"
 #include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
 
 namespace adjoint {
 namespace {
 
-std::atomic<uint64_t> next_run_id{1};
+using autograd::GraphTask;
 
 struct BySequence {
   bool operator()(const Node* a, const Node* b) const {
@@ -26,74 +26,55 @@ struct BySequence {
   }
 };
 
-// Note [Nested backward passes]
-// A node's apply may itself run a backward: a checkpointed region's recomputation when the
-// region's function calls grad() (src/checkpoint), or a custom function whose backward does.
-// That inner pass can reach nodes the outer one is still counting (the graph behind the inner
-// pass's inputs). It stashes their run state when it first visits them and puts it back when
-// it ends, so the outer pass goes on as if nothing had happened.
-thread_local std::vector<uint64_t> tls_active_runs;
+// Note [Concurrent backward]
+// All state of a backward run lives in its GraphTask, none on the nodes, so several runs may
+// walk the same nodes at once:
+// - threads running backward through graphs that share leaves (each AccumulateGrad adds into
+//   .grad under its own lock), or that share a subgraph recorded once (with retain_graph, so
+//   that no run frees saved tensors another still reads; a node's apply only reads the node);
+// - a run nested inside a node's apply (a checkpointed region's recomputation calling grad(),
+//   a custom function whose backward runs backward), which may reach nodes of the enclosing
+//   run: each run counts and buffers them in its own task.
 
-// A pass in progress on this thread; when it ends (or throws), the stashed state goes back.
-struct ActiveRun {
-  explicit ActiveRun(uint64_t run) { tls_active_runs.push_back(run); }
-  ~ActiveRun() {
-    for (auto& [n, state] : stashed) n->run_ = std::move(state);
-    tls_active_runs.pop_back();
+// Visits every node reachable from `roots` once, counting the edges that point at it.
+void discover(GraphTask& task, const std::vector<Node*>& roots) {
+  std::vector<Node*> stack;
+  bool fresh = false;
+  for (Node* r : roots) {
+    task.visit(r, fresh);
+    if (fresh) stack.push_back(r);
   }
-  ActiveRun(const ActiveRun&) = delete;
-  ActiveRun& operator=(const ActiveRun&) = delete;
-  std::vector<std::pair<Node*, Node::RunState>> stashed;
-};
-
-bool is_active(uint64_t run) {
-  return std::find(tls_active_runs.begin(), tls_active_runs.end(), run) != tls_active_runs.end();
-}
-
-// Visits every node reachable from `roots` once, resetting its run state and counting the
-// edges that point at it. State of an enclosing pass goes to `stash` (Note [Nested backward
-// passes]).
-std::vector<Node*> discover(const std::vector<Node*>& roots, uint64_t run,
-                            std::vector<std::pair<Node*, Node::RunState>>& stash) {
-  std::vector<Node*> order, stack;
-  auto visit = [&](Node* n) {
-    if (n->run_.run_id == run) return false;
-    if (n->run_.run_id != 0 && is_active(n->run_.run_id)) stash.emplace_back(n, std::move(n->run_));
-    n->run_ = Node::RunState{run, 0, false, TensorList(n->num_outputs())};
-    order.push_back(n);
-    return true;
-  };
-  for (Node* r : roots)
-    if (visit(r)) stack.push_back(r);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next_edges()) {
       if (!e.node) continue;
       Node* c = e.node.get();
-      if (visit(c)) stack.push_back(c);
-      c->run_.dependencies++;
+      const uint32_t i = task.visit(c, fresh);
+      if (fresh) stack.push_back(c);
+      task.slot(i).dependencies++;
     }
   }
-  return order;
 }
 
 // Marks the nodes that must run for grad(): those with a capture target strictly behind them.
-void mark_needed(const std::vector<Node*>& order, const std::vector<Node*>& targets) {
+void mark_needed(GraphTask& task, const std::vector<Node*>& targets) {
   auto is_target = [&](const Node* n) {
     return std::find(targets.begin(), targets.end(), n) != targets.end();
   };
-  // `order` is a DFS preorder, so children mostly come after parents; iterate in reverse to a
+  // Slots are in DFS preorder, so children mostly come after parents; iterate in reverse to a
   // fixed point (one pass for trees, a few for graphs with shared subgraphs).
   bool changed = true;
   while (changed) {
     changed = false;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      Node* n = *it;
-      if (n->run_.needed) continue;
-      for (const Edge& e : n->next_edges()) {
-        if (e.node && (e.node->run_.needed || is_target(e.node.get()))) {
-          n->run_.needed = true;
+    for (std::size_t k = task.size(); k-- > 0;) {
+      GraphTask::Slot& s = task.slot(static_cast<uint32_t>(k));
+      if (s.needed) continue;
+      for (const Edge& e : s.node->next_edges()) {
+        if (!e.node) continue;
+        const GraphTask::Slot* c = task.find(e.node.get());
+        if (c->needed || is_target(e.node.get())) {
+          s.needed = true;
           changed = true;
           break;
         }
@@ -121,20 +102,19 @@ struct Capture {
 // (grad()); otherwise it runs everything, accumulating into leaves (backward()).
 void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, bool keep_graph,
                   bool create_graph, std::vector<Capture>& captures) {
-  const uint64_t run = next_run_id.fetch_add(1);
-  ActiveRun active(run);  // See Note [Nested backward passes]
+  const bool capturing = !captures.empty();
+  // VJPs may add weight gradients straight into .grad (Note [Adding into .grad in place]);
+  // grad() never touches .grad, and create_graph records the sum instead.
+  GraphTask task({keep_graph, create_graph, !capturing && !create_graph});
   std::vector<Node*> root_nodes;
   for (const Edge& e : roots) root_nodes.push_back(e.node.get());
-  std::vector<Node*> order = discover(root_nodes, run, active.stashed);
-  const bool capturing = !captures.empty();
+  discover(task, root_nodes);
   if (capturing) {
     std::vector<Node*> targets;
     for (const Capture& c : captures) targets.push_back(c.node);
-    mark_needed(order, targets);
+    mark_needed(task, targets);
   }
-
-  // VJPs may add weight gradients straight into .grad (Note [Adding into .grad in place]).
-  autograd::AddIntoGradScope add_into_grad(capturing || create_graph ? 0 : run);
+  autograd::CurrentGraphTask current(&task);
 
   // Grad mode inside backward is create_graph: VJPs record only when asked to.
   struct GradModeRestore {
@@ -149,12 +129,13 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   } observer_pause;
 
   std::priority_queue<Node*, std::vector<Node*>, BySequence> ready;
-  for (std::size_t i = 0; i < roots.size(); ++i) {
-    accumulate(roots[i].node->run_.buffer[roots[i].input_nr], std::move(seeds[i]));
-  }
+  for (std::size_t i = 0; i < roots.size(); ++i)
+    accumulate(task.buffer(*task.find(roots[i].node.get()), roots[i].input_nr),
+               std::move(seeds[i]));
   for (Node* r : root_nodes) {
-    if (r->run_.dependencies == 0) {
-      r->run_.dependencies = UINT32_MAX;  // queued
+    GraphTask::Slot* s = task.find(r);
+    if (s->dependencies == 0 && !s->queued) {
+      s->queued = true;
       ready.push(r);
     }
   }
@@ -162,8 +143,11 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    TensorList grads = std::move(n->run_.buffer);
-    n->run_.buffer.clear();
+    // Slots move when the task grows; it does not grow once discovery is done, but take no
+    // reference across apply all the same.
+    const GraphTask::Slot self = *task.find(n);
+    TensorList grads(n->num_outputs());
+    for (uint32_t k = 0; k < n->num_outputs(); ++k) grads[k] = std::move(task.buffer(self, k));
     if (n->has_tensor_pre_hooks()) n->run_tensor_pre_hooks(grads);
     if (capturing) {
       auto* acc = dynamic_cast<AccumulateGrad*>(n);
@@ -174,7 +158,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       for (Capture& c : captures)
         if (c.node == n) accumulate(c.grad, grads[c.input_nr]);
       // grad() never touches .grad, and skips branches that lead to no input.
-      if (!n->run_.needed || acc) continue;
+      if (!self.needed || acc) continue;
     }
     TensorList outputs = n->apply(std::move(grads));
     if (!keep_graph) n->release_saved();
@@ -182,19 +166,19 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     for (std::size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.node) continue;
-      Node* c = e.node.get();
+      GraphTask::Slot* c = task.find(e.node.get());
       if (i < outputs.size() && outputs[i].defined())
-        accumulate(c->run_.buffer[e.input_nr], std::move(outputs[i]));
-      if (--c->run_.dependencies == 0) {
-        c->run_.dependencies = UINT32_MAX;
-        ready.push(c);
+        accumulate(task.buffer(*c, e.input_nr), std::move(outputs[i]));
+      if (--c->dependencies == 0) {
+        c->queued = true;
+        ready.push(e.node.get());
       }
     }
     if (observer_pause.observer) [[unlikely]]
       observer_pause.observer->after_backward_node(n->name());
   }
   // Drop buffers of nodes that never became ready (their branch had no gradient).
-  for (Node* n : order) n->run_.buffer.clear();
+  task.clear_buffers();
 }
 
 Tensor seed_for(const Tensor& out, const Tensor& given, std::size_t i, const char* op) {

@@ -5,10 +5,16 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/view_tracking.h"
 
 namespace adjoint {
 namespace {
-AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
+// A view's history is brought up to date first (Note [Views and in-place ops]).
+AutogradMeta* meta_of(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  detail::refresh_view(t);
+  return t.impl()->autograd.get();
+}
 
 // The pre-hook behind retain_grad: stores (or adds) the gradient into .grad. As in PyTorch 2,
 // it runs after the tensor's other hooks whatever the registration order, so .grad shows what
@@ -160,6 +166,7 @@ void Tensor::set_data(const Tensor& data) const {
   dst->offset = src->offset;
   dst->dtype = src->dtype;
   dst->is_view = src->is_view;
+  dst->view_base = nullptr;  // a leaf with new data views nothing it could follow
   dst->refresh();
   if (dst->autograd && !same_kind) dst->autograd->grad = Tensor();
   // Tangents are derivatives of the old values: they go with them, at every dual level.

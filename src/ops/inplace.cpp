@@ -8,6 +8,7 @@
 //   op goes the out-of-place way as well, recorded or not, and the tensor takes the result's
 //   tangents. See Note [In-place ops on dual tensors] in src/autograd/forward_ad.h.
 #include "adjoint/error.h"
+#include "autograd/view_tracking.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -72,9 +73,7 @@ void check_inplace(const Tensor& self, bool recording, const char* op) {
       !(self.is_leaf() && self.requires_grad()), Autograd, op, "a leaf tensor that requires grad (",
       describe(self),
       ") cannot be modified in place; do it under NoGradGuard, or use the out-of-place op");
-  ADJOINT_CHECK(!(recording && self.impl()->is_view), NotImplemented, op,
-                "in-place modification of a view (", describe(self),
-                ") while recording gradients is not supported yet; use the out-of-place op");
+  if (detail::is_tracked_view(self)) detail::check_view_inplace(self, recording, op);
 }
 
 // As PyTorch: an in-place result may narrow within its category (float64 into float32) but
@@ -125,6 +124,12 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
                 " but the tensor being modified is ", describe(self));
   check_storable(result.dtype(), self, op);
   check_dual_inplace(self, &result, op);
+  if (recording && detail::is_tracked_view(self)) {
+    // The base's history changes too: see Note [Views and in-place ops].
+    detail::commit_to_view(self, result);
+    update_tangents(self, &result);
+    return self;
+  }
   kernels::copy_into(self, result);
   bump(self);
   if (recording && result.requires_grad()) {
@@ -148,11 +153,18 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
 
 // The out-of-place way: recorded when a graph is, and giving the new tangents when some
 // operand is dual.
+// An operand sharing memory with self (x.mul_(x), or a view of x) is read as it was before
+// the write: a clone, so that what backward saves of it is not the tensor being overwritten
+// (whose new history would then hold it: a reference cycle, and a version error).
 template <class Compute>
 Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute compute) {
   const bool recording = recording_with(self, other);
   check_inplace(self, recording, op);
-  Tensor result = compute(self.clone());
+  const Tensor old_other =
+      other && other->defined() && other->shares_storage(self) ? other->clone() : Tensor();
+  Tensor result = compute(self.clone(), old_other.defined() ? old_other
+                                        : other             ? *other
+                                                            : old_other);
   return commit(self, result, recording, op);
 }
 
@@ -161,7 +173,7 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   if (recording_with(*this, &o) || dual_with(*this, &o))
     return functional(*this, &o, "add_",
-                      [&](const Tensor& s) { return adjoint::add(s, o, alpha); });
+                      [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
   check_inplace(*this, false, "add_");
   if (alpha.to_double() != 1) return direct_add_scaled(*this, o, alpha.to_double(), "add_");
   return direct_binary(*this, Binary::Add, o, "add_");
@@ -169,27 +181,30 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   if (recording_with(*this, &o) || dual_with(*this, &o))
     return functional(*this, &o, "sub_",
-                      [&](const Tensor& s) { return adjoint::sub(s, o, alpha); });
+                      [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
   check_inplace(*this, false, "sub_");
   if (alpha.to_double() != 1) return direct_add_scaled(*this, o, -alpha.to_double(), "sub_");
   return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   if (recording_with(*this, &o) || dual_with(*this, &o))
-    return functional(*this, &o, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+    return functional(*this, &o, "mul_",
+                      [&](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); });
   check_inplace(*this, false, "mul_");
   return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
   if (recording_with(*this, &o) || dual_with(*this, &o))
-    return functional(*this, &o, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+    return functional(*this, &o, "div_",
+                      [&](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); });
   check_inplace(*this, false, "div_");
   check_storable(kDefaultFloat, *this, "div_");  // true division gives floats
   return direct_binary(*this, Binary::Div, o, "div_");
 }
 Tensor& Tensor::add_(Scalar o) {
   if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
-    return functional(*this, nullptr, "add_", [&](const Tensor& s) { return adjoint::add(s, o); });
+    return functional(*this, nullptr, "add_",
+                      [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); });
   check_inplace(*this, false, "add_");
   return direct_unary(*this, Unary::AddScalar, o, "add_");
 }
@@ -198,13 +213,15 @@ Tensor& Tensor::sub_(Scalar o) {
 }
 Tensor& Tensor::mul_(Scalar o) {
   if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
-    return functional(*this, nullptr, "mul_", [&](const Tensor& s) { return adjoint::mul(s, o); });
+    return functional(*this, nullptr, "mul_",
+                      [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
   if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
-    return functional(*this, nullptr, "div_", [&](const Tensor& s) { return adjoint::div(s, o); });
+    return functional(*this, nullptr, "div_",
+                      [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
   check_storable(kDefaultFloat, *this, "div_");
   return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
@@ -212,7 +229,7 @@ Tensor& Tensor::div_(Scalar o) {
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
   if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
     return functional(*this, nullptr, "clamp_",
-                      [&](const Tensor& s) { return adjoint::clamp(s, lo, hi); });
+                      [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
   ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
   if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
@@ -228,6 +245,11 @@ Tensor& Tensor::fill_(Scalar v) {
   const bool recording = recording_with(*this, nullptr);
   check_inplace(*this, recording, "fill_");
   check_dual_inplace(*this, nullptr, "fill_");
+  if (recording && detail::is_tracked_view(*this)) {
+    // The view's window of the base becomes a constant (Note [Views and in-place ops]).
+    Tensor value = full_like(*this, v);
+    return commit(*this, value, true, "fill_");
+  }
   if (recording) detach_();
   kernels::fill(*this, v);
   bump(*this);
@@ -248,7 +270,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   }
   Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
   check_dual_inplace(*this, &value, "copy_");  // before detach_: an error changes nothing
-  if (!value.requires_grad()) detach_();
+  if (!value.requires_grad() && !detail::is_tracked_view(*this)) detach_();
   return commit(*this, value, true, "copy_");
 }
 

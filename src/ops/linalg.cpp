@@ -99,13 +99,14 @@ struct Linear {
       Tensor g2 = to_matrix(gy);
       if (c.needs_grad(1)) {
         const Tensor x2 = to_matrix(x);
-        const Tensor into = c.grad_to_add_into(1);
+        const autograd::GradInto into = c.grad_to_add_into(1);
+        const Tensor& grad = into.grad;
         // (a gradient of another dtype, say from a hook or an explicit seed, goes the usual
         // way: matmul promotes and fit_gradient casts back)
-        if (into.defined() && g2.dtype() == into.dtype() && x2.dtype() == into.dtype() &&
-            !into.shares_storage(g2) && !into.shares_storage(x2)) {
-          kernels::matmul_add_into(into, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
-          into.impl()->storage->bump_version();
+        if (into.defined() && g2.dtype() == grad.dtype() && x2.dtype() == grad.dtype() &&
+            !grad.shares_storage(g2) && !grad.shares_storage(x2)) {
+          kernels::matmul_add_into(grad, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
+          grad.impl()->storage->bump_version();
         } else {
           dw = matmul(g2.t(), x2);
         }

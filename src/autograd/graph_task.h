@@ -1,0 +1,79 @@
+// GraphTask: everything one backward run knows about the graph it walks (the nodes it reaches,
+// how many gradients each still waits for, the gradients summed so far) and the run's options.
+// The run owns it; nodes hold none of it, so runs through the same nodes on other threads, or
+// nested inside a node's apply, never see each other's state. See Note [Concurrent backward].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "adjoint/autograd.h"
+
+namespace adjoint::autograd {
+
+class GraphTask {
+ public:
+  /// One reached node.
+  struct Slot {
+    Node* node;
+    uint32_t dependencies;  ///< edges from nodes of this run that have not run yet
+    uint32_t buffer;        ///< index of the gradient of its output 0 in the buffers
+    bool needed;            ///< grad(): some capture target lies behind it
+    bool queued;            ///< pushed onto the ready queue
+  };
+
+  struct Options {
+    bool keep_graph = false;    ///< retain_graph: saved tensors survive the run
+    bool create_graph = false;  ///< VJPs record (grad mode inside the run)
+    /// VJPs may add a leaf's gradient straight into .grad (Note [Adding into .grad in place]).
+    bool add_into_grad = false;
+  };
+
+  explicit GraphTask(Options options) : options_(options) {}
+  GraphTask(const GraphTask&) = delete;
+  GraphTask& operator=(const GraphTask&) = delete;
+
+  const Options& options() const { return options_; }
+
+  /// The slot of `n`, or null when this run does not reach it.
+  Slot* find(const Node* n);
+  const Slot* find(const Node* n) const { return const_cast<GraphTask*>(this)->find(n); }
+  /// The slot index of `n`, making a fresh slot on the first visit (`fresh` says which).
+  uint32_t visit(Node* n, bool& fresh);
+
+  Slot& slot(uint32_t i) { return slots_[i]; }
+  std::size_t size() const { return slots_.size(); }
+  /// The gradient summed so far for output `output_nr` of the node in `s`.
+  Tensor& buffer(const Slot& s, uint32_t output_nr) { return buffers_[s.buffer + output_nr]; }
+  const Tensor& buffer(const Slot& s, uint32_t output_nr) const {
+    return buffers_[s.buffer + output_nr];
+  }
+  /// Drops every gradient still buffered (nodes whose branch got none never ran).
+  void clear_buffers() { buffers_.clear(); }
+
+ private:
+  void grow();
+
+  Options options_;
+  std::vector<Slot> slots_;
+  std::vector<Tensor> buffers_;  // every reached node's input gradients, in one block
+  // Open addressing from node address to slot index + 1 (0: empty), at most half full.
+  std::vector<uint32_t> table_ = std::vector<uint32_t>(64, 0);
+};
+
+/// The run whose nodes this thread is applying now (the innermost, when runs nest), or null.
+const GraphTask* current_graph_task();
+
+/// Makes `task` the current run on this thread while alive.
+class CurrentGraphTask {
+ public:
+  explicit CurrentGraphTask(const GraphTask* task);
+  ~CurrentGraphTask();
+  CurrentGraphTask(const CurrentGraphTask&) = delete;
+  CurrentGraphTask& operator=(const CurrentGraphTask&) = delete;
+
+ private:
+  const GraphTask* prev_;
+};
+
+}  // namespace adjoint::autograd

@@ -1,0 +1,209 @@
+// Views and in-place ops (Note [Views and in-place ops] in view_tracking.h): the two ops that
+// connect a view's history to its base's, and the bookkeeping around them.
+#include "autograd/view_tracking.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "adjoint/error.h"
+#include "autograd/apply.h"
+#include "backend/kernels.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::detail {
+namespace {
+
+// Storage positions of t's elements, in row-major logical order.
+std::vector<int64_t> positions(const TensorImpl& t) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<std::size_t>(t.numel));
+  if (t.numel == 0) return out;
+  const std::size_t nd = t.shape.size();
+  std::vector<int64_t> at(nd, 0);
+  int64_t pos = t.offset;
+  for (int64_t k = 0; k < t.numel; ++k) {
+    out.push_back(pos);
+    for (std::size_t d = nd; d-- > 0;) {
+      if (++at[d] < t.shape[d]) {
+        pos += t.strides[d];
+        break;
+      }
+      pos -= t.strides[d] * (at[d] - 1);
+      at[d] = 0;
+    }
+  }
+  return out;
+}
+
+// For each element of `view`, the flat (row-major) index of the element of `base` at the same
+// memory position: the index map of Note [Views and in-place ops].
+Tensor base_index_map(const TensorImpl& base, const TensorImpl& view) {
+  const std::vector<int64_t> bp = positions(base);
+  const std::vector<int64_t> vp = positions(view);
+  std::vector<int64_t> index(vp.size());
+  if (!vp.empty()) {
+    const auto [lo, hi] = std::minmax_element(bp.begin(), bp.end());
+    const int64_t span = *hi - *lo + 1;
+    // A base is made by an op or a factory, so its elements fill their span of memory;
+    // only a leaf given strided data by set_data could leave large gaps.
+    ADJOINT_CHECK(span <= 4 * static_cast<int64_t>(bp.size()) + 1024, NotImplemented, "in-place",
+                  "the base of this view spans ", span, " memory slots for ", bp.size(),
+                  " elements; clone() the base before taking views of it");
+    std::vector<int64_t> element_at(static_cast<std::size_t>(span), -1);
+    for (std::size_t i = 0; i < bp.size(); ++i)
+      element_at[static_cast<std::size_t>(bp[i] - *lo)] = static_cast<int64_t>(i);
+    for (std::size_t k = 0; k < vp.size(); ++k) {
+      const int64_t p = vp[k] - *lo;
+      ADJOINT_ASSERT(p >= 0 && p < span && element_at[static_cast<std::size_t>(p)] >= 0,
+                     "a view reaches memory outside its base");
+      index[k] = element_at[static_cast<std::size_t>(p)];
+    }
+  }
+  return tensor(index, view.shape, DType::Int64);
+}
+
+// A handle on t's memory and geometry with no history, not itself a view.
+Tensor alias_without_history(const Tensor& t) {
+  const TensorImpl& src = *t.impl();
+  auto impl =
+      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
+  impl->inference = src.inference;
+  return Tensor(std::move(impl));
+}
+
+// 1 where the base keeps its old value, 0 in the view's window (not differentiable).
+Tensor keep_mask(int64_t base_numel, const Tensor& flat_index, DType dtype) {
+  NoGradGuard no_grad;
+  NoForwardGradGuard no_forward_grad;
+  Tensor window =
+      index_add(zeros({base_numel}, dtype), 0, flat_index, ones({flat_index.numel()}, dtype));
+  return 1.0 - window;
+}
+
+// The view's window of the base's current value (PyTorch's AsStridedBackward): it regenerates
+// a view's history from its base.
+struct BaseView {
+  static constexpr const char* name = "as_strided";
+  static constexpr Save save = Save::None;
+  Tensor index;  // base_index_map: int64, the view's shape
+  Shape shape, strides;
+  int64_t offset = 0;
+  Tensor forward(const Tensor& base) const { return make_view(base, shape, strides, offset); }
+  // d/dbase: each element's gradient goes back to the base element at its memory position,
+  // summed where elements share memory (an expanded view)
+  Tensor vjp(const Ctx& c, const Tensor& gy) const {
+    const Shape& base_shape = c.input_shape(0);
+    return index_add(zeros({base_shape.numel()}, gy.dtype()), 0, index.reshape({-1}),
+                     gy.reshape({-1}))
+        .reshape(base_shape);
+  }
+  Tensor jvp(const Ctx&, const Tensor& tb) const {
+    return index_select(tb.reshape({-1}), 0, index.reshape({-1})).reshape(shape);
+  }
+};
+
+// The base after an in-place op on its view (PyTorch's CopySlices): the old base with the
+// view's window replaced by `src`. The memory already holds that value when it runs.
+struct ViewScatter {
+  static constexpr const char* name = "copy_slices";
+  static constexpr Save save = Save::None;
+  Tensor index;  // base_index_map: int64, the view's (and src's) shape
+  Tensor forward(const Tensor& base, const Tensor&) const { return alias_without_history(base); }
+  // d/dbase = g outside the window, 0 inside; d/dsrc = g at the window
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    const Tensor flat = gy.reshape({-1}), idx = index.reshape({-1});
+    Tensor gb, gs;
+    if (c.needs_grad(0))
+      gb = (flat * keep_mask(flat.numel(), idx, gy.dtype())).reshape(c.input_shape(0));
+    if (c.needs_grad(1)) gs = index_select(flat, 0, idx).reshape(c.input_shape(1));
+    return {gb, gs};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tb, const Tensor& ts) const {
+    const Tensor flat = tb.reshape({-1}), idx = index.reshape({-1});
+    return index_add(flat * keep_mask(flat.numel(), idx, tb.dtype()), 0, idx,
+                     (ts.dtype() == tb.dtype() ? ts : ts.to(tb.dtype())).reshape({-1}))
+        .reshape(c.input_shape(0));
+  }
+};
+
+// Gives `t` the history of `from` (its grad_fn and output slot), keeping retain_grad on it.
+void take_history(const Tensor& t, const Tensor& from) {
+  AutogradMeta& m = t.impl()->meta();
+  const bool retained = m.retains_grad;
+  if (retained) {
+    if (m.grad_fn) m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
+    m.retains_grad = false;
+  }
+  m.requires_grad = true;
+  m.grad_fn = from.impl()->autograd->grad_fn;
+  m.output_nr = from.impl()->autograd->output_nr;
+  if (retained) t.retain_grad();
+}
+
+bool overlaps_itself(const Tensor& t) {
+  for (std::size_t d = 0; d < t.shape().size(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+void track_view(const Tensor& out, const Tensor& input) {
+  TensorImpl* o = out.impl();
+  const TensorImpl* in = input.impl();
+  o->view_base = in->view_base ? in->view_base : input.impl_ptr();
+  o->view_version = o->storage->version();
+}
+
+void regenerate_view_history(const Tensor& view) {
+  TensorImpl* v = view.impl();
+  v->view_version = v->storage->version();
+  const Tensor base(v->view_base);
+  if (base.impl()->storage != v->storage) {  // the base's data was replaced (set_data)
+    v->view_base.reset();
+    return;
+  }
+  if (!requires_grad(base)) return;
+  Tensor fresh;
+  {
+    EnableGradGuard grad;  // a history is made whatever the caller's mode
+    NoForwardGradGuard no_forward_grad;
+    fresh =
+        apply(BaseView{base_index_map(*base.impl(), *v), v->shape, v->strides, v->offset}, base);
+  }
+  take_history(view, fresh);
+}
+
+void check_view_inplace(const Tensor& self, bool recording, const char* op) {
+  const Tensor base(self.impl()->view_base);
+  if (!requires_grad(base)) return;
+  ADJOINT_CHECK(self.requires_grad(), Autograd, op, "a view (", describe(self),
+                ") taken in no-grad mode of a tensor that requires grad (", describe(base),
+                ") is being modified in place with grad mode on; its gradient would be "
+                "ambiguous. Take the view with grad mode on, or modify it under NoGradGuard");
+  if (!recording) return;
+  ADJOINT_CHECK(!base.is_leaf(), Autograd, op, "a view (", describe(self),
+                ") of a leaf tensor that requires grad (", describe(base),
+                ") cannot be modified in place; do it under NoGradGuard, or clone() the leaf "
+                "first");
+  ADJOINT_CHECK(!overlaps_itself(self), Autograd, op, "the view ", describe(self), " (strides ",
+                self.strides(),
+                ") has elements that share one memory location (an expanded tensor), so an "
+                "in-place write is ambiguous; clone() it first");
+}
+
+void commit_to_view(const Tensor& self, const Tensor& result) {
+  const Tensor base(self.impl()->view_base);
+  const Tensor base_before = alias_with_history(base);  // its history before the write
+  kernels::copy_into(self, result);
+  self.impl()->storage->bump_version();
+  Tensor scattered;
+  {
+    NoForwardGradGuard no_forward_grad;  // tangents of in-place ops on views: check_dual_inplace
+    scattered = apply(ViewScatter{base_index_map(*base.impl(), *self.impl())}, base_before, result);
+  }
+  if (scattered.requires_grad()) take_history(base, scattered);
+  regenerate_view_history(self);
+}
+
+}  // namespace adjoint::detail

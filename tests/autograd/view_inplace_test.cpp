@@ -1,0 +1,196 @@
+// Views and in-place ops (Note [Views and in-place ops] in src/autograd/view_tracking.h): a view
+// sees in-place changes of its base, and an in-place op on a view while recording changes its
+// base's history. Oracles: hand-derived gradients, and central finite differences of the same
+// in-place program in float64 (first and second order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+#include "support/expect.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+using Program = std::function<Tensor(const Tensor&)>;  // scalar output
+
+// d f / d x by central differences, f run without recording.
+std::vector<double> numeric_grad(const Program& f, const Tensor& x, double h = 1e-6) {
+  std::vector<double> base = x.to_vector<double>(), g(base.size());
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    std::vector<double> p = base, m = base;
+    p[i] += h;
+    m[i] -= h;
+    g[i] = (f(tensor(p, x.shape(), DType::Float64)).item<double>() -
+            f(tensor(m, x.shape(), DType::Float64)).item<double>()) /
+           (2 * h);
+  }
+  return g;
+}
+
+std::vector<double> autograd_grad(const Program& f, const std::vector<double>& at,
+                                  const Shape& shape) {
+  Tensor x = tensor(at, shape, f64_grad());
+  f(x).backward();
+  return x.grad().to_vector<double>();
+}
+
+void expect_grad_matches_differences(const Program& f, const std::vector<double>& at,
+                                     const Shape& shape) {
+  const Tensor x = tensor(at, shape, DType::Float64);
+  std::vector<double> want = numeric_grad(f, x);
+  expect_values(tensor(autograd_grad(f, at, shape), shape, DType::Float64), want, 1e-6);
+}
+
+}  // namespace
+
+TEST(ViewInplace, ViewSeesInPlaceChangeOfItsBase) {
+  // The audit's reproducer: PyTorch gives [18, 36, 0, 0] (v = 3 x[:2], d sum(v^2) = 18 x).
+  Tensor x = tensor({1., 2, 3, 4}, f64_grad());
+  Tensor a = x * 1;
+  Tensor v = a.slice(0, 0, 2);
+  a.mul_(3.0);
+  (v * v).sum().backward();
+  expect_values(x.grad(), {18, 36, 0, 0});
+  expect_values(v, {3, 6});
+}
+
+TEST(ViewInplace, CopyIntoAViewOfABufferThatNeedsNoGrad) {
+  // buf.slice(0, 0, 2).copy_(x): buf now depends on x (it threw NotImplemented before).
+  Tensor x = tensor({5., 7}, f64_grad());
+  Tensor w = tensor({2., 3, 4, 5}, DType::Float64);
+  Tensor buf = zeros({4}, DType::Float64);
+  buf.slice(0, 0, 2).copy_(x);
+  EXPECT_TRUE(buf.requires_grad());
+  expect_values(buf, {5, 7, 0, 0});
+  (buf * w).sum().backward();
+  expect_values(x.grad(), {2, 3});
+}
+
+TEST(ViewInplace, InPlaceOnAViewChangesTheBasesGradient) {
+  Tensor x = tensor({1., 2, 3, 4}, f64_grad());
+  Tensor a = x * 2;
+  a.slice(0, 1, 3).mul_(10.0);
+  a.sum().backward();
+  expect_values(x.grad(), {2, 20, 20, 2});
+}
+
+TEST(ViewInplace, FillOfAViewCutsItsWindowOff) {
+  Tensor x = tensor({1., 2, 3, 4}, f64_grad());
+  Tensor a = x * 1;
+  a.slice(0, 0, 2).fill_(0.5);
+  (a * a).sum().backward();
+  expect_values(a, {0.5, 0.5, 3, 4});
+  expect_values(x.grad(), {0, 0, 6, 8});
+}
+
+TEST(ViewInplace, SiblingViewSeesTheWrite) {
+  Tensor x = tensor({1., 2, 3, 4}, f64_grad());
+  Tensor a = x * 1;
+  Tensor v1 = a.slice(0, 0, 2), v2 = a.slice(0, 1, 3);
+  v1.mul_(2.0);
+  (v2 * v2).sum().backward();  // v2 = [2 x1, x2]: d = [0, 8 x1, 2 x2, 0]
+  expect_values(x.grad(), {0, 16, 6, 0});
+}
+
+TEST(ViewInplace, ViewsOfViewsAndPermutedWindowsMatchFiniteDifferences) {
+  const Program f = [](const Tensor& x) {
+    Tensor a = sin(x) * 1.5;                           // [2, 3]
+    Tensor t = a.t();                                  // [3, 2], a permuted view
+    t.select(0, 1).mul_(x.select(1, 0));               // a[:, 1] *= x[:, 0]
+    t.slice(0, 2, 3).add_(exp(a.slice(1, 0, 1).t()));  // a[:, 2] += exp(a[:, 0])
+    Tensor r = a.reshape({6});
+    r.slice(0, 0, 6, 2).sub_(r.slice(0, 1, 6, 2) * 0.25);  // strided views of the reshape
+    return (a * a * x).sum();
+  };
+  expect_grad_matches_differences(f, {0.3, -1.2, 0.8, 1.1, 0.4, -0.7}, {2, 3});
+}
+
+TEST(ViewInplace, SecondDerivativeThroughAnInPlaceViewWrite) {
+  // f(x) = sum(a^3) with a = x^2 and a[:2] *= x[:2]; its gradient's derivative by differences.
+  const Program f = [](const Tensor& x) {
+    Tensor a = x * x;
+    a.slice(0, 0, 2).mul_(x.slice(0, 0, 2));
+    return (a * a * a).sum();
+  };
+  const std::vector<double> at{0.7, -0.4, 1.3};
+  const Program grad_dot = [&](const Tensor& x) {
+    Tensor xr = x.detach().requires_grad_(true);
+    EnableGradGuard grad_on;
+    Tensor g = autograd::grad({f(xr)}, {xr}, {}, true, /*create_graph=*/true)[0];
+    return (g * tensor({1., 2, 3}, DType::Float64)).sum();
+  };
+  Tensor x = tensor(at, Shape{3}, f64_grad());
+  Tensor g = autograd::grad({f(x)}, {x}, {}, true, true)[0];
+  (g * tensor({1., 2, 3}, DType::Float64)).sum().backward();
+  expect_values(x.grad(), numeric_grad(grad_dot, tensor(at, Shape{3}, DType::Float64)), 1e-5);
+}
+
+TEST(ViewInplace, InPlaceOnABaseWhoseViewWasSavedIsStillAVersionError) {
+  Tensor x = tensor({1., 2, 3}, f64_grad());
+  Tensor a = x * 1;
+  Tensor y = (a.slice(0, 0, 2) * a.slice(0, 0, 2)).sum();  // saves the views
+  a.add_(1.0);
+  expect_error([&] { y.backward(); }, ErrorKind::Autograd, {"modified by an in-place operation"});
+}
+
+TEST(ViewInplace, ViewOfALeafThatRequiresGradIsRefused) {
+  Tensor w = tensor({1., 2, 3}, f64_grad());
+  expect_error([&] { w.slice(0, 0, 2).mul_(2.0); }, ErrorKind::Autograd,
+               {"[mul_]", "view", "leaf tensor that requires grad", "[3] (float64)"});
+}
+
+TEST(ViewInplace, ExpandedViewIsRefusedWhileRecording) {
+  Tensor x = tensor({1., 2}, f64_grad());
+  Tensor a = (x * 1).reshape({2, 1});
+  Tensor e = a.expand({2, 3});
+  expect_error([&] { e.add_(1.0); }, ErrorKind::Autograd, {"[add_]", "share one memory location"});
+}
+
+TEST(ViewInplace, ViewTakenInNoGradModeIsRefusedWithGradOn) {
+  Tensor x = tensor({1., 2, 3}, f64_grad());
+  Tensor a = x * 1;
+  Tensor v;
+  {
+    NoGradGuard no_grad;
+    v = a.slice(0, 0, 2);
+  }
+  expect_error([&] { v.mul_(2.0); }, ErrorKind::Autograd, {"[mul_]", "no-grad mode"});
+  {
+    NoGradGuard no_grad;  // allowed without recording, as in PyTorch
+    v.mul_(2.0);
+  }
+  expect_values(a, {2, 4, 3});
+}
+
+TEST(ViewInplace, OptimizerStyleUpdatesOfViewsWithoutRecordingStillWork) {
+  Tensor w = tensor({1., 2, 3, 4}, f64_grad());
+  {
+    NoGradGuard no_grad;
+    w.slice(0, 1, 3).mul_(10.0);
+  }
+  expect_values(w, {1, 20, 30, 4});
+  (w * w).sum().backward();
+  expect_values(w.grad(), {2, 40, 60, 8});
+}
+
+TEST(ViewInplace, SelfMultiplyDoesNotLeakTheGraph) {
+  // a.mul_(a) once saved `a` in the node that became a's own grad_fn: a reference cycle.
+  Tensor x = tensor({0.5, -1.0}, f64_grad());
+  std::weak_ptr<Node> node;
+  {
+    Tensor a = sin(x);
+    a.mul_(a);
+    node = a.grad_fn();
+    ASSERT_FALSE(node.expired());
+    a.sum().backward();  // d sin^2 = 2 sin cos
+  }
+  EXPECT_TRUE(node.expired());
+  expect_values(x.grad(), {2 * std::sin(0.5) * std::cos(0.5), 2 * std::sin(-1.0) * std::cos(-1.0)});
+}
