@@ -12,7 +12,9 @@ void AccumulateGrad::run_hooks(Tensor& g) const {
   if (!g.defined() || !leaf_->autograd) return;
   for (auto& [id, hook] : leaf_->autograd->leaf_hooks) {
     Tensor r = hook(g);
-    if (r.defined()) g = std::move(r);
+    if (!r.defined()) continue;
+    detail::check_hook_result(r, g, "AccumulateGrad (a leaf's .grad)");
+    g = std::move(r);
   }
 }
 

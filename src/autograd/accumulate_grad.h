@@ -25,6 +25,12 @@ class AccumulateGrad final : public Node {
   std::mutex mutex_;
 };
 
+namespace detail {
+/// Throws unless a gradient hook returned a gradient shaped like the one it was given, naming
+/// the node the gradient flows into.
+void check_hook_result(const Tensor& returned, const Tensor& grad, const char* node);
+}  // namespace detail
+
 namespace autograd {
 
 /// The .grad a VJP may add an input's gradient into itself, and the lock that keeps other

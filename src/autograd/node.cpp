@@ -54,7 +54,9 @@ void Node::run_tensor_pre_hooks(TensorList& grads) {
     Tensor& g = grads[h.output_nr];
     if (!g.defined()) continue;
     Tensor r = h.fn(g);
-    if (r.defined()) g = std::move(r);
+    if (!r.defined()) continue;
+    detail::check_hook_result(r, g, name().c_str());
+    g = std::move(r);
   }
 }
 
@@ -102,6 +104,13 @@ Tensor alias_with_history(const Tensor& t) {
     m.output_nr = e.input_nr;
   }
   return alias;
+}
+
+void check_hook_result(const Tensor& returned, const Tensor& grad, const char* node) {
+  ADJOINT_CHECK(returned.shape() == grad.shape(), Shape, "hook",
+                "a hook on a gradient flowing into ", node, " returned ", describe(returned),
+                " for a gradient of ", describe(grad),
+                "; a hook may change the gradient's values, not its shape");
 }
 
 void check_tangent(const Tensor& out, const Tensor& tangent, const char* op) {

@@ -607,3 +607,16 @@ TEST(SavedTensorHooks, HooksApplyToCustomFunctions) {
   EXPECT_EQ(unpacks, 1);
   expect_values(x.grad(), {12});
 }
+
+TEST(Hooks, HookReturningAnotherShapeIsNamedInTheError) {
+  // Once reported by [sum_to], deep in the engine; the hook is the culprit.
+  Tensor x = tensor({1., 2, 3}, f64_grad());
+  Tensor y = x * 2;
+  y.register_hook([](const Tensor&) { return zeros({5}, DType::Float64); });
+  expect_error([&] { y.sum().backward(); }, ErrorKind::Shape,
+               {"[hook]", "MulBackward", "[5] (float64)", "[3] (float64)"});
+  Tensor w = tensor({1., 2}, f64_grad());
+  w.register_hook([](const Tensor&) { return ones({2, 2}, DType::Float64); });
+  expect_error([&] { (w * 3).sum().backward(); }, ErrorKind::Shape,
+               {"[hook]", "AccumulateGrad", "[2, 2] (float64)"});
+}
