@@ -3,6 +3,7 @@
 #pragma once
 
 #include <any>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,11 @@ class Node : public std::enable_shared_from_this<Node> {
   void run_tensor_pre_hooks(TensorList& grads);
   bool has_tensor_pre_hooks() const { return !pre_hooks_.empty(); }
 
+  /// Where the backward run that last reached this node keeps its state: a hint only, which
+  /// each run checks against its own records (src/autograd/graph_task.h), so runs on other
+  /// threads may overwrite it at will.
+  std::atomic<uint32_t>& graph_task_hint() const { return graph_task_hint_; }
+
  protected:
   EdgeList next_edges_;
 
@@ -74,6 +80,7 @@ class Node : public std::enable_shared_from_this<Node> {
     std::function<Tensor(const Tensor&)> fn;
   };
   std::vector<PreHook> pre_hooks_;
+  mutable std::atomic<uint32_t> graph_task_hint_{UINT32_MAX};
   uint64_t sequence_nr_;
   uint32_t num_outputs_;
 };

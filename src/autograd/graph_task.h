@@ -29,14 +29,21 @@ class GraphTask {
     bool add_into_grad = false;
   };
 
-  explicit GraphTask(Options options) : options_(options) {}
+  explicit GraphTask(Options options);
+  ~GraphTask();
   GraphTask(const GraphTask&) = delete;
   GraphTask& operator=(const GraphTask&) = delete;
 
   const Options& options() const { return options_; }
 
-  /// The slot of `n`, or null when this run does not reach it.
-  Slot* find(const Node* n);
+  /// The slot of `n`, or null when this run does not reach it. The node's hint answers in a
+  /// load and a compare unless another run has overwritten it since this run set it.
+  Slot* find(const Node* n) {
+    const uint32_t h = n->graph_task_hint().load(std::memory_order_relaxed);
+    if (h < slots_.size() && slots_[h].node == n) [[likely]]
+      return &slots_[h];
+    return find_in_table(n);
+  }
   const Slot* find(const Node* n) const { return const_cast<GraphTask*>(this)->find(n); }
   /// The slot index of `n`, making a fresh slot on the first visit (`fresh` says which).
   uint32_t visit(Node* n, bool& fresh);
@@ -52,13 +59,14 @@ class GraphTask {
   void clear_buffers() { buffers_.clear(); }
 
  private:
+  Slot* find_in_table(const Node* n);
   void grow();
 
   Options options_;
   std::vector<Slot> slots_;
   std::vector<Tensor> buffers_;  // every reached node's input gradients, in one block
   // Open addressing from node address to slot index + 1 (0: empty), at most half full.
-  std::vector<uint32_t> table_ = std::vector<uint32_t>(64, 0);
+  std::vector<uint32_t> table_;
 };
 
 /// The run whose nodes this thread is applying now (the innermost, when runs nest), or null.
