@@ -1,4 +1,5 @@
-// The training loop, checkpoints and generation; see gpt_trainer.h.
+// The training loop, checkpoints and generation; see gpt_trainer.h (and run_state.h for what a
+// checkpoint records).
 #include "gpt_trainer.h"
 
 #include <algorithm>
@@ -8,58 +9,27 @@
 #include <numbers>
 #include <optional>
 
+#include "run_state.h"
+
 namespace adjoint::tools {
 namespace {
 
-// Everything a checkpoint must bring back besides tensors travels as metadata strings.
-io::Metadata metadata_of(const TrainConfig& c, int64_t step, const Generator& gen) {
-  const Generator::State s = gen.state();
-  char normal[32];
-  std::snprintf(normal, sizeof normal, "%a", s.cached_normal);  // exact, as hex float
-  return {{"format", "adjoint-gpt"},
-          {"vocab", std::to_string(c.model.vocab)},
-          {"context", std::to_string(c.model.context)},
-          {"d_model", std::to_string(c.model.d_model)},
-          {"heads", std::to_string(c.model.heads)},
-          {"layers", std::to_string(c.model.layers)},
-          {"step", std::to_string(step)},
-          {"data_gen.s0", std::to_string(s.s0)},
-          {"data_gen.s1", std::to_string(s.s1)},
-          {"data_gen.seed", std::to_string(s.seed)},
-          {"data_gen.cached_normal", normal},
-          {"data_gen.has_cached", s.has_cached ? "1" : "0"}};
-}
-
-const std::string& field(const io::Metadata& m, const std::string& key, const std::string& path) {
-  auto it = m.find(key);
-  ADJOINT_CHECK(it != m.end(), IO, "train", path, " is not a checkpoint of adjoint-train: no '",
-                key, "' in its metadata");
-  return it->second;
-}
-
-int64_t int_field(const io::Metadata& m, const std::string& key, const std::string& path) {
-  const std::string& v = field(m, key, path);
-  try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    ADJOINT_CHECK(false, IO, "train", path, ": metadata '", key, "' is not a number: ", v);
-  }
-  return 0;
-}
-
-nn::GPTConfig model_config_of(const io::Metadata& m, const std::string& path) {
-  ADJOINT_CHECK(field(m, "format", path) == "adjoint-gpt", IO, "train", path,
-                " is not a checkpoint of adjoint-train");
-  nn::GPTConfig c;
-  c.vocab = int_field(m, "vocab", path);
-  c.context = int_field(m, "context", path);
-  c.d_model = int_field(m, "d_model", path);
-  c.heads = int_field(m, "heads", path);
-  c.layers = int_field(m, "layers", path);
-  return c;
+// The dropout layers that draw random numbers, by module name: their generators are part of
+// the run's state (see Note [What a resume restores]).
+std::vector<std::pair<std::string, nn::Dropout*>> active_dropouts(nn::GPT& model) {
+  std::vector<std::pair<std::string, nn::Dropout*>> out;
+  for (const auto& [name, m] : model.named_modules())
+    if (auto* d = dynamic_cast<nn::Dropout*>(m.get()); d && d->p() > 0) out.emplace_back(name, d);
+  return out;
 }
 
 }  // namespace
+
+DataIdentity identity_of(const data::ByteDataset& data) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: offset basis, then xor and multiply
+  for (uint8_t b : data.bytes()) h = (h ^ b) * 0x100000001b3ull;
+  return {static_cast<int64_t>(data.bytes().size()), data.train_size(), h};
+}
 
 double learning_rate(const TrainConfig& c, int64_t step) {
   if (step < c.warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
@@ -69,7 +39,7 @@ double learning_rate(const TrainConfig& c, int64_t step) {
 }
 
 Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
-    : config_(config), data_(data), data_gen_(config.seed * 2 + 1) {
+    : config_(config), data_(data), data_id_(identity_of(data)), data_gen_(config.seed * 2 + 1) {
   Generator init(config.seed);
   model_ = std::make_shared<nn::GPT>(config.model, &init);
   params_ = model_->parameters();
@@ -114,36 +84,60 @@ double Trainer::evaluate(data::Split split) {
   return total / static_cast<double>(config_.eval_batches);
 }
 
+// Note [What a resume restores]
+// A resumed run must compute what the uninterrupted one would have, bit for bit. Its inputs:
+// the weights and AdamW's moments and step (the tensors), the step (the learning rate
+// schedule), the batch order's generator, each active dropout layer's generator, and every
+// setting of TrainConfig, which the schedule (steps, warmup, lr, min_lr), the update
+// (weight_decay, grad_clip), the batches (batch, context) and the model read. The settings are
+// compared rather than restored, so that a resume never silently runs something else. The
+// corpus is compared by size, split and hash. The activation checkpointing mode only trades
+// memory for recomputation (the same values), and evaluation draws from its own generator, so
+// neither is part of the trajectory.
+
 void Trainer::save(const std::string& path) const {
-  io::save_checkpoint(path, model_->named_parameters(), optimizer_.get(),
-                      metadata_of(config_, step_, data_gen_));
+  RunState s{.config = config_,
+             .data = data_id_,
+             .step = step_,
+             .data_gen = data_gen_.state(),
+             .dropout_gens = {},
+             .threads = get_num_threads()};
+  for (const auto& [name, d] : active_dropouts(*model_))
+    s.dropout_gens[name] = d->generator().state();
+  io::save_checkpoint(path, model_->named_parameters(), optimizer_.get(), encode_run_state(s));
 }
 
 void Trainer::resume(const std::string& path) {
-  const io::Metadata m = io::load_checkpoint(path, model_->named_parameters(), optimizer_.get());
-  const nn::GPTConfig c = model_config_of(m, path);
-  ADJOINT_CHECK(c.vocab == config_.model.vocab && c.context == config_.model.context &&
-                    c.d_model == config_.model.d_model && c.heads == config_.model.heads &&
-                    c.layers == config_.model.layers,
-                Value, "train", path, " holds a model with layers ", c.layers, ", width ",
-                c.d_model, ", heads ", c.heads, ", context ", c.context,
-                "; the flags ask for layers ", config_.model.layers, ", width ",
-                config_.model.d_model, ", heads ", config_.model.heads, ", context ",
-                config_.model.context);
-  step_ = int_field(m, "step", path);
-  Generator::State s;
-  s.s0 = std::stoull(field(m, "data_gen.s0", path));
-  s.s1 = std::stoull(field(m, "data_gen.s1", path));
-  s.seed = std::stoull(field(m, "data_gen.seed", path));
-  s.cached_normal = std::strtod(field(m, "data_gen.cached_normal", path).c_str(), nullptr);
-  s.has_cached = field(m, "data_gen.has_cached", path) == "1";
-  data_gen_.set_state(s);
+  // Everything is checked before anything changes: the metadata, then (load_checkpoint) every
+  // tensor, all from the one read of the file.
+  const io::SafetensorsFile file = io::load_safetensors(path);
+  const RunState s = decode_run_state(file.metadata, path);
+  check_same_run(s.config, config_, path);
+  check_same_data(s, data_id_, path);
+  std::vector<std::pair<nn::Dropout*, Generator::State>> dropouts;
+  for (const auto& [name, d] : active_dropouts(*model_)) {
+    auto it = s.dropout_gens.find(name);
+    ADJOINT_CHECK(it != s.dropout_gens.end(), IO, "train", "'", path, "': no 'dropout_gen.", name,
+                  ".*' in its metadata (the generator of that dropout layer)");
+    dropouts.emplace_back(d, it->second);
+  }
+  // AdamW's own step count must be the run's step (a hand-edited 'step' would desync them).
+  for (const auto& [name, t] : file.tensors)
+    if (name == std::string(io::kOptimizerPrefix) + "step" && t.dtype() == DType::Int64 &&
+        t.numel() == 1)
+      ADJOINT_CHECK(t.item<int64_t>() == s.step, IO, "train", "'", path, "': metadata 'step' is ",
+                    s.step, " but the optimizer's step count (", name, ") is ", t.item<int64_t>());
+  io::load_checkpoint(file, path, model_->named_parameters(), optimizer_.get());
+  // Nothing below throws: the run is restored whole or not at all.
+  step_ = s.step;
+  data_gen_.set_state(s.data_gen);
+  for (auto& [d, state] : dropouts) d->generator().set_state(state);
 }
 
 std::shared_ptr<nn::GPT> load_model(const std::string& path) {
   const io::SafetensorsFile file = io::load_safetensors(path);
-  auto model = std::make_shared<nn::GPT>(model_config_of(file.metadata, path));
-  io::load_checkpoint(path, model->named_parameters(), nullptr, /*strict=*/false);
+  auto model = std::make_shared<nn::GPT>(decode_model_config(file.metadata, path));
+  io::load_checkpoint(file, path, model->named_parameters(), nullptr, /*strict=*/false);
   model->eval();
   return model;
 }

@@ -1,6 +1,7 @@
 // The GPT training loop behind adjoint-train, as a library so that tests can run it: one
 // AdamW step at a time with warmup + cosine learning rate and gradient clipping, validation
-// loss, checkpoints that resume bit-identically, and text generation for adjoint-sample.
+// loss, checkpoints that resume bit-identically (run_state.h says what they record), and text
+// generation for adjoint-sample.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +34,24 @@ struct TrainConfig {
   /// budget=64M: the blocks to checkpoint are planned on the first step so that their saved
   /// activations fit, see checkpoint_budget.h). Gradients are the same.
   std::string checkpoint = "none";
+  /// Where the corpus came from (--data). Only recorded, so that a resume without --data
+  /// finds it again: the data itself is identified by content (DataIdentity).
+  std::string data;
+  /// adjoint-train's loop: steps between validation losses and between checkpoints (0: at
+  /// the end only). The Trainer does not read them; they are recorded so that a resume keeps
+  /// them, and may differ on resume.
+  int64_t eval_every = 100;
+  int64_t save_every = 0;
 };
+
+/// What identifies a corpus for a resume: its size, its split and a hash of its bytes.
+struct DataIdentity {
+  int64_t bytes = 0;        ///< all bytes, training and validation
+  int64_t train_bytes = 0;  ///< the training split's
+  uint64_t fnv1a = 0;       ///< FNV-1a 64 of all bytes
+  bool operator==(const DataIdentity&) const = default;
+};
+DataIdentity identity_of(const data::ByteDataset& data);
 
 /// The model, optimizer, schedule and data order of one training run.
 class Trainer {
@@ -47,14 +65,19 @@ class Trainer {
   /// way every time, so evaluations are comparable and do not disturb the training order.
   double evaluate(data::Split split);
 
-  /// Saves model, optimizer state, the step, the data generator and the configuration.
+  /// Saves model, optimizer state, the step, every random generator's state, all of config()
+  /// and the data's identity (see run_state.h), atomically.
   void save(const std::string& path) const;
-  /// Restores what save() wrote; the model configuration must match. Training then goes on
-  /// exactly as if it had never stopped.
+  /// Restores what save() wrote. Every setting in the checkpoint must equal config()'s (the
+  /// activation checkpointing mode and the data's path aside) and the data must be the same
+  /// bytes; all metadata is validated first. On any mismatch or malformed entry it throws an
+  /// adjoint::Error naming the setting or key, and model, optimizer and step are unchanged.
+  /// Training then goes on bit for bit as if it had never stopped.
   void resume(const std::string& path);
 
   int64_t step() const { return step_; }
   const TrainConfig& config() const { return config_; }
+  const DataIdentity& data_identity() const { return data_id_; }
   nn::GPT& model() { return *model_; }
   /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
   void set_checkpointing(const std::string& mode);
@@ -63,6 +86,7 @@ class Trainer {
  private:
   TrainConfig config_;
   const data::ByteDataset& data_;
+  DataIdentity data_id_;
   std::shared_ptr<nn::GPT> model_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::vector<Tensor> params_;

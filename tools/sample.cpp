@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   } catch (const adjoint::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  } catch (const std::exception& e) {  // allocation and the like: still no terminate()
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -1,19 +1,23 @@
 // adjoint-train: trains a small byte-level GPT from C++ (what `make demo` runs). Shows a
-// progress bar on stderr, evaluates the validation loss every --eval-every steps, and writes
-// the checkpoint, the loss curve (loss.svg, loss.csv) and a generated sample at the end.
+// progress bar on stderr, evaluates the validation loss every --eval-every steps, logs every
+// step to loss.csv as it goes, checkpoints every --save-every steps, and writes the
+// checkpoint, the loss curve (loss.svg) and a generated sample at the end.
 //   adjoint-train [--layers 4] [--width 128] [--heads 4] [--context 64] [--batch 32]
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
-//                 [--resume CHECKPOINT]
+//                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "gpt_trainer.h"
+#include "loss_log.h"
+#include "run_state.h"
 #include "svg_plot.h"
 
 namespace {
@@ -49,8 +53,9 @@ void progress(int64_t step, int64_t steps, double loss, double tokens_per_s, dou
 int main(int argc, char** argv) {
   CLI::App app{"adjoint-train: train a byte-level GPT on a text corpus"};
   tools::TrainConfig c;
-  std::string data_path = "/usr/share/common-licenses", out_dir = "out", resume;
-  int64_t eval_every = 100, sample_length = 400;
+  std::string out_dir = "out", resume;
+  c.data = "/usr/share/common-licenses";
+  int64_t sample_length = 400, stop_after = 0;
   int threads = 0;
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
@@ -65,10 +70,20 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the initialisation and the batches")
       ->capture_default_str();
-  app.add_option("--data", data_path, "a text file or a folder of them")->capture_default_str();
+  app.add_option("--data", c.data, "a text file or a folder of them")->capture_default_str();
   app.add_option("--out", out_dir, "output folder")->capture_default_str();
-  app.add_option("--resume", resume, "checkpoint to continue from");
-  app.add_option("--eval-every", eval_every, "steps between validation losses")
+  app.add_option("--resume", resume,
+                 "checkpoint to continue the same run from: flags left out take the "
+                 "checkpoint's values; the ones that shape the run must agree with it");
+  app.add_option("--save-every", c.save_every,
+                 "steps between checkpoints during the run (0: only at the end); a killed run "
+                 "loses at most this many steps")
+      ->capture_default_str();
+  app.add_option("--stop-after", stop_after,
+                 "stop (and save) after this step, to --resume later: the schedule still "
+                 "spans --steps (0: run to --steps)")
+      ->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "steps between validation losses")
       ->capture_default_str();
   app.add_option("--sample-length", sample_length, "bytes of text generated at the end")
       ->capture_default_str();
@@ -83,17 +98,37 @@ int main(int argc, char** argv) {
 
   try {
     if (threads > 0) set_num_threads(threads);
-    ADJOINT_CHECK(c.steps > 0 && c.batch > 0 && eval_every > 0, Value, "train",
+    // Resuming continues the same run: what the flags leave out comes from the checkpoint,
+    // and what they give must agree with it (Trainer::resume checks again, with the data).
+    std::optional<tools::RunState> stored;
+    if (!resume.empty()) {
+      stored = tools::read_run_state(resume);
+      auto given = [&](std::string_view flag) {
+        return flag.starts_with("--") && app.count(std::string(flag)) > 0;
+      };
+      tools::adopt_run_config(c, stored->config, given, resume);
+    }
+    ADJOINT_CHECK(c.steps > 0 && c.batch > 0 && c.eval_every > 0, Value, "train",
                   "--steps, --batch and --eval-every must be positive");
-    data::ByteDataset data(data_path);
+    ADJOINT_CHECK(c.save_every >= 0 && stop_after >= 0, Value, "train",
+                  "--save-every and --stop-after must be >= 0");
+    // Where this invocation stops; the run itself (its schedule) always spans c.steps.
+    const int64_t end = stop_after > 0 ? std::min(stop_after, c.steps) : c.steps;
+    data::ByteDataset data(c.data);
     std::fprintf(stderr, "data: %s, %zu files, %lld training and %lld validation bytes\n",
-                 data_path.c_str(), data.files().size(), static_cast<long long>(data.train_size()),
+                 c.data.c_str(), data.files().size(), static_cast<long long>(data.train_size()),
                  static_cast<long long>(data.validation_size()));
     tools::Trainer trainer(c, data);
     if (!resume.empty()) {
       trainer.resume(resume);
-      std::fprintf(stderr, "resumed from %s at step %lld\n", resume.c_str(),
-                   static_cast<long long>(trainer.step()));
+      std::fprintf(stderr, "resumed from %s at step %lld of %lld\n", resume.c_str(),
+                   static_cast<long long>(trainer.step()), static_cast<long long>(c.steps));
+      // Reductions are split per thread, so only the same count promises the same bits.
+      if (stored->threads != get_num_threads())
+        std::fprintf(stderr,
+                     "note: the checkpoint was written with %lld threads, this run has %d: it "
+                     "continues, but float sums may round differently than in one go\n",
+                     static_cast<long long>(stored->threads), get_num_threads());
     }
     std::fprintf(stderr,
                  "model: %lld layers, width %lld, %lld heads, context %lld: %lld "
@@ -102,18 +137,33 @@ int main(int argc, char** argv) {
                  static_cast<long long>(c.model.heads), static_cast<long long>(c.model.context),
                  static_cast<long long>(trainer.model().num_parameters()));
     std::filesystem::create_directories(out_dir);
+    const std::string ckpt = out_dir + "/checkpoint.safetensors";
+    // A run killed while writing one of these leaves its temporary: drop it now (the
+    // checkpoint's are also dropped by every save).
+    for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv"})
+      io::remove_stale_temporaries(out_dir + "/" + name);
 
     tools::Series train_curve{"train loss", {}, {}, "#1f77b4"};
     tools::Series val_curve{"validation loss", {}, {}, "#d62728", true};
-    std::ofstream csv(out_dir + "/loss.csv");
-    csv << "step,train_loss,val_loss\n";
+    double last_val = NAN;
+    const std::string csv_path = out_dir + "/loss.csv";
+    tools::LossLog log = resume.empty() ? tools::LossLog::create(csv_path)
+                                        : tools::LossLog::resume(csv_path, trainer.step());
+    if (!log.note().empty()) std::fprintf(stderr, "%s\n", log.note().c_str());
+    for (const tools::LossRow& row : log.kept()) {  // the plot shows the whole run
+      train_curve.x.push_back(static_cast<double>(row.step));
+      train_curve.y.push_back(row.train_loss);
+      if (!row.val_loss) continue;
+      val_curve.x.push_back(static_cast<double>(row.step));
+      val_curve.y.push_back(*row.val_loss);
+      last_val = *row.val_loss;
+    }
     const auto start = Clock::now();
     const int64_t first = trainer.step();
-    double last_val = NAN;
     // The first step of the run is recorded op by op: memory.svg shows what the forward
     // saves and how backward frees it (compare --checkpoint none and block).
     std::unique_ptr<MemoryTimeline> timeline;
-    while (trainer.step() < c.steps) {
+    while (trainer.step() < end) {
       if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
       const double loss = trainer.train_step(timeline.get());
       if (timeline) {
@@ -129,26 +179,27 @@ int main(int argc, char** argv) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double per_step = elapsed / static_cast<double>(step - first);
       progress(step, c.steps, loss, c.batch * c.model.context / per_step,
-               per_step * static_cast<double>(c.steps - step));
-      std::string val_field;
-      if (step % eval_every == 0 || step == c.steps) {
+               per_step * static_cast<double>(end - step));
+      std::optional<double> val;
+      if (step % c.eval_every == 0 || step == c.steps) {
         last_val = trainer.evaluate(data::Split::Validation);
         val_curve.x.push_back(static_cast<double>(step));
         val_curve.y.push_back(last_val);
         std::fprintf(stderr, "\rstep %5lld  train loss %.4f  validation loss %.4f  (%s)%20s\n",
                      static_cast<long long>(step), loss, last_val, duration(elapsed).c_str(), "");
-        val_field = std::to_string(last_val);
+        val = last_val;
       }
-      csv << step << "," << loss << "," << val_field << "\n";
+      log.append(step, loss, val);  // flushed: a kill keeps every row written so far
+      // The final step is saved below, after the loop.
+      if (c.save_every > 0 && step % c.save_every == 0 && step < end) trainer.save(ckpt);
     }
-    csv.close();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::string ckpt = out_dir + "/checkpoint.safetensors";
     trainer.save(ckpt);
     tools::write_svg_plot(out_dir + "/loss.svg", "adjoint-train: byte-level GPT", "step",
                           "loss (nats per byte)", {train_curve, val_curve});
     std::printf("trained %lld steps in %s; validation loss %.4f nats per byte (uniform: 5.545)\n",
-                static_cast<long long>(c.steps - first), duration(seconds).c_str(), last_val);
+                static_cast<long long>(trainer.step() - first), duration(seconds).c_str(),
+                last_val);
     std::printf("wrote %s, %s/loss.svg, %s/loss.csv and %s/memory.svg\n", ckpt.c_str(),
                 out_dir.c_str(), out_dir.c_str(), out_dir.c_str());
     Generator gen(c.seed + 7);
@@ -156,6 +207,9 @@ int main(int argc, char** argv) {
     std::printf("\nsample (temperature 0.8, top-k 40):\n%s%s\n", prompt.c_str(),
                 tools::generate(trainer.model(), prompt, sample_length, 0.8, 40, gen).c_str());
   } catch (const Error& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // std::filesystem, allocation: still no terminate()
     std::fprintf(stderr, "\nerror: %s\n", e.what());
     return 1;
   }

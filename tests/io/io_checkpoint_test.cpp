@@ -1,7 +1,14 @@
 // save_checkpoint / load_checkpoint: parameters and optimizer state through one safetensors
-// file, a resumed run that continues bit-identically, in-place restores, and failed loads that
-// leave parameters and optimizer untouched.
+// file, a resumed run that continues bit-identically, in-place restores, failed loads that
+// leave parameters and optimizer untouched, and the clean-up of stale temporaries.
 #include <gtest/gtest.h>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 
 #include "adjoint/adjoint.h"
 #include "adjoint/io.h"
@@ -169,4 +176,93 @@ TEST(Checkpoint, NamesMayNotClashWithTheOptimizer) {
       },
       ErrorKind::Value, {"[io.save_checkpoint]", "'optim.w'", "clash"});
   EXPECT_TRUE(dir.entries().empty());
+}
+
+// A pid that no process has: a child that has exited and been reaped.
+static pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+// A process killed while saving leaves `<target>.tmp.<pid>.<n>`; the next save of the same
+// target removes it, and nothing else: not a live process's temporary (another process's or
+// this one's: a save in progress), not another target's, not look-alikes.
+TEST(Checkpoint, SaveRemovesStaleTemporariesOfItsTargetOnly) {
+  TempDir dir;
+  Model m(9);
+  const std::string dead = std::to_string(dead_pid());
+  const std::string self = std::to_string(::getpid());
+  const std::string parent = std::to_string(::getppid());
+  const std::vector<std::string> stale = {"c.tmp." + dead + ".0", "c.tmp." + dead + ".17"};
+  const std::vector<std::string> kept = {
+      "c.tmp." + self + ".3",      // this process: maybe a save in progress
+      "c.tmp." + parent + ".0",    // a live process
+      "c.tmp.1.0",                 // init: alive
+      "other.tmp." + dead + ".0",  // another target's
+      "cc.tmp." + dead + ".0",     // another target's whose name ends like it
+      "c.tmp." + dead,             // not the pattern
+      "c.tmp." + dead + ".0.x",    // not the pattern
+      "c.tmp.0.0",                 // pid 0 would address a process group: never stale
+      "c.tmp.x" + dead + ".0",     // not a number
+      "c.tmp." + dead + ".",       // no counter
+  };
+  for (const auto& name : stale) write_bytes(dir.file(name), "partial");
+  for (const auto& name : kept) write_bytes(dir.file(name), "partial");
+  io::save_checkpoint(dir.file("c"), m.named());
+  std::vector<std::string> want = kept;
+  want.push_back("c");
+  std::vector<std::string> got = dir.entries();
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  // The function itself, and a directory given implicitly (a bare file name).
+  write_bytes(dir.file("c.tmp." + dead + ".5"), "partial");
+  EXPECT_EQ(io::remove_stale_temporaries(dir.file("c")), 1u);
+  EXPECT_EQ(io::remove_stale_temporaries(dir.file("c")), 0u);
+  EXPECT_EQ(io::remove_stale_temporaries("no_such_dir_adjoint/c"), 0u);
+}
+
+// A save that fails while writing (here: past the file size limit) removes its temporary and
+// leaves the previous checkpoint as it was.
+TEST(Checkpoint, FailedWriteLeavesNoTemporary) {
+  TempDir dir;
+  Model m(10);
+  io::save_checkpoint(dir.file("c"), m.named());
+  const std::string before = read_bytes(dir.file("c"));
+  io::NamedTensors big = m.named();
+  big.emplace_back("big", zeros({1 << 20}));  // 4 MiB
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = 1 << 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  expect_error([&] { io::save_checkpoint(dir.file("c"), big); }, ErrorKind::IO,
+               {"[io.save_safetensors]", "cannot write the temporary file"});
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"c"});
+  EXPECT_EQ(read_bytes(dir.file("c")), before);
+}
+
+// load_checkpoint from a file already read restores the same values, and a path only names
+// the file in messages.
+TEST(Checkpoint, LoadFromAFileAlreadyRead) {
+  TempDir dir;
+  Model a(11), b(12);
+  optim::AdamW opt_a(a.params(), {.lr = 0.01}), opt_b(b.params(), {.lr = 0.5});
+  train_step(a, opt_a, 0);
+  io::save_checkpoint(dir.file("c"), a.named(), &opt_a);
+  const io::SafetensorsFile file = io::load_safetensors(dir.file("c"));
+  io::load_checkpoint(file, "shown.safetensors", b.named(), &opt_b);
+  expect_identical(b.w, a.w);
+  EXPECT_EQ(opt_b.step_count(), 1);
+  Model c(13);
+  io::NamedTensors extra = c.named();
+  extra.emplace_back("head.weight", zeros({2}).requires_grad_(true));
+  expect_error([&] { io::load_checkpoint(file, "shown.safetensors", extra); }, ErrorKind::Value,
+               {"'shown.safetensors'", "'head.weight'"});
 }

@@ -1,5 +1,5 @@
-// The trainer behind adjoint-train: resuming from a checkpoint continues bit-identically, the
-// loss goes down, the schedule's values, generation is reproducible, the loss plot is written.
+// The trainer behind adjoint-train: the loss goes down, the schedule's values, generation is
+// reproducible, the loss plot is written (resuming: trainer_resume_test.cpp).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -11,74 +11,18 @@
 #include "gpt_trainer.h"
 #include "support/expect.h"
 #include "svg_plot.h"
+#include "tools/trainer_test_util.h"
 
 namespace {
 
 using namespace adjoint;
 using adjoint::testing::expect_error;
+using adjoint::trainer_test::corpus;
+using adjoint::trainer_test::tiny;
 namespace fs = std::filesystem;
-
-data::ByteDataset corpus() {
-  const std::string text =
-      "the quick brown fox jumps over the lazy dog. a stitch in time saves nine. ";
-  std::vector<uint8_t> bytes;
-  for (int i = 0; i < 40; ++i) bytes.insert(bytes.end(), text.begin(), text.end());
-  return data::ByteDataset(std::move(bytes), 0.1);
-}
-
-tools::TrainConfig tiny() {
-  tools::TrainConfig c;
-  c.model = {.vocab = 256, .context = 16, .d_model = 16, .heads = 2, .layers = 2};
-  c.batch = 4;
-  c.steps = 8;
-  c.warmup = 2;
-  c.eval_batches = 2;
-  c.seed = 3;
-  return c;
-}
 
 std::string temp_path(const std::string& name) {
   return (fs::temp_directory_path() / (name + std::to_string(::getpid()))).string();
-}
-
-TEST(Trainer, ResumeIsBitIdentical) {
-  const data::ByteDataset data = corpus();
-  std::vector<double> straight;
-  {
-    tools::Trainer t(tiny(), data);
-    for (int i = 0; i < 8; ++i) straight.push_back(t.train_step());
-  }
-  const std::string ckpt = temp_path("adjoint_resume_") + ".safetensors";
-  std::vector<double> resumed;
-  {
-    tools::Trainer t(tiny(), data);
-    for (int i = 0; i < 4; ++i) resumed.push_back(t.train_step());
-    t.save(ckpt);
-    for (int i = 0; i < 3; ++i) t.train_step();  // runs on past the checkpoint: discarded
-  }
-  {
-    tools::TrainConfig other = tiny();
-    other.seed = 99;  // a different initialisation and data order: the checkpoint overrides
-    tools::Trainer t(other, data);
-    t.resume(ckpt);
-    EXPECT_EQ(t.step(), 4);
-    for (int i = 0; i < 4; ++i) resumed.push_back(t.train_step());
-  }
-  fs::remove(ckpt);
-  ASSERT_EQ(straight.size(), resumed.size());
-  for (std::size_t i = 0; i < straight.size(); ++i)
-    EXPECT_EQ(straight[i], resumed[i]) << "step " << i << " differs after resuming";
-}
-
-TEST(Trainer, ResumeRejectsAnotherModel) {
-  const data::ByteDataset data = corpus();
-  const std::string ckpt = temp_path("adjoint_other_") + ".safetensors";
-  tools::Trainer(tiny(), data).save(ckpt);
-  tools::TrainConfig wider = tiny();
-  wider.model.d_model = 32;
-  tools::Trainer t(wider, data);
-  EXPECT_THROW(t.resume(ckpt), Error);
-  fs::remove(ckpt);
 }
 
 TEST(Trainer, LossGoesDownAndGenerationIsReproducible) {

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# adjoint-train end to end, on a tiny model: a run stopped with --stop-after and resumed with
+# --resume alone writes the same checkpoint (byte for byte) and loss.csv as an uninterrupted
+# run; a resume with a contradicting flag, and one from corrupt metadata, exit 1 with a named
+# error (no terminate()); a SIGKILLed run keeps its loss.csv rows, and its resume drops the
+# rows past the checkpoint instead of logging those steps twice.
+#   trainer_cli_test.sh path/to/adjoint-train
+set -euo pipefail
+train=$(realpath "$1")
+work=$(mktemp -d "${TMPDIR:-/tmp}/adjoint_train_cli.XXXXXX")
+trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+for i in $(seq 600); do echo "line $i: the quick brown fox jumps over the lazy dog, $((i * 7919 % 1000))."; done >corpus.txt
+tiny=(--layers 1 --width 16 --heads 2 --context 16 --batch 4 --warmup 3 --eval-every 5
+      --sample-length 5 --data corpus.txt)
+# The checkpoint's metadata value of key $2 in file $1 (the header is plain JSON).
+meta() { grep -ao "\"$2\":\"[^\"]*\"" "$1" | head -1 | cut -d'"' -f4; }
+# Rewrites checkpoint $1 into $2 with metadata key $3 set to $4.
+set_meta() {
+  python3 - "$@" <<'EOF'
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+data = open(src, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+header["__metadata__"][key] = value
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+EOF
+}
+
+echo "1. --stop-after 17 then --resume: the uninterrupted run's checkpoint and loss.csv"
+"$train" "${tiny[@]}" --steps 30 --out straight >/dev/null 2>&1
+"$train" "${tiny[@]}" --steps 30 --stop-after 17 --out split >/dev/null 2>&1
+[ "$(meta split/checkpoint.safetensors step)" = 17 ] || fail "--stop-after 17 did not save step 17"
+"$train" --resume split/checkpoint.safetensors --out split >/dev/null 2>split.err ||
+  fail "resume failed: $(cat split.err)"
+cmp straight/checkpoint.safetensors split/checkpoint.safetensors || fail "checkpoints differ"
+cmp straight/loss.csv split/loss.csv || fail "loss.csv differs"
+
+echo "2. a resume whose --steps contradicts the checkpoint is refused"
+"$train" "${tiny[@]}" --steps 12 --out short >/dev/null 2>&1
+rc=0
+"$train" "${tiny[@]}" --resume short/checkpoint.safetensors --steps 30 --out short \
+  >/dev/null 2>err.txt || rc=$?
+[ "$rc" = 1 ] || fail "exit status $rc, expected 1"
+grep -q -- "--steps is 12 in the checkpoint but 30 was given" err.txt || fail "$(cat err.txt)"
+
+echo "3. corrupt metadata: a named error and exit status 1, never terminate()"
+for kv in "data_gen.s0=abc" "data_gen.s0=99999999999999999999999" "step=-5" "lr=nan"; do
+  key=${kv%%=*} value=${kv#*=}
+  set_meta short/checkpoint.safetensors bad.safetensors "$key" "$value"
+  rc=0
+  "$train" --resume bad.safetensors --out short >/dev/null 2>err.txt || rc=$?
+  [ "$rc" = 1 ] || fail "$kv: exit status $rc, expected 1: $(cat err.txt)"
+  grep -q "error: \[train\] 'bad.safetensors': metadata '$key' is \"$value\"; expected" err.txt ||
+    fail "$kv: $(cat err.txt)"
+  ! grep -q terminate err.txt || fail "$kv: $(cat err.txt)"
+done
+
+echo "4. SIGKILL: loss.csv keeps its rows; the resume drops those past the checkpoint"
+"$train" "${tiny[@]}" --steps 100000 --save-every 7 --out killed >/dev/null 2>&1 &
+pid=$!
+for i in $(seq 600); do
+  [ -f killed/checkpoint.safetensors ] && [ "$(wc -l <killed/loss.csv)" -gt 30 ] && break
+  sleep 0.05
+done
+kill -9 $pid
+wait $pid 2>/dev/null || true
+rows=$(grep -c '^[0-9]' killed/loss.csv || true)
+saved=$(meta killed/checkpoint.safetensors step)
+[ "$rows" -ge 30 ] || fail "loss.csv has $rows rows after the kill"
+[ "$rows" -ge "$saved" ] || fail "loss.csv ($rows rows) is behind the checkpoint (step $saved)"
+"$train" --resume killed/checkpoint.safetensors --stop-after $((saved + 3)) --out killed \
+  >/dev/null 2>&1 || fail "resume after the kill failed"
+[ "$(tail -n +2 killed/loss.csv | cut -d, -f1 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((saved + 3))) " ] ||
+  fail "loss.csv steps are not 1..$((saved + 3)) once each"
+[ -z "$(find . -name '*.tmp.*')" ] || fail "temporary files left: $(find . -name '*.tmp.*')"
+echo "PASS"
