@@ -13,7 +13,7 @@ namespace adjoint {
 namespace {
 
 // relu_backward(gy, y) = gy [y > 0] in one kernel; linear in gy (d/dgy = [y > 0]) and
-// piecewise constant in y (d/dy = 0), so it is its own VJP and JVP.
+// piecewise constant in y (d/dy = 0), so it is its own VJP and JVP. See Note [NaN in relu].
 struct ReluBackward {
   static constexpr const char* name = "relu_backward";
   static constexpr Save save = Save::Inputs;
@@ -29,6 +29,11 @@ struct ReluBackward {
   }
 };
 
+// Note [NaN in relu]
+// As PyTorch: relu(NaN) = NaN (relu is clamp_min(x, 0), and a NaN fails every comparison), and
+// the gradient keeps gy where y is NaN, since PyTorch's threshold_backward zeroes where
+// y <= 0 and passes gy elsewhere. So the mask is [not y <= 0], which equals [y > 0] except
+// at NaN; a NaN input then shows up in both the output and (through gy) the gradient.
 struct Relu {
   static constexpr const char* name = "relu";
   static constexpr Save save = Save::Output;

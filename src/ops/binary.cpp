@@ -89,7 +89,9 @@ struct Pow {
   }
 };
 
-// minimum/maximum: the gradient goes to the selected input, split evenly on ties.
+// minimum/maximum: the gradient goes to the selected input, split evenly on ties. Where either
+// is NaN (so is the output) neither input loses, and the VJP gives gy to both, as PyTorch's
+// (its JVP then takes b's tangent, as PyTorch's too).
 template <bool kMax>
 struct Extremum {
   static constexpr const char* name = kMax ? "maximum" : "minimum";
@@ -97,20 +99,24 @@ struct Extremum {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(kMax ? Binary::Maximum : Binary::Minimum, a, b);
   }
-  // weight of a: 1 where a wins, 1/2 on ties, 0 where b wins
-  static Tensor weight_a(const Ctx& c) {
-    const Tensor& a = c.input(0);
-    const Tensor& b = c.input(1);
-    DType dt = a.dtype();
-    Tensor wins = kMax ? gt(a, b) : lt(a, b);
-    return wins.to(dt) + eq(a, b).to(dt) * 0.5;
+  // 1 where x wins, 1/2 on ties, 0 where x loses; 1 where a or b is NaN (neither loses)
+  static Tensor keep_weight(const Tensor& x_loses, const Tensor& tie, DType dt) {
+    return 1 - x_loses.to(dt) - tie.to(dt) * 0.5;
   }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    Tensor w = weight_a(c);
-    return {c.needs_grad(0) ? gy * w : Tensor(), c.needs_grad(1) ? gy * (1 - w) : Tensor()};
+    const Tensor& a = c.input(0);
+    const Tensor& b = c.input(1);
+    const DType dt = a.dtype();
+    const Tensor tie = eq(a, b);
+    return {c.needs_grad(0) ? gy * keep_weight(kMax ? lt(a, b) : gt(a, b), tie, dt) : Tensor(),
+            c.needs_grad(1) ? gy * keep_weight(kMax ? gt(a, b) : lt(a, b), tie, dt) : Tensor()};
   }
+  // weight of a: 1 where a wins, 1/2 on ties, 0 where b wins (or either is NaN)
   Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
-    Tensor w = weight_a(c);
+    const Tensor& a = c.input(0);
+    const Tensor& b = c.input(1);
+    const DType dt = a.dtype();
+    Tensor w = (kMax ? gt(a, b) : lt(a, b)).to(dt) + eq(a, b).to(dt) * 0.5;
     return ta * w + tb * (1 - w);
   }
 };
