@@ -4,6 +4,7 @@
 #include "adjoint/allocator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -63,6 +64,8 @@ Cache& cache() {
 namespace detail {
 
 void* allocate(std::size_t nbytes) {
+  // No system gives more, and rounding a larger request up to its size class could wrap.
+  if (nbytes > static_cast<std::size_t>(PTRDIFF_MAX)) throw std::bad_alloc();
   std::size_t cls = size_class(nbytes);
   Cache& c = cache();
   {
