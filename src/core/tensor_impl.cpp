@@ -152,7 +152,13 @@ T read_element(const TensorImpl& t, int64_t flat) {
     flat /= t.shape[d];
   }
   return dispatch_all(t.dtype, "read", [&]<class S>() {
-    return static_cast<T>(static_cast<S*>(t.storage->data())[t.offset + offset]);
+    const S v = static_cast<S*>(t.storage->data())[t.offset + offset];
+    if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<S>) {
+      // As kernels::cast: NaN, inf and |v| >= 2^63 read as INT64_MIN, not an undefined cast.
+      return detail::fits_int64(static_cast<double>(v)) ? static_cast<T>(v) : INT64_MIN;
+    } else {
+      return static_cast<T>(v);
+    }
   });
 }
 }  // namespace

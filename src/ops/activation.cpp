@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "core/scalar_convert.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -217,6 +218,14 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   ADJOINT_CHECK(lo || hi, Value, "clamp", "at least one of min and max must be given");
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "clamp",
                 "clamp is not supported for bool tensors");
+  // An integer tensor clamped by a bound no int64 holds exactly (0.5, -inf, NaN, 1e30) is
+  // computed in floating point, as PyTorch promotes for a float bound; an integral bound keeps
+  // the integer dtype.
+  auto integral = [](std::optional<double> v) {
+    return !v || (detail::fits_int64(*v) && *v == std::trunc(*v));
+  };
+  if (!is_floating(x.dtype()) && !(integral(lo) && integral(hi)))
+    return apply(Clamp{{}, lo, hi}, x.to(kDefaultFloat));
   return apply(Clamp{{}, lo, hi}, x);
 }
 

@@ -242,7 +242,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return apply(Where{}, cond, x, y);
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  return where(cond, a, scalar_tensor(b, result_type(a, b)));
+  // The number becomes a 0-d tensor of its own kind, then the result dtype, as PyTorch wraps
+  // it: a float32 result of where(c, x, 1e300) holds inf rather than failing the checked
+  // conversion that full() applies.
+  const DType kind = b.is_floating() ? DType::Float64 : b.kind();
+  return where(cond, a, cast_to(scalar_tensor(b, kind), result_type(a, b)));
 }
 
 Tensor add(const Tensor& a, Scalar b) {
