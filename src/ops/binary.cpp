@@ -200,6 +200,7 @@ Tensor compare(Unary kind, const Tensor& a, Scalar s) {
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   auto [x, y] = promote(a, b, "add");
+  check_alpha(x.dtype(), alpha, "add");
   if (alpha.to_double() != 1) y = y * alpha;
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "add",
                 "addition of bool tensors is not supported");
@@ -207,6 +208,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   auto [x, y] = promote(a, b, "sub");
+  check_alpha(x.dtype(), alpha, "sub");
   if (alpha.to_double() != 1) y = y * alpha;
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "sub",
                 "subtraction of bool tensors is not supported");
