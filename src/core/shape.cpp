@@ -90,7 +90,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    // Wraps instead of overflowing (undefined) for a shape too large: the tensor made with
+    // these strides refuses that shape (Note [Tensor size limits]).
+    __builtin_mul_overflow(stride, std::max<int64_t>(shape[i], 1), &stride);
   }
   return strides;
 }

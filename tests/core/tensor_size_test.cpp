@@ -84,6 +84,8 @@ TEST(TensorSize, ViewToAShapeWhoseProductWrapsIsRefused) {
   expect_error([&] { e.view({k32, k32}); }, ErrorKind::Value, {"[4294967296, 4294967296]"});
   expect_error([&] { e.reshape({k32, k32}); }, ErrorKind::Value, {"too large"});
   EXPECT_EQ(e.view({0, k32}).numel(), 0);
+  // empty, but its contiguous strides would overflow
+  expect_error([&] { e.view({0, k40, k40}); }, ErrorKind::Value, {"strides"});
 }
 
 TEST(TensorSize, CatWhoseSizesSumBeyondInt64IsRefused) {
