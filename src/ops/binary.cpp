@@ -257,7 +257,9 @@ Tensor add(const Tensor& a, Scalar b) {
   return apply(AddScalar{b.to_double()}, cast_to(a, dt));
 }
 Tensor sub(const Tensor& a, Scalar b) {
-  return add(a, b.is_floating() ? Scalar(-b.to_double()) : Scalar(-b.to_int()));
+  if (b.is_floating()) return add(a, -b.to_double());
+  // -b wraps for INT64_MIN (negating it is undefined), as x - b does in two's complement
+  return add(a, static_cast<int64_t>(0 - static_cast<uint64_t>(b.to_int())));
 }
 Tensor mul(const Tensor& a, Scalar b) {
   DType dt = result_type(a, b);

@@ -119,3 +119,22 @@ TEST(IntInputs, InPlaceAddWithAFractionalAlphaIsRefused) {
   x.add_(ints({1, 1}), 3);
   EXPECT_EQ(iv(x), (std::vector<int64_t>{4, 5}));
 }
+
+TEST(IntInputs, Int64ArithmeticWrapsOnOverflowAsPyTorch) {
+  // Signed overflow is undefined in C++ (UBSan stops on it); PyTorch's int64 tensors wrap.
+  const int64_t max = INT64_MAX, min = INT64_MIN;
+  EXPECT_EQ(iv(ints({max}) + ints({1})), (std::vector<int64_t>{min}));
+  EXPECT_EQ(iv(ints({min}) - ints({1})), (std::vector<int64_t>{max}));
+  EXPECT_EQ(iv(ints({max}) * ints({2})), (std::vector<int64_t>{-2}));
+  EXPECT_EQ(iv(ints({max}) + 1), (std::vector<int64_t>{min}));
+  EXPECT_EQ(iv(ints({max}) * 2), (std::vector<int64_t>{-2}));
+  EXPECT_EQ(iv(ints({5}) - min), (std::vector<int64_t>{min + 5}));
+  EXPECT_EQ(iv(neg(ints({min}))), (std::vector<int64_t>{min}));
+  EXPECT_EQ(iv(abs(ints({min}))), (std::vector<int64_t>{min}));
+  EXPECT_EQ(iv(square(ints({int64_t{1} << 32}))), (std::vector<int64_t>{0}));
+  EXPECT_EQ(iv(ints({max, 1}).sum({}, false)), (std::vector<int64_t>{min}));
+  EXPECT_EQ(iv(ints({max, 2}).prod({}, false)), (std::vector<int64_t>{-2}));
+  Tensor acc = ints({max});
+  acc.add_(ints({1}));
+  EXPECT_EQ(iv(acc), (std::vector<int64_t>{min}));
+}

@@ -6,6 +6,7 @@
 #include "adjoint/error.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/simd_math.h"
+#include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/op_scope.h"
@@ -252,13 +253,13 @@ void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, doubl
   const T a = param<T>(k, a_, op), b = std::is_integral_v<T> ? T(0) : static_cast<T>(b_);
   switch (k) {
     case Unary::Neg:
-      return map1<T, T>(out, x, [](T v) { return -v; });
+      return map1<T, T>(out, x, [](T v) { return sub_wrap(T(0), v); });
     case Unary::Abs:
-      return map1<T, T>(out, x, [](T v) { return v < 0 ? -v : v; });
+      return map1<T, T>(out, x, [](T v) { return v < 0 ? sub_wrap(T(0), v) : v; });
     case Unary::Sign:
       return map1<T, T>(out, x, [](T v) { return T((v > 0) - (v < 0)); });
     case Unary::Square:
-      return map1<T, T>(out, x, [](T v) { return v * v; });
+      return map1<T, T>(out, x, [](T v) { return mul_wrap(v, v); });
     case Unary::Relu:  // max(v, 0) that keeps NaN (and -0), as PyTorch's clamp_min(x, 0)
       return map1<T, T>(out, x, [](T v) { return v < T(0) ? T(0) : v; });
     case Unary::ClampMin:
@@ -266,11 +267,11 @@ void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, doubl
     case Unary::ClampMax:
       return map1<T, T>(out, x, [a](T v) { return v > a ? a : v; });
     case Unary::AddScalar:
-      return map1<T, T>(out, x, [a](T v) { return v + a; });
+      return map1<T, T>(out, x, [a](T v) { return add_wrap(v, a); });
     case Unary::MulScalar:
-      return map1<T, T>(out, x, [a](T v) { return v * a; });
+      return map1<T, T>(out, x, [a](T v) { return mul_wrap(v, a); });
     case Unary::RSubScalar:
-      return map1<T, T>(out, x, [a](T v) { return a - v; });
+      return map1<T, T>(out, x, [a](T v) { return sub_wrap(a, v); });
     case Unary::EqScalar:
       return map1<bool, T>(out, x, [a_](T v) { return v == a_; });
     case Unary::NeScalar:
@@ -437,11 +438,11 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
     } else {
       switch (k) {
         case Binary::Add:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x + y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return add_wrap(x, y); });
         case Binary::Sub:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x - y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return sub_wrap(x, y); });
         case Binary::Mul:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x * y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return mul_wrap(x, y); });
         case Binary::Div:
           if constexpr (std::is_integral_v<T>) {
             ADJOINT_CHECK(false, DType, "div", "integer division goes through floats in ops");
@@ -505,7 +506,7 @@ void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
                     "number, got ",
                     alpha);
     const T a = detail::scalar_to<T>(Scalar(alpha), op);
-    map2<T, T>(out, out, x, [a](T o, T v) { return o + a * v; });
+    map2<T, T>(out, out, x, [a](T o, T v) { return add_wrap(o, mul_wrap(a, v)); });
   });
 }
 
