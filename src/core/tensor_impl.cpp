@@ -59,9 +59,11 @@ int64_t checked_numel(const Shape& shape, DType dtype, const char* fallback) {
     bad |= __builtin_mul_overflow(span, d > 0 ? d : 1, &span);
   }
   const int64_t numel = zero ? 0 : span;
-  bad |= numel > kMaxInt64 / static_cast<int64_t>(itemsize(dtype));
-  if (bad) [[unlikely]]
-    throw_bad_size(shape, dtype, fallback);
+  // Bytes only need counting past 2^60 elements (an item is at most 8 bytes).
+  if (bad || numel > (kMaxInt64 >> 3)) [[unlikely]] {
+    if (bad || numel > kMaxInt64 / static_cast<int64_t>(itemsize(dtype)))
+      throw_bad_size(shape, dtype, fallback);
+  }
   return numel;
 }
 
@@ -113,8 +115,14 @@ void delete_autograd_meta(AutogradMeta* m) {
 }  // namespace detail
 
 namespace {
-const TensorImpl& checked(const Tensor& t, const char* what) {
-  ADJOINT_CHECK(t.defined(), Value, what, "called on an undefined tensor");
+[[noreturn, gnu::cold, gnu::noinline]] void throw_undefined(const char* what) {
+  throw Error(ErrorKind::Value, what, "called on an undefined tensor");
+}
+// Every accessor below goes through this: one test inline, the error's code out of line, so
+// that the compiler inlines it whatever else the file holds.
+inline const TensorImpl& checked(const Tensor& t, const char* what) {
+  if (!t.defined()) [[unlikely]]
+    throw_undefined(what);
   return *t.impl();
 }
 }  // namespace

@@ -23,11 +23,19 @@ namespace adjoint::kernels {
 // elementwise kernels reach data: it checks the dtype once per operand and call (a compare,
 // not per element), so a kernel that computes in the wrong type (an op that let a dtype
 // through unchecked) throws an internal error before a byte is written.
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_operand_dtype(DType kernel,
+                                                                       const Tensor& t) {
+  detail::throw_internal(
+      __FILE__, __LINE__,
+      detail::str("kernel element type ", kernel, " does not match the tensor ", describe(t)));
+}
+
 template <class T>
 char* operand_data(const Tensor& t) {
-  ADJOINT_ASSERT(t.dtype() == dtype_of_v<T>, "kernel element type ", dtype_of_v<T>,
-                 " does not match the tensor ", describe(t));
-  return static_cast<char*>(t.raw_data());
+  const TensorImpl& impl = *t.impl();
+  if (impl.dtype != dtype_of_v<T>) [[unlikely]]
+    throw_operand_dtype(dtype_of_v<T>, t);
+  return static_cast<char*>(impl.data());
 }
 
 template <std::size_t N>
