@@ -1,6 +1,7 @@
 // Binary arithmetic with broadcasting and type promotion (add, sub, mul, div, pow, minimum,
 // maximum, where), the tensor-with-number forms, comparisons and the operators. Promotion
 // happens here, through the differentiable to(); apply<Op> unbroadcasts the gradients.
+#include <cfloat>
 #include <cmath>
 
 #include "adjoint/error.h"
@@ -244,11 +245,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return apply(Where{}, cond, x, y);
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  // The number becomes a 0-d tensor of its own kind, then the result dtype, as PyTorch wraps
-  // it: a float32 result of where(c, x, 1e300) holds inf rather than failing the checked
-  // conversion that full() applies.
-  const DType kind = b.is_floating() ? DType::Float64 : b.kind();
-  return where(cond, a, cast_to(scalar_tensor(b, kind), result_type(a, b)));
+  const DType dt = result_type(a, b);
+  // PyTorch wraps the number in a tensor and casts it, so a float32 result of
+  // where(c, x, 1e300) holds inf where full() would refuse the value: go through float64
+  // then (only then: the common case stays one 0-d tensor).
+  const double v = b.to_double();
+  if (dt == DType::Float32 && b.is_floating() && std::isfinite(v) && std::abs(v) > FLT_MAX)
+    return where(cond, a, scalar_tensor(b, DType::Float64).to(dt));
+  return where(cond, a, scalar_tensor(b, dt));
 }
 
 Tensor add(const Tensor& a, Scalar b) {
