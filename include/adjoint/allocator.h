@@ -22,6 +22,8 @@ void reset_peak_memory_stats();
 void empty_cache();
 
 namespace detail {
+/// A 64-byte aligned block of at least nbytes; std::bad_alloc when the system has none (the
+/// tensor factories turn that into an adjoint::Error naming the op, shape and dtype).
 void* allocate(std::size_t nbytes);
 void deallocate(void* ptr, std::size_t nbytes);
 }  // namespace detail

@@ -10,7 +10,18 @@
 
 namespace adjoint {
 
-enum class ErrorKind { Shape, DType, Device, Index, Value, NotImplemented, Autograd, IO, Internal };
+enum class ErrorKind {
+  Shape,
+  DType,
+  Device,
+  Index,
+  Value,
+  NotImplemented,
+  Autograd,
+  IO,
+  Internal,
+  OutOfMemory,  ///< the allocator could not provide a tensor's memory
+};
 
 std::string_view to_string(ErrorKind kind);
 

@@ -9,6 +9,12 @@
 
 namespace adjoint {
 
+namespace detail {
+/// v truncated toward zero; an adjoint::Error (Value) when v is NaN, infinite or outside
+/// int64's range, where a C++ cast would be undefined behaviour.
+int64_t checked_to_int64(double v);
+}  // namespace detail
+
 class Scalar {
  public:
   Scalar() = default;
@@ -23,13 +29,17 @@ class Scalar {
       i_ = static_cast<int64_t>(v);
       d_ = static_cast<double>(v);
     } else {
+      // Only the double is kept: casting it to int64 here would be undefined behaviour for
+      // inf, NaN and |v| >= 2^63, which x.div_(0), masked_fill(x, m, -INFINITY) and a NaN
+      // gradient norm all make. to_int() converts on demand, checked.
       kind_ = DType::Float64;
       d_ = static_cast<double>(v);
-      i_ = static_cast<int64_t>(v);
     }
   }
   double to_double() const { return d_; }
-  int64_t to_int() const { return i_; }
+  /// The integer value; a floating number is truncated toward zero, and one that no int64
+  /// holds (NaN, inf, |v| >= 2^63) throws a Value error.
+  int64_t to_int() const { return kind_ == DType::Float64 ? detail::checked_to_int64(d_) : i_; }
   bool is_floating() const { return kind_ == DType::Float64; }
   bool is_integral() const { return kind_ == DType::Int64 || kind_ == DType::Bool; }
   /// Bool, Int64 or Float64: the category this number promotes as.

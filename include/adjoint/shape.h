@@ -68,7 +68,7 @@ class Shape {
   void erase(std::size_t pos);
   std::vector<int64_t> vec() const { return {begin(), end()}; }
 
-  /// Product of the sizes (1 for a 0-d shape).
+  /// Product of the sizes (1 for a 0-d shape); a Value error when it overflows int64.
   int64_t numel() const;
 
   friend bool operator==(const Shape& a, const Shape& b) {

@@ -4,7 +4,8 @@
 
 namespace adjoint {
 
-/// Sets the number of threads for adjoint's kernels and for OpenBLAS.
+/// Sets the number of threads for adjoint's kernels and for OpenBLAS; n < 1 (or more threads
+/// than the pool can address) is a Value error.
 void set_num_threads(int n);
 int get_num_threads();
 

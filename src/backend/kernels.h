@@ -59,7 +59,7 @@ void unary_into(Unary kind, const Tensor& out, const Tensor& x, double a = 0, do
 
 // Binary kinds; both operands have the same dtype and broadcast. Comparisons give bool.
 // TanhBackward(gy, y) = gy (1 - y^2), SigmoidBackward(gy, y) = gy y (1 - y),
-// ReluBackward(gy, y) = gy [y > 0], GeluTanhBackward(gy, x) = gy gelu_tanh'(x) and
+// ReluBackward(gy, y) = gy [!(y <= 0)] (gy at NaN), GeluTanhBackward(gy, x) = gy gelu_tanh'(x) and
 // GeluErfBackward(gy, x) = gy gelu'(x): the fused gradients of the common activations.
 enum class Binary {
   Add,

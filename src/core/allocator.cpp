@@ -4,6 +4,7 @@
 #include "adjoint/allocator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -21,6 +22,8 @@ constexpr std::size_t kAlignment = 64;
 std::size_t size_class(std::size_t n) {
   if (n == 0) n = 1;
   if (n <= 4096) return (n + kAlignment - 1) / kAlignment * kAlignment;
+  // No system gives more, and rounding a larger request up to its size class could wrap.
+  if (n > static_cast<std::size_t>(PTRDIFF_MAX)) throw std::bad_alloc();
   std::size_t p = std::size_t{1} << (63 - __builtin_clzll(n));
   std::size_t step = p / 8;
   return (n + step - 1) / step * step;

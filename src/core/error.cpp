@@ -1,7 +1,11 @@
-// adjoint::Error and the internal-assert helper.
+// adjoint::Error, the internal-assert helper and the current op's name (core/op_scope.h).
 #include "adjoint/error.h"
 
+#include "core/op_scope.h"
+
 namespace adjoint {
+
+constinit thread_local const char* tls_current_op = nullptr;
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
@@ -23,6 +27,8 @@ std::string_view to_string(ErrorKind kind) {
       return "io";
     case ErrorKind::Internal:
       return "internal";
+    case ErrorKind::OutOfMemory:
+      return "out of memory";
   }
   return "unknown";
 }

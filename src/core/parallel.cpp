@@ -69,10 +69,12 @@ class Pool {
   ~Pool() { stop(); }
 
   int size() const { return threads_.load(std::memory_order_relaxed); }
+  /// The most threads a job's chunk count can address (see job_).
+  static constexpr int max_threads() { return static_cast<int>(kChunkMask); }
 
   void resize(int threads) {
     stop();
-    threads_.store(std::clamp(threads, 1, static_cast<int>(kChunkMask)));  // chunks fit in job_
+    threads_.store(std::clamp(threads, 1, max_threads()));  // chunks fit in job_
     // More threads than cores: a spinning thread would hold a core the one it waits for needs.
     const unsigned cores = std::thread::hardware_concurrency();
     spin_ =
@@ -211,11 +213,14 @@ void parallel_run(int64_t n, int chunks, const std::function<void(int64_t, int64
 }  // namespace detail
 
 void set_num_threads(int n) {
+  // As PyTorch: no "default" spelling; 0 and negative counts are mistakes, not 1 thread.
+  ADJOINT_CHECK(n >= 1 && n <= Pool::max_threads(), Value, "set_num_threads",
+                "the number of threads must be in [1, ", Pool::max_threads(), "], got ", n);
   ADJOINT_CHECK(!in_parallel_region, Value, "set_num_threads",
                 "cannot change the thread count from inside a parallel kernel");
   std::lock_guard lock(run_mu);  // not while a job runs: its workers must finish it
   pool().resize(n);
-  openblas_set_num_threads(std::max(n, 1));
+  openblas_set_num_threads(n);
 }
 
 int get_num_threads() { return pool().size(); }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "adjoint/error.h"
+#include "core/op_scope.h"
 
 namespace adjoint {
 
@@ -60,7 +61,15 @@ void Shape::erase(std::size_t pos) {
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : *this) n *= d;
+  bool overflow = false, zero = false;
+  for (int64_t d : *this) {
+    overflow |= __builtin_mul_overflow(n, d, &n);
+    zero |= d == 0;
+  }
+  // A zero anywhere makes the product 0, even when the dims before it overflowed.
+  if (zero) return 0;
+  ADJOINT_CHECK(!overflow, Value, detail::current_op("numel"), "shape ", *this,
+                " is too large: it has more than 2^63 - 1 elements");
   return n;
 }
 
@@ -81,7 +90,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t stride = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    // Wraps instead of overflowing (undefined) for a shape too large: the tensor made with
+    // these strides refuses that shape (Note [Tensor size limits]).
+    __builtin_mul_overflow(stride, std::max<int64_t>(shape[i], 1), &stride);
   }
   return strides;
 }
@@ -97,6 +108,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                   " do not broadcast (dim ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  // Two tensors that exist can broadcast to a shape that cannot (expanded [2^40, 1] with
+  // [1, 2^40]): report it here, naming the op, before a kernel asks for the memory.
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t d : out) overflow |= __builtin_mul_overflow(count, std::max<int64_t>(d, 1), &count);
+  ADJOINT_CHECK(!overflow, Value, op, "shapes ", a, " and ", b, " broadcast to ", out,
+                ", which is too large: more than 2^63 - 1 elements");
   return out;
 }
 

@@ -8,10 +8,17 @@
 
 namespace adjoint {
 
-/// Uninitialised contiguous tensor.
+/// Uninitialised contiguous tensor. A shape too large to describe is a Value error and memory
+/// the allocator cannot give an OutOfMemory error, both naming the current op (op_scope.h).
 Tensor make_empty(const Shape& shape, DType dtype);
 /// A tensor sharing `base`'s storage with new shape, strides (elements) and offset.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
+
+namespace detail {
+/// shape's element count, after checking that it and its size in bytes fit int64 (see
+/// Note [Tensor size limits]); the error names the current op, else `fallback`.
+int64_t checked_numel(const Shape& shape, DType dtype, const char* fallback);
+}  // namespace detail
 
 }  // namespace adjoint
 

@@ -1,13 +1,73 @@
 // TensorImpl and the Tensor handle's metadata and element access (no ops, no autograd).
 #include "adjoint/tensor_impl.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "core/dispatch.h"
+#include "core/op_scope.h"
+#include "core/scalar_convert.h"
+#include "core/tensor_factory.h"
 
 namespace adjoint {
+
+namespace detail {
+
+// Note [Tensor size limits]
+// Every tensor's shape is checked once, where its TensorImpl is made (make_empty for fresh
+// memory, make_view for views, reshape_fresh and set_data through refresh): no negative
+// size, at most 2^63 - 1 elements and at most 2^63 - 1 bytes, and the product of the nonzero
+// sizes (the largest contiguous stride) fits int64 too. So numel(), nbytes(), strides and
+// the allocator's request can never overflow, whichever op made the shape (a factory,
+// expand, view, a broadcast of two expanded tensors, ...). The fast path is one loop and one
+// branch; the error names the current op (see Note [Current op]).
+namespace {
+constexpr int64_t kMaxInt64 = INT64_MAX;
+
+[[noreturn]] void throw_bad_size(const Shape& shape, DType dtype, const char* fallback) {
+  const char* op = current_op(fallback);
+  for (int64_t d : shape)
+    ADJOINT_CHECK(d >= 0, Value, op, "negative dimension ", d, " in shape ", shape, " (", dtype,
+                  ")");
+  int64_t span = 1;
+  bool overflow = false, zero = false;
+  for (int64_t d : shape) {
+    overflow |= __builtin_mul_overflow(span, std::max<int64_t>(d, 1), &span);
+    zero |= d == 0;
+  }
+  ADJOINT_CHECK(!overflow || zero, Value, op, "shape ", shape, " (", dtype,
+                ") is too large: it has more than 2^63 - 1 elements");
+  ADJOINT_CHECK(!overflow, Value, op, "shape ", shape, " (", dtype,
+                ") is too large: the product of its nonzero sizes exceeds 2^63 - 1, so its "
+                "strides would overflow");
+  const auto item = static_cast<int64_t>(itemsize(dtype));
+  throw Error(ErrorKind::Value, op,
+              str("shape ", shape, " (", dtype, ") is too large: ", span, " elements of ", item,
+                  " bytes are more than 2^63 - 1 bytes"));
+}
+}  // namespace
+
+int64_t checked_numel(const Shape& shape, DType dtype, const char* fallback) {
+  int64_t span = 1;  // the product of the sizes with 0 counted as 1
+  bool bad = false, zero = false;
+  for (int64_t d : shape) {
+    bad |= d < 0;
+    zero |= d == 0;
+    bad |= __builtin_mul_overflow(span, d > 0 ? d : 1, &span);
+  }
+  const int64_t numel = zero ? 0 : span;
+  // Bytes only need counting past 2^60 elements (an item is at most 8 bytes).
+  if (bad || numel > (kMaxInt64 >> 3)) [[unlikely]] {
+    if (bad || numel > kMaxInt64 / static_cast<int64_t>(itemsize(dtype)))
+      throw_bad_size(shape, dtype, fallback);
+  }
+  return numel;
+}
+
+}  // namespace detail
 
 TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt)
     : storage(std::move(s)),
@@ -20,16 +80,16 @@ TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int
 
 TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, const Shape& shp, DType dt)
     : storage(std::move(s)), shape(shp), strides(shp.size()), dtype(dt) {
+  numel = detail::checked_numel(shape, dtype, "empty");  // so the strides below cannot overflow
   int64_t stride = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
     stride *= std::max<int64_t>(shape[i], 1);
   }
-  numel = shape.numel();
 }
 
 void TensorImpl::refresh() {
-  numel = shape.numel();
+  numel = detail::checked_numel(shape, dtype, "view");
   contiguous = true;
   int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
@@ -55,8 +115,14 @@ void delete_autograd_meta(AutogradMeta* m) {
 }  // namespace detail
 
 namespace {
-const TensorImpl& checked(const Tensor& t, const char* what) {
-  ADJOINT_CHECK(t.defined(), Value, what, "called on an undefined tensor");
+[[noreturn, gnu::cold, gnu::noinline]] void throw_undefined(const char* what) {
+  throw Error(ErrorKind::Value, what, "called on an undefined tensor");
+}
+// Every accessor below goes through this: one test inline, the error's code out of line, so
+// that the compiler inlines it whatever else the file holds.
+inline const TensorImpl& checked(const Tensor& t, const char* what) {
+  if (!t.defined()) [[unlikely]]
+    throw_undefined(what);
   return *t.impl();
 }
 }  // namespace
@@ -94,7 +160,13 @@ T read_element(const TensorImpl& t, int64_t flat) {
     flat /= t.shape[d];
   }
   return dispatch_all(t.dtype, "read", [&]<class S>() {
-    return static_cast<T>(static_cast<S*>(t.storage->data())[t.offset + offset]);
+    const S v = static_cast<S*>(t.storage->data())[t.offset + offset];
+    if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<S>) {
+      // As kernels::cast: NaN, inf and |v| >= 2^63 read as INT64_MIN, not an undefined cast.
+      return detail::fits_int64(static_cast<double>(v)) ? static_cast<T>(v) : INT64_MIN;
+    } else {
+      return static_cast<T>(v);
+    }
   });
 }
 }  // namespace

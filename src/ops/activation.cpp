@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "core/scalar_convert.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -13,7 +14,7 @@ namespace adjoint {
 namespace {
 
 // relu_backward(gy, y) = gy [y > 0] in one kernel; linear in gy (d/dgy = [y > 0]) and
-// piecewise constant in y (d/dy = 0), so it is its own VJP and JVP.
+// piecewise constant in y (d/dy = 0), so it is its own VJP and JVP. See Note [NaN in relu].
 struct ReluBackward {
   static constexpr const char* name = "relu_backward";
   static constexpr Save save = Save::Inputs;
@@ -29,6 +30,11 @@ struct ReluBackward {
   }
 };
 
+// Note [NaN in relu]
+// As PyTorch: relu(NaN) = NaN (relu is clamp_min(x, 0), and a NaN fails every comparison), and
+// the gradient keeps gy where y is NaN, since PyTorch's threshold_backward zeroes where
+// y <= 0 and passes gy elsewhere. So the mask is [not y <= 0], which equals [y > 0] except
+// at NaN; a NaN input then shows up in both the output and (through gy) the gradient.
 struct Relu {
   static constexpr const char* name = "relu";
   static constexpr Save save = Save::Output;
@@ -212,6 +218,14 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   ADJOINT_CHECK(lo || hi, Value, "clamp", "at least one of min and max must be given");
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "clamp",
                 "clamp is not supported for bool tensors");
+  // An integer tensor clamped by a bound no int64 holds exactly (0.5, -inf, NaN, 1e30) is
+  // computed in floating point, as PyTorch promotes for a float bound; an integral bound keeps
+  // the integer dtype.
+  auto integral = [](std::optional<double> v) {
+    return !v || (detail::fits_int64(*v) && *v == std::trunc(*v));
+  };
+  if (!is_floating(x.dtype()) && !(integral(lo) && integral(hi)))
+    return apply(Clamp{{}, lo, hi}, x.to(kDefaultFloat));
   return apply(Clamp{{}, lo, hi}, x);
 }
 

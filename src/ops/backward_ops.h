@@ -11,7 +11,7 @@ namespace adjoint {
 Tensor tanh_backward(const Tensor& gy, const Tensor& y);
 /// gy * y * (1 - y), the gradient of sigmoid given its output y.
 Tensor sigmoid_backward(const Tensor& gy, const Tensor& y);
-/// gy where y > 0, else 0: the gradient of relu given its output y.
+/// gy where y > 0 (or y is NaN), else 0: the gradient of relu given its output y.
 Tensor relu_backward(const Tensor& gy, const Tensor& y);
 /// gy * gelu'(x), the gradient of gelu (either form) given its input x.
 Tensor gelu_backward(const Tensor& gy, const Tensor& x, GeluApproximation approximate);

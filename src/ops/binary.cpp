@@ -1,6 +1,7 @@
 // Binary arithmetic with broadcasting and type promotion (add, sub, mul, div, pow, minimum,
 // maximum, where), the tensor-with-number forms, comparisons and the operators. Promotion
 // happens here, through the differentiable to(); apply<Op> unbroadcasts the gradients.
+#include <cfloat>
 #include <cmath>
 
 #include "adjoint/error.h"
@@ -89,7 +90,9 @@ struct Pow {
   }
 };
 
-// minimum/maximum: the gradient goes to the selected input, split evenly on ties.
+// minimum/maximum: the gradient goes to the selected input, split evenly on ties. Where either
+// is NaN (so is the output) neither input loses, and the VJP gives gy to both, as PyTorch's
+// (its JVP then takes b's tangent, as PyTorch's too).
 template <bool kMax>
 struct Extremum {
   static constexpr const char* name = kMax ? "maximum" : "minimum";
@@ -97,20 +100,24 @@ struct Extremum {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(kMax ? Binary::Maximum : Binary::Minimum, a, b);
   }
-  // weight of a: 1 where a wins, 1/2 on ties, 0 where b wins
-  static Tensor weight_a(const Ctx& c) {
-    const Tensor& a = c.input(0);
-    const Tensor& b = c.input(1);
-    DType dt = a.dtype();
-    Tensor wins = kMax ? gt(a, b) : lt(a, b);
-    return wins.to(dt) + eq(a, b).to(dt) * 0.5;
+  // 1 where x wins, 1/2 on ties, 0 where x loses; 1 where a or b is NaN (neither loses)
+  static Tensor keep_weight(const Tensor& x_loses, const Tensor& tie, DType dt) {
+    return 1 - x_loses.to(dt) - tie.to(dt) * 0.5;
   }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    Tensor w = weight_a(c);
-    return {c.needs_grad(0) ? gy * w : Tensor(), c.needs_grad(1) ? gy * (1 - w) : Tensor()};
+    const Tensor& a = c.input(0);
+    const Tensor& b = c.input(1);
+    const DType dt = a.dtype();
+    const Tensor tie = eq(a, b);
+    return {c.needs_grad(0) ? gy * keep_weight(kMax ? lt(a, b) : gt(a, b), tie, dt) : Tensor(),
+            c.needs_grad(1) ? gy * keep_weight(kMax ? gt(a, b) : lt(a, b), tie, dt) : Tensor()};
   }
+  // weight of a: 1 where a wins, 1/2 on ties, 0 where b wins (or either is NaN)
   Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
-    Tensor w = weight_a(c);
+    const Tensor& a = c.input(0);
+    const Tensor& b = c.input(1);
+    const DType dt = a.dtype();
+    Tensor w = (kMax ? gt(a, b) : lt(a, b)).to(dt) + eq(a, b).to(dt) * 0.5;
     return ta * w + tb * (1 - w);
   }
 };
@@ -194,6 +201,7 @@ Tensor compare(Unary kind, const Tensor& a, Scalar s) {
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   auto [x, y] = promote(a, b, "add");
+  check_alpha(x.dtype(), alpha, "add");
   if (alpha.to_double() != 1) y = y * alpha;
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "add",
                 "addition of bool tensors is not supported");
@@ -201,6 +209,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   auto [x, y] = promote(a, b, "sub");
+  check_alpha(x.dtype(), alpha, "sub");
   if (alpha.to_double() != 1) y = y * alpha;
   ADJOINT_CHECK(x.dtype() != DType::Bool, DType, "sub",
                 "subtraction of bool tensors is not supported");
@@ -236,7 +245,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return apply(Where{}, cond, x, y);
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  return where(cond, a, scalar_tensor(b, result_type(a, b)));
+  const DType dt = result_type(a, b);
+  // PyTorch wraps the number in a tensor and casts it, so a float32 result of
+  // where(c, x, 1e300) holds inf where full() would refuse the value: go through float64
+  // then (only then: the common case stays one 0-d tensor).
+  const double v = b.to_double();
+  if (dt == DType::Float32 && b.is_floating() && std::isfinite(v) && std::abs(v) > FLT_MAX)
+    return where(cond, a, scalar_tensor(b, DType::Float64).to(dt));
+  return where(cond, a, scalar_tensor(b, dt));
 }
 
 Tensor add(const Tensor& a, Scalar b) {
@@ -245,7 +261,9 @@ Tensor add(const Tensor& a, Scalar b) {
   return apply(AddScalar{b.to_double()}, cast_to(a, dt));
 }
 Tensor sub(const Tensor& a, Scalar b) {
-  return add(a, b.is_floating() ? Scalar(-b.to_double()) : Scalar(-b.to_int()));
+  if (b.is_floating()) return add(a, -b.to_double());
+  // -b wraps for INT64_MIN (negating it is undefined), as x - b does in two's complement
+  return add(a, static_cast<int64_t>(0 - static_cast<uint64_t>(b.to_int())));
 }
 Tensor mul(const Tensor& a, Scalar b) {
   DType dt = result_type(a, b);

@@ -2,6 +2,7 @@
 // integer inputs for ops that need floats, and reading a Scalar as a double.
 #pragma once
 
+#include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
@@ -56,6 +57,17 @@ inline Tensor sum_defined(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
   return a + b;
+}
+
+/// PyTorch's alpha_check for add/sub(a, b, alpha) whose result has dtype `result`: a floating
+/// alpha would need a floating result, a bool alpha a bool one.
+inline void check_alpha(DType result, Scalar alpha, const char* op) {
+  ADJOINT_CHECK(alpha.kind() != DType::Bool || result == DType::Bool, DType, op,
+                "boolean alpha only supported for boolean results");
+  ADJOINT_CHECK(is_floating(result) || !alpha.is_floating(), DType, op,
+                "for integral input tensors, argument alpha must not be a floating point number, "
+                "got alpha = ",
+                alpha.to_double(), " with ", result, " inputs");
 }
 
 /// x converted to dtype (no-op when equal).

@@ -1,6 +1,7 @@
 // Conversions and copies: to(dtype), clone, contiguous; and the broadcasting pair
 // expand / sum_to, which are each other's VJP.
 #include "adjoint/error.h"
+#include "core/op_scope.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -83,6 +84,8 @@ Tensor expand(const Tensor& x, const Shape& shape_in) {
     }
   }
   if (shape == x.shape()) return x;
+  // The view's size is checked where it is made (Note [Tensor size limits]); name this op.
+  detail::OpScope scope("expand");
   return apply(Expand{shape}, x);
 }
 

@@ -1,47 +1,60 @@
 // Factories: empty, zeros, ones, full, arange, linspace, eye, random tensors, and tensors from
-// C++ data. Factory outputs are leaves; options.requires_grad marks them.
+// C++ data. Factory outputs are leaves; options.requires_grad marks them. Each factory names
+// itself for the errors raised below it (a shape too large, memory the allocator cannot give,
+// a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
 #include <cstring>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "backend/kernels.h"
+#include "core/op_scope.h"
+#include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 
 namespace adjoint {
 namespace {
+using detail::OpScope;
+
 Tensor finish(Tensor t, const TensorOptions& o) {
   if (o.requires_grad()) t.requires_grad_(true);
   return t;
 }
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
-const Shape& checked_shape(const Shape& shape, const char* op) {
-  for (int64_t d : shape)
-    ADJOINT_CHECK(d >= 0, Value, op, "negative dimension ", d, " in shape ", shape);
-  return shape;
+
+// full() under the caller's OpScope.
+Tensor filled(const Shape& shape, Scalar value, const TensorOptions& o) {
+  Tensor t = make_empty(shape, o.dtype());
+  kernels::fill(t, value);
+  return finish(std::move(t), o);
 }
 }  // namespace
 
 Tensor empty(const Shape& shape, TensorOptions o) {
+  OpScope scope("empty");
   return finish(make_empty(shape, o.dtype()), o);
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
-  Tensor t = make_empty(checked_shape(shape, "full"), o.dtype());
-  kernels::fill(t, value);
-  return finish(std::move(t), o);
+  OpScope scope("full");
+  return filled(shape, value, o);
 }
 
 Tensor zeros(const Shape& shape, TensorOptions o) {
-  Tensor t = make_empty(checked_shape(shape, "zeros"), o.dtype());
+  OpScope scope("zeros");
+  Tensor t = make_empty(shape, o.dtype());
   if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
   return finish(std::move(t), o);
 }
 
 Tensor ones(const Shape& shape, TensorOptions o) {
-  return full(checked_shape(shape, "ones"), 1, o);
+  OpScope scope("ones");
+  return filled(shape, 1, o);
 }
-Tensor scalar_tensor(Scalar value, TensorOptions o) { return full(Shape{}, value, o); }
+Tensor scalar_tensor(Scalar value, TensorOptions o) {
+  OpScope scope("scalar_tensor");
+  return filled(Shape{}, value, o);
+}
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
 Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
@@ -50,18 +63,29 @@ Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
 Tensor arange(int64_t end, TensorOptions o) { return arange(0, static_cast<double>(end), 1, o); }
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
-  ADJOINT_CHECK(step != 0, Value, "arange", "step must be nonzero");
+  OpScope scope("arange");
+  ADJOINT_CHECK(std::isfinite(step) && step != 0, Value, "arange",
+                "step must be finite and nonzero, got ", step);
   ADJOINT_CHECK(std::isfinite(start) && std::isfinite(end), Value, "arange",
                 "start and end must be finite, got ", start, " and ", end);
-  double n = std::ceil((end - start) / step);
+  const double n = std::ceil((end - start) / step);  // inf when end - start overflows
   ADJOINT_CHECK(n >= 0, Value, "arange", "the range [", start, ", ", end, ") with step ", step,
                 " goes the wrong way");
+  ADJOINT_CHECK(n < 0x1p63, Value, "arange", "the range [", start, ", ", end, ") with step ", step,
+                " is too large: it has ", n, " elements, more than 2^63 - 1");
+  if (!is_floating(o.dtype()) && n > 0) {
+    const double last = start + step * (n - 1);
+    ADJOINT_CHECK(detail::fits_int64(start) && detail::fits_int64(last), Value, "arange",
+                  "the values of [", start, ", ", end, ") with step ", step,
+                  " do not fit in an int64 tensor");
+  }
   Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype());
   kernels::arange(t, start, step);
   return finish(std::move(t), o);
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
+  OpScope scope("linspace");
   ADJOINT_CHECK(steps >= 0, Value, "linspace", "number of steps must be non-negative, got ", steps);
   ADJOINT_CHECK(is_floating(o.dtype()), DType, "linspace", "expected a floating dtype, got ",
                 o.dtype());
@@ -78,10 +102,12 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
+  OpScope scope("eye");
   int64_t cols = m.value_or(n);
   ADJOINT_CHECK(n >= 0 && cols >= 0, Value, "eye", "sizes must be non-negative, got ", n, " x ",
                 cols);
-  Tensor t = zeros({n, cols}, o.dtype());
+  Tensor t = make_empty({n, cols}, o.dtype());
+  if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
   for (int64_t i = 0; i < std::min(n, cols); ++i) {
     Tensor d = make_view(t, {}, {}, i * cols + i);
     kernels::fill(d, 1);
@@ -90,26 +116,30 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 }
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = make_empty(checked_shape(shape, "rand"), o.dtype());
+  OpScope scope("rand");
+  Tensor t = make_empty(shape, o.dtype());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
 
 Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
-  Tensor t = make_empty(checked_shape(shape, "randn"), o.dtype());
+  OpScope scope("randn");
+  Tensor t = make_empty(shape, o.dtype());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   ADJOINT_CHECK(low < high, Value, "randint", "expected low < high, got [", low, ", ", high, ")");
-  Tensor t = make_empty(checked_shape(shape, "randint"), DType::Int64);
+  OpScope scope("randint");
+  Tensor t = make_empty(shape, DType::Int64);
   kernels::randint(t, low, high, gen_or_default(gen));
   return t;
 }
 
 template <class T>
 Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape, TensorOptions o) {
+  OpScope scope("tensor");
   Shape s = shape.value_or(Shape{static_cast<int64_t>(data.size())});
   for (int64_t d : s) ADJOINT_CHECK(d >= 0, Value, "tensor", "negative dimension in shape ", s);
   ADJOINT_CHECK(s.numel() == static_cast<int64_t>(data.size()), Shape, "tensor", "shape ", s,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "adjoint/error.h"
+#include "core/op_scope.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -157,8 +158,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   ADJOINT_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), Shape,
                 "masked_fill", "mask ", describe(mask), " does not broadcast to input ",
                 describe(x));
+  // The value in x's dtype: NaN, inf or a value out of range into an int64 tensor is an error
+  // naming this op (see core/scalar_convert.h).
+  Tensor fill_value = make_empty({}, x.dtype());
+  {
+    detail::OpScope scope("masked_fill");
+    kernels::fill(fill_value, value);
+  }
   // d masked_fill(x) = where(mask, 0, dx) (Where's rule)
-  return where(mask, scalar_tensor(value, x.dtype()), x);
+  return where(mask, fill_value, x);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

@@ -14,20 +14,34 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;
 constexpr int64_t kEdgeItems = 3;
 
-void print_value(std::ostream& os, double v, DType dt) {
-  if (dt == DType::Bool) {
-    os << (v != 0 ? "true" : "false");
-  } else if (dt == DType::Int64) {
-    os << static_cast<int64_t>(v);
+// The elements in row-major order, int64 ones exactly (a round trip through double would round
+// those beyond 2^53, and cast 2^63 back to int64, which is undefined).
+struct Values {
+  std::vector<double> reals;
+  std::vector<int64_t> ints;
+  explicit Values(const Tensor& t) {
+    if (t.dtype() == DType::Int64) {
+      ints = t.to_vector<int64_t>();
+    } else {
+      reals = t.to_vector<double>();
+    }
+  }
+};
+
+void print_value(std::ostream& os, const Values& vals, int64_t i, DType dt) {
+  if (dt == DType::Int64) {
+    os << vals.ints[i];
+  } else if (dt == DType::Bool) {
+    os << (vals.reals[i] != 0 ? "true" : "false");
   } else {
     std::ostringstream s;
-    s << std::setprecision(dt == DType::Float64 ? 8 : 5) << v;
+    s << std::setprecision(dt == DType::Float64 ? 8 : 5) << vals.reals[i];
     os << s.str();
   }
 }
 
-void print_dim(std::ostream& os, const Tensor& t, const std::vector<double>& vals, int64_t dim,
-               int64_t offset, int64_t indent, bool summarize) {
+void print_dim(std::ostream& os, const Tensor& t, const Values& vals, int64_t dim, int64_t offset,
+               int64_t indent, bool summarize) {
   const Shape& shape = t.shape();
   int64_t n = shape[dim];
   int64_t inner = 1;
@@ -41,7 +55,7 @@ void print_dim(std::ostream& os, const Tensor& t, const std::vector<double>& val
       continue;
     }
     if (dim + 1 == t.dim()) {
-      print_value(os, vals[offset + i], t.dtype());
+      print_value(os, vals, offset + i, t.dtype());
     } else {
       print_dim(os, t, vals, dim + 1, offset + i * inner, indent + 1, summarize);
     }
@@ -54,10 +68,10 @@ void print_dim(std::ostream& os, const Tensor& t, const std::vector<double>& val
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  std::vector<double> vals = t.to_vector<double>();
+  const Values vals(t);
   os << "tensor(";
   if (t.dim() == 0) {
-    print_value(os, vals[0], t.dtype());
+    print_value(os, vals, 0, t.dtype());
   } else {
     print_dim(os, t, vals, 0, 0, 7, t.numel() > kSummarizeAbove);
   }

@@ -29,11 +29,15 @@ struct Extremum {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kMax ? Reduce::Max : Reduce::Min, x, dims, keepdim);
   }
-  // d amax(x)/dx_i = [x_i == amax] / (number of ties): split evenly among tied extrema
+  // d amax(x)/dx_i = [x_i == amax] / (number of ties): split evenly among tied extrema. A NaN
+  // extremum matches nothing, so amax's gradient is NaN there (0 / 0), as PyTorch's; max()
+  // over all elements instead splits it among the NaNs, as PyTorch's evenly_distribute_backward.
   Tensor weights(const Ctx& c) const {
     const Tensor& x = c.input(0);
     Tensor y = keepdim ? c.output() : c.output().reshape(keepdim_shape(x.shape(), dims));
-    Tensor hit = eq(x, y).to(x.dtype());
+    Tensor hit = eq(x, y);
+    if (kAll) hit = logical_or(hit, logical_and(ne(x, x), ne(y, y)));
+    hit = hit.to(x.dtype());
     return hit / sum(hit, dims, true);
   }
   Tensor vjp(const Ctx& c, const Tensor& gy) const {

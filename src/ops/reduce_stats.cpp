@@ -153,6 +153,10 @@ Tensor norm(const Tensor& x_in, double p, const std::vector<int64_t>& dims, bool
   Tensor x = to_floating(x_in);
   std::vector<int64_t> d = normalize_dims(dims, x.dim(), "norm");
   if (p == 2) return apply(Norm2{d, keepdim}, x);
+  if (std::isinf(p))
+    ADJOINT_CHECK(reduced_count(x.shape(), d) > 0, Shape, "norm", "cannot compute the ",
+                  p > 0 ? "inf" : "-inf", "-norm of an empty input ", describe(x), " over dims ",
+                  Shape(d), ": max and min of no elements are undefined");
   if (p == kInf) return amax(abs(x), d, keepdim);              // max |x_i|
   if (p == -kInf) return amin(abs(x), d, keepdim);             // min |x_i|
   if (p == 1) return sum(abs(x), d, keepdim);                  // d/dx_i = sign(x_i)

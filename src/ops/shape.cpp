@@ -18,7 +18,8 @@ Tensor slice_view(const Tensor& x, const SliceSpec& s) {
   Shape shape = x.shape(), strides = x.strides();
   const int64_t offset = x.storage_offset() + s.start * strides[s.dim];
   shape[s.dim] = s.len;
-  strides[s.dim] *= s.step;
+  // A stride only matters between elements: with one (or none) a huge step must not overflow.
+  if (s.len > 1) strides[s.dim] *= s.step;
   return make_view(x, shape, strides, offset);
 }
 
@@ -32,7 +33,7 @@ SliceSpec normalize_slice(const Tensor& x, int64_t dim, std::optional<int64_t> s
   auto clamp = [n](int64_t v) { return std::min(std::max(v < 0 ? v + n : v, int64_t{0}), n); };
   const int64_t b = start ? clamp(*start) : 0;
   const int64_t e = end ? clamp(*end) : n;
-  return {d, b, step, e > b ? (e - b + step - 1) / step : 0};
+  return {d, b, step, e > b ? (e - b - 1) / step + 1 : 0};  // ceil((e - b) / step), no overflow
 }
 
 // The scatter that undoes a slice: zeros of `shape` with `src` written into the slice `s`.
@@ -191,6 +192,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                 ") cannot be concatenated");
   const int64_t d = wrap_dim(dim, first.dim(), "cat");
   DType dtype = first.dtype();
+  int64_t total = 0;  // the output's size along d
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     ADJOINT_CHECK(t.defined(), Value, "cat", "tensor ", i, " is undefined");
@@ -200,6 +202,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       ADJOINT_CHECK(k == d || t.shape()[k] == first.shape()[k], Shape, "cat",
                     "sizes must match except in dim ", d, ": tensor 0 is ", describe(first),
                     " but tensor ", i, " is ", describe(t));
+    ADJOINT_CHECK(!__builtin_add_overflow(total, t.shape()[d], &total), Value, "cat",
+                  "the sizes along dim ", d, " add up to more than 2^63 - 1");
     dtype = promote_types(dtype, t.dtype());
   }
   std::vector<Tensor> xs;

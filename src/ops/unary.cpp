@@ -194,8 +194,11 @@ Tensor log1p(const Tensor& x) { return apply(Log1p{}, to_floating(x)); }
 Tensor expm1(const Tensor& x) { return apply(Expm1{}, to_floating(x)); }
 Tensor sqrt(const Tensor& x) { return apply(Sqrt{}, to_floating(x)); }
 Tensor rsqrt(const Tensor& x) { return apply(Rsqrt{}, to_floating(x)); }
-Tensor abs(const Tensor& x) { return apply(Abs{}, x); }
-Tensor sign(const Tensor& x) { return apply(Sign{}, x); }
+Tensor abs(const Tensor& x) { return apply(Abs{}, x); }  // bool: the kernel raises, as PyTorch
+Tensor sign(const Tensor& x) {
+  if (x.dtype() == DType::Bool) return x.clone();  // sign of false/true is false/true (PyTorch)
+  return apply(Sign{}, x);
+}
 Tensor sin(const Tensor& x) { return apply(Sin{}, to_floating(x)); }
 Tensor cos(const Tensor& x) { return apply(Cos{}, to_floating(x)); }
 Tensor tan(const Tensor& x) { return apply(Tan{}, to_floating(x)); }
@@ -205,10 +208,15 @@ Tensor tanh_backward(const Tensor& gy, const Tensor& y) {
   return apply(TanhBackward{}, gy, y);
 }
 Tensor erf(const Tensor& x) { return apply(Erf{}, to_floating(x)); }
-Tensor square(const Tensor& x) { return apply(Square{}, x); }
+Tensor square(const Tensor& x) {
+  // PyTorch's square is pow(x, 2): a bool tensor promotes to int64.
+  if (x.dtype() == DType::Bool) return apply(Square{}, x.to(DType::Int64));
+  return apply(Square{}, x);
+}
 
 Tensor pow(const Tensor& x, Scalar exponent) {
   if (!is_floating(x.dtype()) && exponent.is_floating()) return pow(x.to(kDefaultFloat), exponent);
+  if (x.dtype() == DType::Bool) return pow(x.to(DType::Int64), exponent);  // as PyTorch
   if (!is_floating(x.dtype()))
     ADJOINT_CHECK(exponent.to_int() >= 0, Value, "pow",
                   "integers to negative integer powers are not allowed");

@@ -6,8 +6,11 @@
 #include "adjoint/error.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/simd_math.h"
+#include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
+#include "core/op_scope.h"
+#include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 
 namespace adjoint::kernels {
@@ -21,17 +24,19 @@ constexpr int64_t kFlatGrain = 262144;
 // out[i] = f(in[i]) for contiguous out over in's shape.
 template <class Out, class In, class F>
 void map1(const Tensor& out, const Tensor& in, F f) {
+  char* const out_data = operand_data<Out>(out);  // See Note [Kernel element types]
+  char* const in_data = operand_data<In>(in);
   if (in.is_contiguous() && out.is_contiguous() && in.shape() == out.shape()) {
     // The common case: one flat loop, no stride bookkeeping.
-    Out* o = static_cast<Out*>(out.raw_data());
-    const In* x = static_cast<const In*>(in.raw_data());
+    Out* o = reinterpret_cast<Out*>(out_data);
+    const In* x = reinterpret_cast<const In*>(in_data);
     parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
       for (int64_t j = begin; j < end; ++j) o[j] = f(x[j]);
     });
     return;
   }
   Operands<2> ops{
-      {static_cast<char*>(out.raw_data()), static_cast<char*>(in.raw_data())},
+      {out_data, in_data},
       {broadcast_byte_strides(out, out.shape()), broadcast_byte_strides(in, out.shape())}};
   strided_loop(out.shape(), ops,
                [&](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
@@ -50,10 +55,13 @@ void map1(const Tensor& out, const Tensor& in, F f) {
 template <class Out, class In, class F>
 void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const Shape& shape = out.shape();
+  char* const out_data = operand_data<Out>(out);  // See Note [Kernel element types]
+  char* const a_data = operand_data<In>(a);
+  char* const b_data = operand_data<In>(b);
   if (out.is_contiguous() && a.is_contiguous() && a.shape() == shape) {
-    Out* o = static_cast<Out*>(out.raw_data());
-    const In* x = static_cast<const In*>(a.raw_data());
-    const In* y = static_cast<const In*>(b.raw_data());
+    Out* o = reinterpret_cast<Out*>(out_data);
+    const In* x = reinterpret_cast<const In*>(a_data);
+    const In* y = reinterpret_cast<const In*>(b_data);
     if (b.is_contiguous() && b.shape() == shape) {
       parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
         for (int64_t j = begin; j < end; ++j) o[j] = f(x[j], y[j]);
@@ -68,8 +76,7 @@ void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
       return;
     }
   }
-  Operands<3> ops{{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
-                   static_cast<char*>(b.raw_data())},
+  Operands<3> ops{{out_data, a_data, b_data},
                   {broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape),
                    broadcast_byte_strides(b, shape)}};
   strided_loop(shape, ops,
@@ -194,36 +201,77 @@ bool integral_ok(Unary k) {
     case Unary::AddScalar:
     case Unary::MulScalar:
     case Unary::RSubScalar:
+    case Unary::PowScalar:
       return true;
     default:
       return returns_bool(k);
   }
 }
 
+// Kinds whose parameter a is converted to the element type (the comparisons compare in double).
+bool uses_param(Unary k) {
+  switch (k) {
+    case Unary::ClampMin:
+    case Unary::ClampMax:
+    case Unary::AddScalar:
+    case Unary::MulScalar:
+    case Unary::RSubScalar:
+    case Unary::PowScalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A kind's parameter in the element type. Into int64 the conversion is checked (see
+// core/scalar_convert.h): clamp_(-inf) or a bound beyond 2^63 would otherwise be undefined.
 template <class T>
-void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, double b_) {
-  const T a = static_cast<T>(a_), b = static_cast<T>(b_);
+T param(Unary k, double v, const char* op) {
+  if constexpr (std::is_integral_v<T>) {
+    return uses_param(k) ? detail::scalar_to<T>(Scalar(v), op) : T(0);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// a^b for int64 with b >= 0 by repeated squaring, wrapping on overflow as PyTorch does (in
+// unsigned arithmetic, where wrapping is defined); a negative b gives 1 for a = 1, +-1 for
+// a = -1 and 0 otherwise, as PyTorch's integer pow.
+int64_t int_pow(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, base = static_cast<uint64_t>(a);
+  for (auto e = static_cast<uint64_t>(b); e; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return static_cast<int64_t>(r);
+}
+
+template <class T>
+void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, double b_,
+                   const char* op) {
+  const T a = param<T>(k, a_, op), b = std::is_integral_v<T> ? T(0) : static_cast<T>(b_);
   switch (k) {
     case Unary::Neg:
-      return map1<T, T>(out, x, [](T v) { return -v; });
+      return map1<T, T>(out, x, [](T v) { return sub_wrap(T(0), v); });
     case Unary::Abs:
-      return map1<T, T>(out, x, [](T v) { return v < 0 ? -v : v; });
+      return map1<T, T>(out, x, [](T v) { return v < 0 ? sub_wrap(T(0), v) : v; });
     case Unary::Sign:
       return map1<T, T>(out, x, [](T v) { return T((v > 0) - (v < 0)); });
     case Unary::Square:
-      return map1<T, T>(out, x, [](T v) { return v * v; });
-    case Unary::Relu:
-      return map1<T, T>(out, x, [](T v) { return v > 0 ? v : T(0); });
+      return map1<T, T>(out, x, [](T v) { return mul_wrap(v, v); });
+    case Unary::Relu:  // max(v, 0) that keeps NaN (and -0), as PyTorch's clamp_min(x, 0)
+      return map1<T, T>(out, x, [](T v) { return v < T(0) ? T(0) : v; });
     case Unary::ClampMin:
       return map1<T, T>(out, x, [a](T v) { return v < a ? a : v; });
     case Unary::ClampMax:
       return map1<T, T>(out, x, [a](T v) { return v > a ? a : v; });
     case Unary::AddScalar:
-      return map1<T, T>(out, x, [a](T v) { return v + a; });
+      return map1<T, T>(out, x, [a](T v) { return add_wrap(v, a); });
     case Unary::MulScalar:
-      return map1<T, T>(out, x, [a](T v) { return v * a; });
+      return map1<T, T>(out, x, [a](T v) { return mul_wrap(v, a); });
     case Unary::RSubScalar:
-      return map1<T, T>(out, x, [a](T v) { return a - v; });
+      return map1<T, T>(out, x, [a](T v) { return sub_wrap(a, v); });
     case Unary::EqScalar:
       return map1<bool, T>(out, x, [a_](T v) { return v == a_; });
     case Unary::NeScalar:
@@ -241,13 +289,16 @@ void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, doubl
     default:
       break;
   }
+  if constexpr (std::is_integral_v<T>) {
+    if (k == Unary::PowScalar) return map1<T, T>(out, x, [a](T v) { return int_pow(v, a); });
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     // Contiguous transcendental kinds run vectorised (simd_math.cpp), in the same fixed chunks;
     // the lambdas below stay the reference and serve strided inputs.
     if (simd_unary_handles(k) && x.is_contiguous() && out.is_contiguous() &&
         x.shape() == out.shape()) {
-      const T* in = static_cast<const T*>(x.raw_data());
-      T* o = static_cast<T*>(out.raw_data());
+      const T* in = reinterpret_cast<const T*>(operand_data<T>(x));
+      T* o = reinterpret_cast<T*>(operand_data<T>(out));
       parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
         simd_unary(k, in + begin, o + begin, end - begin, a_, b_);
       });
@@ -318,13 +369,16 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
   const char* op = unary_name(k);
   ADJOINT_CHECK(is_floating(x.dtype()) || integral_ok(k), DType, op,
                 "expected a floating tensor, got ", describe(x));
+  // Bool tensors have no arithmetic (PyTorch raises for abs, relu, neg and clamp of bool): only
+  // the comparisons and logical_not reach here, computed on 0/1 as int64.
+  ADJOINT_CHECK(x.dtype() != DType::Bool || returns_bool(k), DType, op,
+                "not implemented for bool tensors (input ", describe(x), ")");
   dispatch_all(x.dtype(), op, [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
-      // Bool inputs only reach comparisons and logical_not: compute on 0/1 as int64.
       Tensor as_int = cast(x, DType::Int64);
-      unary_numeric<int64_t>(k, out, as_int, a, b);
+      unary_numeric<int64_t>(k, out, as_int, a, b, op);
     } else {
-      unary_numeric<T>(k, out, x, a, b);
+      unary_numeric<T>(k, out, x, a, b, op);
     }
   });
 }
@@ -370,9 +424,9 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
       // reference and serve strided and broadcast operands.
       if (simd_binary_handles(k) && out.is_contiguous() && a.is_contiguous() && b.is_contiguous() &&
           a.shape() == out.shape() && b.shape() == out.shape()) {
-        const T* x = static_cast<const T*>(a.raw_data());
-        const T* y = static_cast<const T*>(b.raw_data());
-        T* o = static_cast<T*>(out.raw_data());
+        const T* x = reinterpret_cast<const T*>(operand_data<T>(a));
+        const T* y = reinterpret_cast<const T*>(operand_data<T>(b));
+        T* o = reinterpret_cast<T*>(operand_data<T>(out));
         parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
           simd_binary(k, x + begin, y + begin, o + begin, end - begin);
         });
@@ -384,11 +438,11 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
     } else {
       switch (k) {
         case Binary::Add:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x + y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return add_wrap(x, y); });
         case Binary::Sub:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x - y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return sub_wrap(x, y); });
         case Binary::Mul:
-          return map2<T, T>(out, a, b, [](T x, T y) { return x * y; });
+          return map2<T, T>(out, a, b, [](T x, T y) { return mul_wrap(x, y); });
         case Binary::Div:
           if constexpr (std::is_integral_v<T>) {
             ADJOINT_CHECK(false, DType, "div", "integer division goes through floats in ops");
@@ -396,15 +450,19 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
             return map2<T, T>(out, a, b, [](T x, T y) { return x / y; });
           }
         case Binary::Pow:
-          return map2<T, T>(out, a, b, [](T x, T y) { return static_cast<T>(std::pow(x, y)); });
+          if constexpr (std::is_integral_v<T>) {  // std::pow's double overflows an int64 cast
+            return map2<T, T>(out, a, b, [](T x, T y) { return int_pow(x, y); });
+          } else {
+            return map2<T, T>(out, a, b, [](T x, T y) { return std::pow(x, y); });
+          }
         case Binary::Minimum:
           return map2<T, T>(out, a, b, [](T x, T y) { return (x < y || x != x) ? x : y; });
         case Binary::Maximum:
           return map2<T, T>(out, a, b, [](T x, T y) { return (x > y || x != x) ? x : y; });
         case Binary::TanhBackward:
           return map2<T, T>(out, a, b, [](T g, T y) { return g * (T(1) - y * y); });
-        case Binary::ReluBackward:
-          return map2<T, T>(out, a, b, [](T g, T y) { return y > T(0) ? g : T(0); });
+        case Binary::ReluBackward:  // PyTorch's threshold_backward: a NaN y passes g through
+          return map2<T, T>(out, a, b, [](T g, T y) { return y <= T(0) ? T(0) : g; });
         case Binary::SigmoidBackward:
           return map2<T, T>(out, a, b, [](T g, T y) { return g * y * (T(1) - y); });
         default:
@@ -441,8 +499,14 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
 void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
   ADJOINT_ASSERT(out.dtype() == x.dtype(), "add_scaled_into needs equal dtypes");
   dispatch_numeric(out.dtype(), "add_", [&]<class T>() {
-    const T a = static_cast<T>(alpha);
-    map2<T, T>(out, out, x, [a](T o, T v) { return o + a * v; });
+    const char* op = detail::current_op("add_");
+    if constexpr (std::is_integral_v<T>)
+      ADJOINT_CHECK(alpha == std::trunc(alpha), DType, op,
+                    "for integral input tensors, argument alpha must not be a floating point "
+                    "number, got ",
+                    alpha);
+    const T a = detail::scalar_to<T>(Scalar(alpha), op);
+    map2<T, T>(out, out, x, [a](T o, T v) { return add_wrap(o, mul_wrap(a, v)); });
   });
 }
 
@@ -452,10 +516,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = make_empty(shape, a.dtype());
   dispatch_all(a.dtype(), "where", [&]<class T>() {
-    Operands<4> ops{{static_cast<char*>(out.raw_data()), static_cast<char*>(cond.raw_data()),
-                     static_cast<char*>(a.raw_data()), static_cast<char*>(b.raw_data())},
-                    {broadcast_byte_strides(out, shape), broadcast_byte_strides(cond, shape),
-                     broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)}};
+    Operands<4> ops{
+        {operand_data<T>(out), operand_data<bool>(cond), operand_data<T>(a), operand_data<T>(b)},
+        {broadcast_byte_strides(out, shape), broadcast_byte_strides(cond, shape),
+         broadcast_byte_strides(a, shape), broadcast_byte_strides(b, shape)}};
     strided_loop(
         shape, ops, [&](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
           constexpr int64_t t = sizeof(T);
@@ -493,8 +557,17 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
-    dispatch_all(src.dtype(), "copy",
-                 [&]<class S>() { map1<D, S>(dst, src, [](S v) { return static_cast<D>(v); }); });
+    dispatch_all(src.dtype(), "copy", [&]<class S>() {
+      if constexpr (std::is_same_v<D, int64_t> && std::is_floating_point_v<S>) {
+        // NaN, inf and values beyond 2^63 become INT64_MIN, as x86's conversion gives them in
+        // PyTorch, but by a defined rule instead of an undefined cast.
+        map1<D, S>(dst, src, [](S v) {
+          return detail::fits_int64(static_cast<double>(v)) ? static_cast<D>(v) : INT64_MIN;
+        });
+      } else {
+        map1<D, S>(dst, src, [](S v) { return static_cast<D>(v); });
+      }
+    });
   });
 }
 
@@ -506,9 +579,10 @@ Tensor cast(const Tensor& x, DType dtype) {
 
 void fill(const Tensor& dst, Scalar value) {
   dispatch_all(dst.dtype(), "fill", [&]<class T>() {
-    T v = value.is_floating() ? static_cast<T>(value.to_double()) : static_cast<T>(value.to_int());
-    Operands<1> ops{{static_cast<char*>(dst.raw_data())},
-                    {broadcast_byte_strides(dst, dst.shape())}};
+    // NaN, inf or a value out of range into int64 is an error, not INT64_MIN (scalar_convert.h);
+    // the fallback name is for Tensor::fill_, the one caller outside an op's scope.
+    const T v = detail::scalar_to<T>(value, detail::current_op("fill_"));
+    Operands<1> ops{{operand_data<T>(dst)}, {broadcast_byte_strides(dst, dst.shape())}};
     strided_loop(dst.shape(), ops,
                  [&](const std::array<char*, 1>& p, const std::array<int64_t, 1>& s, int64_t n) {
                    if (s[0] == sizeof(T)) {  // contiguous: std::fill vectorises (or memsets)

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "adjoint/error.h"
+#include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -155,7 +156,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
         oo += (k == d ? ip[flat] : pos[k]) * out_strides[k];
         so += pos[k] * sl.strides[k];
       }
-      o[oo] = static_cast<T>(o[oo] + sp[so]);
+      o[oo] = static_cast<T>(add_wrap(o[oo], sp[so]));
     });
   });
   return out;
@@ -187,7 +188,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
       for (int64_t j = 0; j < k; ++j) {
         T* orow = o + (a * s.n + ip[j]) * s.inner;
         const T* srow = sp + (a * k + j) * s.inner;
-        for (int64_t i = 0; i < s.inner; ++i) orow[i] = static_cast<T>(orow[i] + srow[i]);
+        for (int64_t i = 0; i < s.inner; ++i) orow[i] = static_cast<T>(add_wrap(orow[i], srow[i]));
       }
   });
   return out;

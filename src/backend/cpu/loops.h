@@ -8,12 +8,35 @@
 #include <array>
 #include <cstdint>
 
+#include "adjoint/error.h"
 #include "adjoint/shape.h"
 #include "adjoint/tensor.h"
 #include "adjoint/tensor_impl.h"
 #include "core/parallel.h"
 
 namespace adjoint::kernels {
+
+// Note [Kernel element types]
+// A kernel reads and writes a tensor's bytes as some C++ type T. If T is not the tensor's
+// dtype, a write runs past the end of the buffer (int64 into bool is 8 bytes per 1-byte
+// element) or a read misinterprets it. operand_data<T> is the one door through which the
+// elementwise kernels reach data: it checks the dtype once per operand and call (a compare,
+// not per element), so a kernel that computes in the wrong type (an op that let a dtype
+// through unchecked) throws an internal error before a byte is written.
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_operand_dtype(DType kernel,
+                                                                       const Tensor& t) {
+  detail::throw_internal(
+      __FILE__, __LINE__,
+      detail::str("kernel element type ", kernel, " does not match the tensor ", describe(t)));
+}
+
+template <class T>
+char* operand_data(const Tensor& t) {
+  const TensorImpl& impl = *t.impl();
+  if (impl.dtype != dtype_of_v<T>) [[unlikely]]
+    throw_operand_dtype(dtype_of_v<T>, t);
+  return static_cast<char*>(impl.data());
+}
 
 template <std::size_t N>
 struct Operands {

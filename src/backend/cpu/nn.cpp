@@ -194,9 +194,11 @@ Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
                            const Tensor& mean, const Tensor& rstd, int64_t normalized_dims) {
   const char* op = "layer_norm_backward";
   ADJOINT_ASSERT(normalized_dims >= 1 && normalized_dims <= x.dim() && gy.shape() == x.shape());
-  int64_t cols = 1;
-  for (int64_t i = x.dim() - normalized_dims; i < x.dim(); ++i) cols *= x.shape()[i];
-  const int64_t rows = cols > 0 ? x.numel() / cols : 0;
+  int64_t rows = 1, cols = 1;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    (i < x.dim() - normalized_dims ? rows : cols) *= x.shape()[i];
+  // A normalized shape of no elements (cols == 0) has an empty gradient: rows of mean and rstd
+  // (NaN, 0 / 0) but nothing to write.
   ADJOINT_ASSERT(mean.numel() == rows && rstd.numel() == rows &&
                  (!weight.defined() || weight.numel() == cols));
   Tensor out = make_empty(x.shape(), x.dtype());

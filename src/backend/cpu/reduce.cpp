@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -187,10 +188,10 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
       std::vector<Acc> acc(p.outputs);
       switch (k) {
         case Reduce::Sum:
-          run_plan<T, Acc>(p, xs, acc.data(), 0, [](Acc a, T v) { return a + Acc(v); });
+          run_plan<T, Acc>(p, xs, acc.data(), 0, [](Acc a, T v) { return add_wrap(a, Acc(v)); });
           break;
         case Reduce::Prod:
-          run_plan<T, Acc>(p, xs, acc.data(), 1, [](Acc a, T v) { return a * Acc(v); });
+          run_plan<T, Acc>(p, xs, acc.data(), 1, [](Acc a, T v) { return mul_wrap(a, Acc(v)); });
           break;
         case Reduce::Max:
           run_plan<T, Acc>(p, xs, acc.data(), std::numeric_limits<Acc>::min(),
