@@ -36,6 +36,7 @@
 #include "autograd/saved_tensor.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
+#include "core/op_scope.h"
 
 namespace adjoint {
 
@@ -233,6 +234,9 @@ namespace detail {
 
 template <class Op, class Inputs, class RunForward, class RunJvp>
 Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp&& run_jvp) {
+  // Errors raised below this op (a shape too large, memory the allocator cannot give) name
+  // it: see Note [Current op] in src/core/op_scope.h.
+  const OpScope op_scope(Op::name);
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;

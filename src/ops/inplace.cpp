@@ -7,8 +7,11 @@
 // - Forward mode: when the tensor or the operand has a tangent at a visible dual level, the
 //   op goes the out-of-place way as well, recorded or not, and the tensor takes the result's
 //   tangents. See Note [In-place ops on dual tensors] in src/autograd/forward_ad.h.
+#include <cmath>
+
 #include "adjoint/error.h"
 #include "autograd/view_tracking.h"
+#include "core/scalar_convert.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -171,6 +174,7 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+  check_alpha(result_type(*this, o), alpha, "add_");
   if (recording_with(*this, &o) || dual_with(*this, &o))
     return functional(*this, &o, "add_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
@@ -179,6 +183,7 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   return direct_binary(*this, Binary::Add, o, "add_");
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+  check_alpha(result_type(*this, o), alpha, "sub_");
   if (recording_with(*this, &o) || dual_with(*this, &o))
     return functional(*this, &o, "sub_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
@@ -209,7 +214,9 @@ Tensor& Tensor::add_(Scalar o) {
   return direct_unary(*this, Unary::AddScalar, o, "add_");
 }
 Tensor& Tensor::sub_(Scalar o) {
-  return add_(o.is_floating() ? Scalar(-o.to_double()) : Scalar(-o.to_int()));
+  if (o.is_floating()) return add_(-o.to_double());
+  // Negated in unsigned arithmetic: -INT64_MIN wraps to itself, as int64 does in PyTorch.
+  return add_(static_cast<int64_t>(0 - static_cast<uint64_t>(o.to_int())));
 }
 Tensor& Tensor::mul_(Scalar o) {
   if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
@@ -232,6 +239,15 @@ Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
                       [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
   ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
+  ADJOINT_CHECK(dtype() != DType::Bool, DType, "clamp_", "not supported for bool tensors (",
+                describe(*this), ")");
+  auto integral = [](std::optional<double> v) {
+    return !v || (detail::fits_int64(*v) && *v == std::trunc(*v));
+  };
+  ADJOINT_CHECK(is_floating(dtype()) || (integral(lo) && integral(hi)), DType, "clamp_",
+                "a bound that is not an integer gives a floating result, which cannot be stored "
+                "in ",
+                describe(*this));
   if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
   if (hi) kernels::unary_into(Unary::ClampMax, *this, *this, *hi);
   bump(*this);

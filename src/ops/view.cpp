@@ -9,15 +9,19 @@ namespace {
 Shape infer_shape(const Shape& requested, int64_t numel, const Tensor& x, const char* op) {
   Shape s = requested;
   int64_t known = 1, infer_at = -1;
+  bool overflow = false, zero = false;
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
       ADJOINT_CHECK(infer_at < 0, Shape, op, "only one dimension can be -1, got ", requested);
       infer_at = static_cast<int64_t>(i);
     } else {
       ADJOINT_CHECK(s[i] >= 0, Shape, op, "invalid size ", s[i], " in ", requested);
-      known *= s[i];
+      overflow |= __builtin_mul_overflow(known, s[i], &known);
+      zero |= s[i] == 0;
     }
   }
+  ADJOINT_CHECK(!overflow || zero, Shape, op, "shape ", requested,
+                " is too large: more than 2^63 - 1 elements");
   if (infer_at >= 0) {
     ADJOINT_CHECK(known != 0 && numel % known == 0, Shape, op, "shape ", requested,
                   " is invalid for input ", describe(x));

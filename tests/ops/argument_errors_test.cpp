@@ -98,3 +98,22 @@ TEST(Norm, InfinityNormOfAnEmptyInputIsReportedByNorm) {
   EXPECT_EQ(norm(zeros({0}), 2.0).item<float>(), 0.0f);
   EXPECT_EQ(norm(zeros({0}), 1.0).item<float>(), 0.0f);
 }
+
+TEST(InPlace, IntegerAlphaCheckAndBoundsOfClampMatchPyTorch) {
+  Tensor a = ints({1, 2});
+  expect_error([&] { a.add_(ints({3, 4}), 2.0); }, ErrorKind::DType, {"[add_]", "alpha"});
+  expect_error([&] { a.sub_(ints({3, 4}), 2.0); }, ErrorKind::DType, {"[sub_]", "alpha"});
+  a.add_(ints({3, 4}), 2);
+  EXPECT_EQ(a.to_vector<int64_t>(), (std::vector<int64_t>{7, 10}));
+  // -INT64_MIN wraps to itself as int64 arithmetic does (it was a signed overflow)
+  Tensor m = ints({5});
+  m.sub_(std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(m.to_vector<int64_t>()[0],
+            static_cast<int64_t>(5 + static_cast<uint64_t>(std::numeric_limits<int64_t>::min())));
+  Tensor b = tensor(std::vector<bool>{true, false});
+  expect_error([&] { b.clamp_(0.0, 1.0); }, ErrorKind::DType, {"[clamp_]", "bool"});
+  Tensor i = ints({-3, 4});
+  expect_error([&] { i.clamp_(0.5, std::nullopt); }, ErrorKind::DType, {"[clamp_]", "not an integer"});
+  i.clamp_(0.0, 2.0);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{0, 2}));
+}

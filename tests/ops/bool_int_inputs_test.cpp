@@ -30,10 +30,12 @@ TEST(BoolInputs, ArithmeticUnaryOpsRaiseNamingTheOp) {
 }
 
 TEST(BoolInputs, InPlaceClampOfBoolRaisesAndLeavesTheTensorAlone) {
-  // Tensor::clamp_ calls the kernel directly: the kernel entry refuses bool.
+  // Tensor::clamp_ refuses bool by name (the kernel entry would too, as [clamp]).
   Tensor x = bools();
-  expect_error([&] { x.clamp_(0.0, 1.0); }, ErrorKind::DType, {"[clamp]", "bool"});
-  expect_error([&] { x.clamp_(std::nullopt, 0.0); }, ErrorKind::DType, {"[clamp]", "bool"});
+  expect_error([&] { x.clamp_(0.0, 1.0); }, ErrorKind::DType, {"[clamp_]", "bool"});
+  expect_error([&] { x.clamp_(std::nullopt, 0.0); }, ErrorKind::DType, {"[clamp_]", "bool"});
+  expect_error([&] { kernels::unary_into(kernels::Unary::ClampMin, x, x, 0.0); }, ErrorKind::DType,
+               {"[clamp]", "bool"});
   EXPECT_EQ(x.to_vector<bool>(), (std::vector<bool>{true, false, true}));
 }
 
