@@ -58,7 +58,8 @@ bool scalar_cast_ok(double v) { return std::isfinite(v) && std::fabs(v) < 9.2e18
 
 double pick_double(uint8_t b) {
   double v = kDoubles[b & 31];
-  if (avoid_known() && !scalar_cast_ok(v)) v = 2.5;
+  // Also no subnormals: 1 / 1e-310 is inf.
+  if (avoid_known() && (!scalar_cast_ok(v) || (v != 0 && std::fabs(v) < 1e-300))) v = 2.5;
   return v;
 }
 
@@ -124,6 +125,13 @@ Tensor make_values(const Shape& shape, DType dtype, int style, uint64_t seed) {
   return tensor(v, shape, dtype);
 }
 
+// What the run_op calls of one program did that the forward/reverse identity check must know:
+// ops after which J t and J^T c are no longer one linear map and its transpose.
+struct RunInfo {
+  bool linear_ok = true;  // no hook scaling a gradient, no grad-mode flip, no detach, ...
+  bool float32 = false;   // some value was float32: a looser tolerance
+};
+
 // What one run of a program sees and makes.
 struct Machine {
   std::vector<Tensor> values;  // inputs first, then each op's results
@@ -133,6 +141,8 @@ struct Machine {
   bool checkpoint_mode = false;
   bool create_graph = false;
   int errors = 0;
+  RunInfo info;
+  std::vector<Tensor> inputs;
 
   // Operands: mostly recent values.
   const Tensor& pick(uint8_t b) const {
@@ -274,10 +284,36 @@ void run_op(Machine& m, const uint8_t* instr) {
   // Copies (cheap handles): push() may move the values.
   const Tensor x = m.pick(a0);
   const Tensor y = m.pick(a1);
+  if (x.dtype() == DType::Float32) m.info.float32 = true;
+  switch (op) {
+    case kDetach:
+    case kRequiresGrad:
+    case kHook:
+    case kGradMode:
+    case kInplaceScalar:
+    case kInplaceTensor:
+    case kInplaceClamp:
+      // Detached values lose their tangent but not (for reverse mode) their place; a hook
+      // scales one side only; in place on an input changes what the tangents belong to.
+      if (op < kInplaceScalar || op > kInplaceClamp) {
+        m.info.linear_ok = false;
+      } else {
+        for (const Tensor& in : m.inputs)
+          if (in.shares_storage(x)) m.info.linear_ok = false;
+      }
+      break;
+    default:
+      break;
+  }
   // Bool tensors through the unary kernels (abs, square, relu, sign, clamp_, and the scalar
   // arithmetic that shares them: x + true, add_(true)): a known heap overflow.
   if (avoid_known() && x.dtype() == DType::Bool &&
       ((op <= kPowScalarBase && op != kLogicalNot) || op == kScalarArith))
+    return;
+  // Means over no elements scale by 1 / 0 = inf through a Scalar: the known UB cast.
+  if (avoid_known() && x.numel() == 0 &&
+      (op == kMean || op == kVar || op == kStd || op == kMseLoss || op == kCrossEntropy ||
+       op == kNllLoss || op == kBceWithLogits || op == kLayerNorm))
     return;
   switch (op) {
     case kNeg:
@@ -330,8 +366,9 @@ void run_op(Machine& m, const uint8_t* instr) {
       return m.push(softplus(x, pick_double(a1), pick_double(a2)));
     case kClamp: {
       std::optional<double> lo, hi;
-      if (!(a3 & 0x80)) lo = kDoubles[a1 & 31];
-      if (!(a3 & 0x40)) hi = kDoubles[a2 & 31];
+      // Bounds are cast to the tensor's type: inf, NaN or huge into int64 is the known UB cast.
+      if (!(a3 & 0x80)) lo = pick_double(a1);
+      if (!(a3 & 0x40)) hi = pick_double(a2);
       if (known_bool_kernel_bug(x)) return;
       return m.push(clamp(x, lo, hi));
     }
@@ -339,6 +376,8 @@ void run_op(Machine& m, const uint8_t* instr) {
       if (avoid_known() && !x.is_floating_point()) return;  // integer overflow (reported)
       return m.push(pow(x, pick_scalar(a1)));
     case kPowScalarBase:
+      // d/dx b^x = log(b) b^x: log(0) = -inf through a Scalar, the known UB cast.
+      if (avoid_known() && !(pick_scalar(a1).to_double() > 0)) return;
       return m.push(pow(pick_scalar(a1), x));
     case kTo:
       // NaN, inf and out-of-range floats to int64: an undefined cast (reported).
@@ -458,9 +497,12 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kMean:
       return m.push(mean(x, pick_dims(a1), a2 & 1));
     case kVar:
-      return m.push(var(x, pick_dims(a1), (a2 >> 1) % 3, a2 & 1));
-    case kStd:
-      return m.push(adjoint::std(x, pick_dims(a1), (a2 >> 1) % 3, a2 & 1));
+    case kStd: {
+      // A correction >= the count divides by 0: Scalar(inf), the known UB cast.
+      const int64_t correction = avoid_known() ? 0 : (a2 >> 1) % 3;
+      return m.push(op == kVar ? var(x, pick_dims(a1), correction, a2 & 1)
+                               : adjoint::std(x, pick_dims(a1), correction, a2 & 1));
+    }
     case kProd:
       return m.push(prod(x, pick_dims(a1), a2 & 1));
     case kMaxAll:
@@ -481,8 +523,13 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kLogsumexp:
       if (avoid_known()) return;  // Scalar(-inf) inside logsumexp: a known UB cast
       return m.push(logsumexp(x, pick_dims(a1), a2 & 1));
-    case kNorm:
-      return m.push(norm(x, a3 & 1 ? pick_double(a3 >> 3) : 2.0, pick_dims(a1), a2 & 1));
+    case kNorm: {
+      // p = 1e-30 makes 1 / p = 1e30 a Scalar: the known UB cast.
+      constexpr double kSafeP[4] = {1, 3, 0.5, 2};
+      double p = a3 & 1 ? kDoubles[a3 >> 3] : 2.0;
+      if (avoid_known()) p = kSafeP[(a3 >> 3) & 3];
+      return m.push(norm(x, p, pick_dims(a1), a2 & 1));
+    }
     case kArgmax:
     case kArgmin: {
       std::optional<int64_t> dim;
@@ -644,7 +691,13 @@ void run_op(Machine& m, const uint8_t* instr) {
       if (a2 & 0x10) target = target.masked_fill(fresh_bool(target.shape(), 0, a4), -100);
       if (a2 & 0x20) target = y;
       const auto red = static_cast<Reduction>(a2 % 3);
-      const int64_t ignore = a2 & 0x40 ? 0 : -100;
+      int64_t ignore = a2 & 0x40 ? 0 : -100;
+      // A mean over targets that are all ignored is 0 * NaN with NaN as a Scalar: the known
+      // UB cast.
+      if (avoid_known() && red == Reduction::Mean) {
+        if (a2 & 0x30) return;
+        ignore = -100;
+      }
       return m.push(op == kCrossEntropy ? cross_entropy(x, target, red, ignore)
                                         : nll_loss(x, target, red, ignore));
     }
@@ -677,8 +730,11 @@ void run_op(Machine& m, const uint8_t* instr) {
       // either; then both the base and the view go on being used.
       Tensor base = a1 & 0x80 ? x.clone() : x;
       Tensor v = view_of(base, a1);
-      // In place with itself as the operand while recording: a reference cycle (reported).
+      // In place on a recorded tensor that some node saved (itself as the operand, or an
+      // earlier op's input): a reference cycle, leaked (reported). A fresh clone is saved
+      // by nothing yet.
       if (avoid_known() && op == kInplaceTensor && m.pick(a3).shares_storage(v)) return;
+      if (avoid_known() && v.requires_grad() && !v.is_leaf() && !(a1 & 0x80)) return;
       // add_/sub_/mul_/div_(Scalar) on bool run the unary kernels: the known bool overflow.
       if (avoid_known() && op == kInplaceScalar && v.dtype() == DType::Bool && a2 % 6 < 4) return;
       if (op == kInplaceScalar) {
@@ -735,8 +791,8 @@ void run_op(Machine& m, const uint8_t* instr) {
       } else {
         if (known_bool_kernel_bug(v)) return;  // clamp_ on bool: known
         std::optional<double> lo, hi;
-        if (a4 & 1) lo = kDoubles[a2 & 31];
-        if (a4 & 2) hi = kDoubles[a3 & 31];
+        if (a4 & 1) lo = pick_double(a2);
+        if (a4 & 2) hi = pick_double(a3);
         v.clamp_(lo, hi);
       }
       m.push(base);
@@ -886,9 +942,11 @@ std::vector<Tensor> make_inputs(const Program& p) {
 }
 
 // Runs the ops over `inputs`; returns the last `outputs` values.
-std::vector<Tensor> interpret(const Program& p, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> interpret(const Program& p, const std::vector<Tensor>& inputs,
+                              RunInfo* info = nullptr) {
   Machine m;
   m.values = inputs;
+  m.inputs = inputs;
   m.checkpoint_mode = p.mode & kModeCheckpoint;
   m.create_graph = p.mode & kModeDoubleBackward;
   const bool grad_mode = is_grad_enabled();
@@ -901,6 +959,7 @@ std::vector<Tensor> interpret(const Program& p, const std::vector<Tensor>& input
     }
   }
   set_grad_enabled(grad_mode);
+  if (info) *info = m.info;
   std::vector<Tensor> outs;
   for (int i = 0; i < p.outputs; ++i)
     outs.push_back(m.values[m.values.size() - 1 - (i % m.values.size())]);
@@ -943,6 +1002,9 @@ std::optional<std::vector<Tensor>> reverse(const Program& p, const std::vector<T
   const bool create = p.mode & kModeDoubleBackward;
   const bool retain = p.mode & kModeRetain;
   std::vector<Tensor> grads;
+  if (trace())
+    std::fprintf(stderr, "  backward: %zu outputs, %zu leaves%s%s\n", diff_outs.size(),
+                 leaves.size(), create ? ", create_graph" : "", retain ? ", retain_graph" : "");
   const bool ok = run_expecting_errors([&] {
     for (const Tensor& x : leaves) x.zero_grad();
     if (p.use_grad_fn && !leaves.empty()) {
@@ -963,6 +1025,7 @@ std::optional<std::vector<Tensor>> reverse(const Program& p, const std::vector<T
       s = s.defined() ? s + term : term;
     }
     if (!s.defined()) return;
+    if (trace()) std::fprintf(stderr, "  double backward\n");
     std::vector<Tensor> second = autograd::grad({s}, leaves, {}, false, false, true);
     for (std::size_t i = 0; i < leaves.size(); ++i) check_grad(leaves[i], second[i]);
   });
@@ -975,17 +1038,70 @@ std::optional<std::vector<Tensor>> reverse(const Program& p, const std::vector<T
   return detached;
 }
 
+// sum(a * b) in float64, with the sum of |a * b| (the scale of its rounding error); false when
+// some product is not finite.
+bool dot(const Tensor& a, const Tensor& b, double& sum, double& scale) {
+  if (!a.defined() || !b.defined()) return true;  // an undefined tangent or gradient is zero
+  if (a.shape() != b.shape()) return false;
+  const std::vector<double> va = a.detach().to(DType::Float64).to_vector<double>();
+  const std::vector<double> vb = b.detach().to(DType::Float64).to_vector<double>();
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const double p = va[i] * vb[i];
+    if (!std::isfinite(p) || std::fabs(va[i]) > 1e6 || std::fabs(vb[i]) > 1e6) return false;
+    sum += p;
+    scale += std::fabs(p);
+  }
+  return true;
+}
+
+// Forward and reverse mode are one linear map and its transpose: with input tangents t and
+// output cotangents c (those reverse() used), <c, J t> = <J^T c, t>. Checked when every input
+// with a tangent is a leaf that requires grad and vice versa, and all numbers are finite.
+void check_transpose(const Program& p, const std::vector<Tensor>& primals,
+                     const std::vector<Tensor>& tangents, const std::vector<Tensor>& outs,
+                     const std::vector<Tensor>& grads, const RunInfo& info) {
+  std::vector<std::size_t> leaf_index;
+  for (std::size_t i = 0; i < primals.size(); ++i) {
+    const bool leaf = primals[i].requires_grad() && primals[i].is_leaf();
+    if (leaf != tangents[i].defined()) return;
+    if (leaf) leaf_index.push_back(i);
+  }
+  if (leaf_index.size() != grads.size()) return;
+  double lhs = 0, rhs = 0, scale = 0;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    Tensor tangent;
+    if (!run_expecting_errors([&] { tangent = unpack_dual(outs[i]).second; })) return;
+    if (!outs[i].requires_grad()) {
+      if (tangent.defined()) return;  // a tangent where no gradient flows back
+      continue;
+    }
+    const Tensor c = make_values(outs[i].shape(), outs[i].dtype(), 1, 77 + i);  // as reverse()
+    if (!dot(c, tangent, lhs, scale)) return;
+  }
+  for (std::size_t j = 0; j < grads.size(); ++j)
+    if (!dot(grads[j], tangents[leaf_index[j]], rhs, scale)) return;
+  const double tol = (info.float32 ? 1e-4 : 1e-9) * (1 + scale);
+  if (trace()) std::fprintf(stderr, "  <c, J t> = %.17g, <J^T c, t> = %.17g\n", lhs, rhs);
+  if (!(std::fabs(lhs - rhs) <= tol)) {
+    char detail[160];
+    std::snprintf(detail, sizeof detail, "<c, J t> = %.17g but <J^T c, t> = %.17g (mode 0x%02x)",
+                  lhs, rhs, p.mode);
+    finding("forward and reverse mode disagree:", detail);
+  }
+}
+
 // Everything one run does; `checkpointed` puts the ops inside checkpoint().
 std::optional<std::vector<Tensor>> run_program(const Program& p, bool checkpointed, bool dual) {
   std::vector<Tensor> inputs = make_inputs(p);
   std::optional<DualLevel> level;
   std::vector<Tensor> primals = inputs;
+  std::vector<Tensor> tangents(inputs.size());
   if (dual) {
     level.emplace();
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (!inputs[i].is_floating_point() || (p.inputs[i].seed & 0x80)) continue;
       const Tensor t = make_values(inputs[i].shape(), inputs[i].dtype(), 1, p.inputs[i].seed + 1);
-      run_expecting_errors([&] { inputs[i] = make_dual(inputs[i], t); });
+      if (run_expecting_errors([&] { inputs[i] = make_dual(inputs[i], t); })) tangents[i] = t;
     }
   }
   if (p.mode & kModeHooks) {
@@ -997,6 +1113,8 @@ std::optional<std::vector<Tensor>> run_program(const Program& p, bool checkpoint
         });
   }
   std::vector<Tensor> outs;
+  RunInfo info;
+  info.linear_ok = !checkpointed;
   {
     std::optional<NoGradGuard> no_grad;
     std::optional<InferenceMode> inference;
@@ -1009,7 +1127,7 @@ std::optional<std::vector<Tensor>> run_program(const Program& p, bool checkpoint
           }))
         return std::nullopt;
     } else {
-      outs = interpret(p, inputs);
+      outs = interpret(p, inputs, &info);
     }
   }
   if (dual) {
@@ -1023,7 +1141,10 @@ std::optional<std::vector<Tensor>> run_program(const Program& p, bool checkpoint
   }
   if (!(p.mode & kModeBackward)) return std::nullopt;
   // Gradients go to the leaves (inputs made dual are views of them).
-  return reverse(p, primals, outs);
+  std::optional<std::vector<Tensor>> grads = reverse(p, primals, outs);
+  if (dual && grads && info.linear_ok && p.run == 0 && !(p.mode & kModeRetain))
+    check_transpose(p, primals, tangents, outs, *grads, info);
+  return grads;
 }
 
 // transforms' jvp over the float inputs, beside the make_dual run: the same tangents must
