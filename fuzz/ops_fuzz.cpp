@@ -831,7 +831,10 @@ void run_op(Machine& m, const uint8_t* instr) {
       }
     }
     case kRequiresGrad: {
-      if (m.checkpoint_mode) return;  // a new leaf inside checkpoint: not the same on rerun
+      // A new leaf inside checkpoint is not the same leaf on the rerun; with create_graph, its
+      // .grad would hold a graph holding it (the cycle PyTorch documents), which the end of
+      // reverse() only breaks for the inputs.
+      if (m.checkpoint_mode || m.create_graph) return;
       Tensor t = x;
       t.requires_grad_(a1 & 1);
       return;
@@ -1080,7 +1083,11 @@ void check_transpose(const Program& p, const std::vector<Tensor>& primals,
   }
   for (std::size_t j = 0; j < grads.size(); ++j)
     if (!dot(grads[j], tangents[leaf_index[j]], rhs, scale)) return;
-  const double tol = (info.float32 ? 1e-4 : 1e-9) * (1 + scale);
+  bool float32 = info.float32;
+  for (const auto* list : {&primals, &outs, &grads})
+    for (const Tensor& t : *list)
+      if (t.defined() && t.dtype() == DType::Float32) float32 = true;
+  const double tol = (float32 ? 1e-4 : 1e-9) * (1 + scale);
   if (trace()) std::fprintf(stderr, "  <c, J t> = %.17g, <J^T c, t> = %.17g\n", lhs, rhs);
   if (!(std::fabs(lhs - rhs) <= tol)) {
     char detail[160];
