@@ -27,7 +27,7 @@ for t in "${targets[@]}"; do
   [ -f "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
   echo "fuzz: $t for ${seconds}s (corpus $work/corpus + fuzz/corpus/$t)"
   # -timeout: one input running past 10 s is a finding (a hang); -rss_limit_mb: so is 2 GB.
-  if ! "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  if ! "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -print_funcs=0 \
       -artifact_prefix="$work/artifacts/" "${dict[@]}" ${FUZZ_FLAGS:-} \
       "$work/corpus" "fuzz/corpus/$t" >"$work/log.txt" 2>&1; then
     status=1
