@@ -59,14 +59,14 @@ bool scalar_cast_ok(double v) { return std::isfinite(v) && std::fabs(v) < 9.2e18
 double pick_double(uint8_t b) {
   double v = kDoubles[b & 31];
   // Also no subnormals: 1 / 1e-310 is inf.
-  if (avoid_known() && (!scalar_cast_ok(v) || (v != 0 && std::fabs(v) < 1e-300))) v = 2.5;
+  if (avoid("scalar-cast") && (!scalar_cast_ok(v) || (v != 0 && std::fabs(v) < 1e-300))) v = 2.5;
   return v;
 }
 
 Scalar pick_scalar(uint8_t b) {
   switch (b >> 6) {
     case 2:
-      return Scalar(kInts[avoid_known() ? (b & 7) % 6 : b & 7]);
+      return Scalar(kInts[avoid("int-extremes") ? (b & 7) % 6 : b & 7]);
     case 3:
       return Scalar(static_cast<bool>(b & 1));
     default:
@@ -80,7 +80,7 @@ DType pick_dtype(uint8_t b) {
 }
 
 int64_t pick_size(uint8_t nibble) {
-  if (nibble == 15 && !avoid_known()) return kHuge;  // numel overflow: a known bug
+  if (nibble == 15 && !avoid("huge-shape")) return kHuge;  // numel overflow: a known bug
   return nibble % 5;
 }
 
@@ -94,8 +94,8 @@ Tensor make_values(const Shape& shape, DType dtype, int style, uint64_t seed) {
     std::vector<int64_t> v(static_cast<std::size_t>(n));
     for (auto& x : v) {
       x = rng.below(7) - 3;
-      // INT64_MIN/MAX: integer overflow in the kernels (reported, see avoid_known).
-      if (style == 2 && rng.below(4) == 0) x = kInts[rng.below(avoid_known() ? 6 : 8)];
+      // INT64_MIN/MAX: integer overflow in the kernels (reported).
+      if (style == 2 && rng.below(4) == 0) x = kInts[rng.below(avoid("int-extremes") ? 6 : 8)];
       if (style == 3) x = rng.below(4);
     }
     return tensor(v, shape);
@@ -198,7 +198,7 @@ Shape pick_shape(const Tensor& x, uint8_t a, uint8_t b) {
         const int nib = (b >> (2 * i)) & 3;
         s.push_back(i == 0 && (a & 0x80) ? -1 : nib + (a >> 6));
       }
-      if ((a & 0xc0) == 0xc0 && !avoid_known()) s.push_back(kHuge);  // numel overflow (known)
+      if ((a & 0xc0) == 0xc0 && !avoid("huge-shape")) s.push_back(kHuge);  // numel overflow (known)
       return s;
     }
   }
@@ -240,7 +240,7 @@ int64_t size_at(const Tensor& x, int64_t dim) {
 
 // Under ADJOINT_FUZZ_AVOID_KNOWN: the ops and arguments that reach a known bug.
 bool known_bool_kernel_bug(const Tensor& x) {
-  return avoid_known() && x.defined() && x.dtype() == DType::Bool;
+  return avoid("bool-unary") && x.defined() && x.dtype() == DType::Bool;
 }
 
 // A view of `base` picked by `how`: itself, a slice, a select, a transpose or an expand.
@@ -307,11 +307,11 @@ void run_op(Machine& m, const uint8_t* instr) {
   }
   // Bool tensors through the unary kernels (abs, square, relu, sign, clamp_, and the scalar
   // arithmetic that shares them: x + true, add_(true)): a known heap overflow.
-  if (avoid_known() && x.dtype() == DType::Bool &&
+  if (avoid("bool-unary") && x.dtype() == DType::Bool &&
       ((op <= kPowScalarBase && op != kLogicalNot) || op == kScalarArith))
     return;
   // Means over no elements scale by 1 / 0 = inf through a Scalar: the known UB cast.
-  if (avoid_known() && x.numel() == 0 &&
+  if (avoid("scalar-cast") && x.numel() == 0 &&
       (op == kMean || op == kVar || op == kStd || op == kMseLoss || op == kCrossEntropy ||
        op == kNllLoss || op == kBceWithLogits || op == kLayerNorm))
     return;
@@ -373,15 +373,15 @@ void run_op(Machine& m, const uint8_t* instr) {
       return m.push(clamp(x, lo, hi));
     }
     case kPowScalar:
-      if (avoid_known() && !x.is_floating_point()) return;  // integer overflow (reported)
+      if (avoid("int-pow") && !x.is_floating_point()) return;  // integer overflow (reported)
       return m.push(pow(x, pick_scalar(a1)));
     case kPowScalarBase:
       // d/dx b^x = log(b) b^x: log(0) = -inf through a Scalar, the known UB cast.
-      if (avoid_known() && !(pick_scalar(a1).to_double() > 0)) return;
+      if (avoid("scalar-cast") && !(pick_scalar(a1).to_double() > 0)) return;
       return m.push(pow(pick_scalar(a1), x));
     case kTo:
       // NaN, inf and out-of-range floats to int64: an undefined cast (reported).
-      if (avoid_known() && x.is_floating_point() && pick_dtype(a1) == DType::Int64) return;
+      if (avoid("float-to-int") && x.is_floating_point() && pick_dtype(a1) == DType::Int64) return;
       return m.push(x.to(pick_dtype(a1)));
     case kContiguous:
       return m.push(x.contiguous());
@@ -394,7 +394,8 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kSub: {
       const Scalar alpha = a2 & 0x80 ? pick_scalar(a3) : Scalar(1);
       // add(int, int, alpha = a double): a known internal assert.
-      if (avoid_known() && alpha.is_floating() && !x.is_floating_point() && !y.is_floating_point())
+      if (avoid("int-alpha-assert") && alpha.is_floating() && !x.is_floating_point() &&
+          !y.is_floating_point())
         return;
       return m.push(op == kAdd ? add(x, y, alpha) : sub(x, y, alpha));
     }
@@ -408,7 +409,7 @@ void run_op(Machine& m, const uint8_t* instr) {
       return m.push(maximum(x, y));
     case kPow:
       // Integer pow overflows through a double-to-int64 cast (reported).
-      if (avoid_known() && !x.is_floating_point() && !y.is_floating_point()) return;
+      if (avoid("int-pow") && !x.is_floating_point() && !y.is_floating_point()) return;
       return m.push(pow(x, y));
     case kCompare: {
       switch (a2 % 6) {
@@ -454,7 +455,7 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kScalarArith: {
       const Scalar s = pick_scalar(a2);
       // x / 0 and x / tiny become x * inf: Scalar(inf), a known UB cast.
-      if (avoid_known() && a1 % 8 == 3 && !(std::fabs(s.to_double()) > 1e-300)) return;
+      if (avoid("scalar-cast") && a1 % 8 == 3 && !(std::fabs(s.to_double()) > 1e-300)) return;
       switch (a1 % 8) {
         case 0:
           return m.push(x + s);
@@ -499,7 +500,7 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kVar:
     case kStd: {
       // A correction >= the count divides by 0: Scalar(inf), the known UB cast.
-      const int64_t correction = avoid_known() ? 0 : (a2 >> 1) % 3;
+      const int64_t correction = avoid("scalar-cast") ? 0 : (a2 >> 1) % 3;
       return m.push(op == kVar ? var(x, pick_dims(a1), correction, a2 & 1)
                                : adjoint::std(x, pick_dims(a1), correction, a2 & 1));
     }
@@ -521,13 +522,13 @@ void run_op(Machine& m, const uint8_t* instr) {
     case kAmin:
       return m.push(amin(x, pick_dims(a1), a2 & 1));
     case kLogsumexp:
-      if (avoid_known()) return;  // Scalar(-inf) inside logsumexp: a known UB cast
+      if (avoid("scalar-cast")) return;  // Scalar(-inf) inside logsumexp: a known UB cast
       return m.push(logsumexp(x, pick_dims(a1), a2 & 1));
     case kNorm: {
       // p = 1e-30 makes 1 / p = 1e30 a Scalar: the known UB cast.
       constexpr double kSafeP[4] = {1, 3, 0.5, 2};
       double p = a3 & 1 ? kDoubles[a3 >> 3] : 2.0;
-      if (avoid_known()) p = kSafeP[(a3 >> 3) & 3];
+      if (avoid("scalar-cast")) p = kSafeP[(a3 >> 3) & 3];
       return m.push(norm(x, p, pick_dims(a1), a2 & 1));
     }
     case kArgmax:
@@ -650,14 +651,14 @@ void run_op(Machine& m, const uint8_t* instr) {
       if (!s.empty()) s[((dim % x.dim()) + x.dim()) % x.dim()] = k;
       const Tensor src = make_values(s, x.dtype(), 1, a4);
       // A 0-d input with several indices reads past a 0-d source (reported).
-      if (avoid_known() && x.dim() == 0) return;
+      if (avoid("index-add-0d") && x.dim() == 0) return;
       return m.push(index_add(x, dim, idx, src));
     }
     case kMaskedFill: {
       const Tensor mask = y.dtype() == DType::Bool && (a4 & 1) ? y : fresh_bool(x.shape(), a2, a3);
       const Scalar v = pick_scalar(a1);
       // masked_fill with a non-finite value (-inf) and NaN into integer tensors: known bugs.
-      if (avoid_known() && (!scalar_cast_ok(v.to_double()) || !x.is_floating_point())) return;
+      if (avoid("scalar-cast") && (!scalar_cast_ok(v.to_double()))) return;
       return m.push(masked_fill(x, mask, v));
     }
     case kEmbedding: {
@@ -680,7 +681,8 @@ void run_op(Machine& m, const uint8_t* instr) {
       return m.push(log_softmax(x, pick_dim(a1)));
     case kMaskedSoftmax:
       // Not along the last dim it fills -inf through a Scalar: a known UB cast.
-      if (avoid_known() && (x.dim() == 0 || (pick_dim(a1) != -1 && pick_dim(a1) != x.dim() - 1)))
+      if (avoid("scalar-cast") &&
+          (x.dim() == 0 || (pick_dim(a1) != -1 && pick_dim(a1) != x.dim() - 1)))
         return;
       return m.push(masked_softmax(x, fresh_bool(x.shape(), a2, a3), pick_dim(a1)));
     case kCrossEntropy:
@@ -694,7 +696,7 @@ void run_op(Machine& m, const uint8_t* instr) {
       int64_t ignore = a2 & 0x40 ? 0 : -100;
       // A mean over targets that are all ignored is 0 * NaN with NaN as a Scalar: the known
       // UB cast.
-      if (avoid_known() && red == Reduction::Mean) {
+      if (avoid("scalar-cast") && red == Reduction::Mean) {
         if (a2 & 0x30) return;
         ignore = -100;
       }
@@ -714,7 +716,7 @@ void run_op(Machine& m, const uint8_t* instr) {
       for (int64_t i = std::max<int64_t>(0, x.dim() - k); i < x.dim(); ++i) ns.push_back(x.size(i));
       if (a1 & 0x80) ns = pick_shape(x, a3, a4);
       // layer_norm over an empty normalized shape: a known bug in its backward.
-      if (avoid_known() && (ns.empty() || ns.numel() == 0)) return;
+      if (avoid("layer-norm-empty") && (ns.empty() || ns.numel() == 0)) return;
       const Tensor w = a2 & 1 ? make_values(ns, x.dtype(), 1, a3) : Tensor();
       const Tensor b = a2 & 2 ? make_values(ns, x.dtype(), 1, a4) : Tensor();
       const double eps = a2 & 4 ? pick_double(a2 >> 3) : 1e-5;
@@ -733,10 +735,12 @@ void run_op(Machine& m, const uint8_t* instr) {
       // In place on a recorded tensor that some node saved (itself as the operand, or an
       // earlier op's input): a reference cycle, leaked (reported). A fresh clone is saved
       // by nothing yet.
-      if (avoid_known() && op == kInplaceTensor && m.pick(a3).shares_storage(v)) return;
-      if (avoid_known() && v.requires_grad() && !v.is_leaf() && !(a1 & 0x80)) return;
+      if (avoid("inplace-saved-cycle") && op == kInplaceTensor && m.pick(a3).shares_storage(v))
+        return;
+      if (avoid("inplace-saved-cycle") && v.requires_grad() && !v.is_leaf() && !(a1 & 0x80)) return;
       // add_/sub_/mul_/div_(Scalar) on bool run the unary kernels: the known bool overflow.
-      if (avoid_known() && op == kInplaceScalar && v.dtype() == DType::Bool && a2 % 6 < 4) return;
+      if (avoid("bool-unary") && op == kInplaceScalar && v.dtype() == DType::Bool && a2 % 6 < 4)
+        return;
       if (op == kInplaceScalar) {
         const Scalar s = pick_scalar(a3);
         const bool int_target = !v.is_floating_point();
@@ -752,11 +756,11 @@ void run_op(Machine& m, const uint8_t* instr) {
             break;
           case 3:
             // div_ by zero, and NaN or inf into integer tensors: known bugs.
-            if (avoid_known() && (s.to_double() == 0 || int_target)) return;
+            if (avoid("scalar-cast") && (s.to_double() == 0 || int_target)) return;
             v.div_(s);
             break;
           case 4:
-            if (avoid_known() && int_target && !scalar_cast_ok(s.to_double())) return;
+            if (avoid("nan-fill-int") && int_target && !scalar_cast_ok(s.to_double())) return;
             v.fill_(s);
             break;
           default:
@@ -769,7 +773,7 @@ void run_op(Machine& m, const uint8_t* instr) {
           case 0:
           case 1: {
             const Scalar alpha = a4 & 0x80 ? pick_scalar(a4) : Scalar(1);
-            if (avoid_known() && alpha.is_floating() && !v.is_floating_point() &&
+            if (avoid("int-alpha-assert") && alpha.is_floating() && !v.is_floating_point() &&
                 !o.is_floating_point())
               return;
             a2 % 5 == 0 ? v.add_(o, alpha) : v.sub_(o, alpha);
@@ -779,12 +783,12 @@ void run_op(Machine& m, const uint8_t* instr) {
             v.mul_(o);
             break;
           case 3:
-            if (avoid_known() && !v.is_floating_point()) return;  // div_ into ints: known
+            if (avoid("nan-fill-int") && !v.is_floating_point()) return;  // div_ into ints: known
             v.div_(o);
             break;
           default:
             // Floats into int64 (NaN, inf, huge): an undefined cast (reported).
-            if (avoid_known() && o.is_floating_point() && v.dtype() == DType::Int64) return;
+            if (avoid("float-to-int") && o.is_floating_point() && v.dtype() == DType::Int64) return;
             v.copy_(o);
             break;
         }
@@ -809,14 +813,14 @@ void run_op(Machine& m, const uint8_t* instr) {
           return m.push(ones(Shape{n}, dt));
         case 2: {
           const Scalar v = pick_scalar(a4);
-          if (avoid_known() && !is_floating(dt) && !scalar_cast_ok(v.to_double())) return;
+          if (avoid("nan-fill-int") && !is_floating(dt) && !scalar_cast_ok(v.to_double())) return;
           return m.push(full(Shape{n}, v, dt));  // NaN into int64: known
         }
         case 3:
           return m.push(arange(static_cast<int64_t>(a2 % 7) - 1, dt));
         case 4:
           // A tiny step or an infinite range: an undefined cast of its length (reported).
-          if (avoid_known()) return;
+          if (avoid("arange-length")) return;
           return m.push(arange(pick_double(a4) / 4, pick_double(a2), pick_double(a3 >> 2)));
         case 5:
           return m.push(linspace(-1, 1, static_cast<int64_t>(a2 % 6) - 1, dt));
@@ -862,7 +866,7 @@ void run_op(Machine& m, const uint8_t* instr) {
       if (x.numel() == 1) {
         (void)x.item<double>();
         // double -> int64 of NaN / inf: an undefined cast (reported).
-        if (!avoid_known() || !x.is_floating_point()) (void)x.item<int64_t>();
+        if (!avoid("float-to-int") || !x.is_floating_point()) (void)x.item<int64_t>();
       }
       (void)x.to_vector<float>();
       return;
