@@ -454,8 +454,8 @@ void run_op(Machine& m, const uint8_t* instr) {
     }
     case kScalarArith: {
       const Scalar s = pick_scalar(a2);
-      // x / 0 and x / tiny become x * inf: Scalar(inf), a known UB cast.
-      if (avoid("scalar-cast") && a1 % 8 == 3 && !(std::fabs(s.to_double()) > 1e-300)) return;
+      // x / 0 and x / 1e-30 become x * inf, x * 1e30: a Scalar past int64, the known UB cast.
+      if (avoid("scalar-cast") && a1 % 8 == 3 && !(std::fabs(s.to_double()) > 1e-18)) return;
       switch (a1 % 8) {
         case 0:
           return m.push(x + s);
@@ -756,7 +756,7 @@ void run_op(Machine& m, const uint8_t* instr) {
             break;
           case 3:
             // div_ by zero, and NaN or inf into integer tensors: known bugs.
-            if (avoid("scalar-cast") && (s.to_double() == 0 || int_target)) return;
+            if (avoid("scalar-cast") && (!(std::fabs(s.to_double()) > 1e-18) || int_target)) return;
             v.div_(s);
             break;
           case 4:
