@@ -80,6 +80,11 @@ void loader_seeds(const fs::path& dir) {
   write_file(dir / "u8.safetensors", one_tensor("U8", "[]", bytes_of(std::vector<uint8_t>{255})));
   write_file(dir / "bool_bytes.safetensors",
              one_tensor("BOOL", "[3]", bytes_of(std::vector<uint8_t>{0, 1, 2})));
+  // Regressions: inputs that once broke the loader (see tests/io/io_fuzz_regressions_test.cpp).
+  write_file(dir / "regress_deep_nesting.safetensors",
+             raw_safetensors(R"({"t":{"dtype":"F32","shape":)" + std::string(40, '[') +
+                                 std::string(40, ']') + R"(,"data_offsets":[0,0]}})",
+                             ""));
   // Checkpoints of the loader target's parameters, with Adam and with SGD state.
   {
     io::NamedTensors params = loaders_params();
