@@ -56,14 +56,14 @@ inline constexpr const char* kKnownBugs[] = {
     "trainer-stoull",    // Trainer::resume: std::stoull on metadata that is not a number
 };
 inline constexpr const char* kReportedBugs[] = {
-    "int-extremes",            // int64 kernels overflow (-INT64_MIN, MAX + 1, prod), int Scalars
-                               // travel as double (INT64_MAX alpha)
-    "float-to-int",            // to(int64), copy_, item<int64_t>() of NaN / inf / huge floats
-    "int-pow",                 // pow of int64 tensors overflows through a double cast
-    "arange-length",           // arange(start, end, tiny step): its length cast from inf
-    "index-add-0d",            // index_add into a 0-d tensor with several indices: OOB read
-    "inplace-saved-cycle",     // in place on a recorded tensor some node saved: leaked cycle
-    "dual-create-graph-leak",  // backward(create_graph) under a DualLevel throwing midway leaks
+    "int-extremes",         // int64 kernels overflow (-INT64_MIN, MAX + 1, prod), int Scalars
+                            // travel as double (INT64_MAX alpha)
+    "float-to-int",         // to(int64), copy_, item<int64_t>() of NaN / inf / huge floats
+    "int-pow",              // pow of int64 tensors overflows through a double cast
+    "arange-length",        // arange(start, end, tiny step): its length cast from inf
+    "index-add-0d",         // index_add into a 0-d tensor with several indices: OOB read
+    "inplace-saved-cycle",  // in place on a recorded tensor some node saved: leaked cycle
+    "backward-throw-leak",  // a backward(create_graph) that throws midway leaks its buffers
 };
 
 /// Whether to steer around the bug `tag`: ADJOINT_FUZZ_AVOID_KNOWN=1 avoids the known bugs,
