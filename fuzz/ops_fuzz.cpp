@@ -737,7 +737,10 @@ void run_op(Machine& m, const uint8_t* instr) {
       // by nothing yet.
       if (avoid("inplace-saved-cycle") && op == kInplaceTensor && m.pick(a3).shares_storage(v))
         return;
-      if (avoid("inplace-saved-cycle") && v.requires_grad() && !v.is_leaf() && !(a1 & 0x80)) return;
+      if (avoid("inplace-saved-cycle") && !(a1 & 0x80) &&
+          ((v.requires_grad() && !v.is_leaf()) ||
+           (op == kInplaceTensor && m.pick(a3).requires_grad())))
+        return;
       // add_/sub_/mul_/div_(Scalar) on bool run the unary kernels: the known bool overflow.
       if (avoid("bool-unary") && op == kInplaceScalar && v.dtype() == DType::Bool && a2 % 6 < 4)
         return;
