@@ -2,14 +2,22 @@
 #   make demo    install missing Debian packages, build Release, train the default small GPT
 #   make test    same setup, then every test through ctest
 #   make bench   build the benchmark and the libtorch reference, run them side by side
-#   make asan    AddressSanitizer + UndefinedBehaviorSanitizer build running the suite
+#   make asan    AddressSanitizer + UndefinedBehaviorSanitizer build running the suite, then
+#                a short run of each fuzz target (ASAN_FUZZ_SECONDS each)
 #   make tsan    ThreadSanitizer build running the concurrency tests
+#   make fuzz    build the libFuzzer targets with clang (ASan + UBSan) and run each for
+#                FUZZ_SECONDS over its seed corpus (docs/fuzzing.md)
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+ASAN_FUZZ_SECONDS ?= 60
+# Only the fuzz targets need these (make test does not).
+FUZZ_DEPS = clang libclang-rt-14-dev
 
-.PHONY: all deps build demo test bench asan tsan clean format
+.PHONY: all deps build demo test bench asan tsan fuzz-build fuzz fuzz-seeds clean format
 
 all: build
 
@@ -38,6 +46,22 @@ asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1200 -LE slow
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(ASAN_FUZZ_SECONDS)
+
+fuzz-build:
+	@bash scripts/install-deps.sh $(FUZZ_DEPS)
+	@cmake -S . -B $(FUZZ_BUILD) -C fuzz/fuzz.cmake >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_loaders fuzz_ops
+
+# Runs each target for FUZZ_SECONDS; new inputs go under $(FUZZ_BUILD)/fuzz-work, not the repo.
+fuzz: fuzz-build
+	@bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Rewrites the seed corpora in fuzz/corpus (after a change to the program format or loaders).
+fuzz-seeds: fuzz-build
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_seeds
+	@rm -rf fuzz/corpus/loaders fuzz/corpus/ops
+	@ASAN_OPTIONS=detect_leaks=0 ./$(FUZZ_BUILD)/fuzz/fuzz_seeds fuzz/corpus
 
 # Backward on several threads (tests/autograd/concurrency_test.cpp, more iterations than in
 # make test) and the thread pool, under ThreadSanitizer. OpenBLAS is not instrumented: it runs
@@ -54,7 +78,7 @@ tsan: deps
 	done
 
 clean:
-	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -24,6 +24,24 @@ namespace {
 constexpr const char* kOp = "io.load_safetensors";
 using Json = nlohmann::ordered_json;
 
+// Note [Header nesting]: a valid header nests three levels (the header object, an entry
+// object, its shape and offsets arrays). Deeper values are rejected while parsing, before
+// anything recurses over them: nlohmann's dump() (used in error messages) is recursive, and a
+// header of a few MB of '[' overflowed the stack (found by fuzz_loaders).
+constexpr int kMaxHeaderDepth = 16;
+
+// What errors quote of a header value or name: its start, so that a message about a huge
+// value stays readable.
+constexpr std::size_t kMaxQuoted = 96;
+
+std::string shortened(const std::string& s) {
+  if (s.size() <= kMaxQuoted) return s;
+  return s.substr(0, kMaxQuoted) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+// A header value as JSON text for an error message (bounded depth: see Note [Header nesting]).
+std::string quote(const Json& v) { return shortened(v.dump()); }
+
 // The open file, with the checks every read needs: all reads are at validated offsets, and a
 // short read (the file shrank) is an error, never a partially filled tensor.
 class File {
@@ -77,10 +95,16 @@ struct TensorInfo {
 Json parse_header(const File& file, const std::string& text) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  Json::parser_callback_t cb = [&](int, Json::parse_event_t ev, Json& parsed) {
+  Json::parser_callback_t cb = [&](int depth, Json::parse_event_t ev, Json& parsed) {
     switch (ev) {
       case Json::parse_event_t::object_start:
-        open_objects.emplace_back();
+      case Json::parse_event_t::array_start:
+        // See Note [Header nesting]. Throwing here stops the parser; what it built so far is
+        // freed without recursion.
+        if (depth >= kMaxHeaderDepth)
+          file.fail("the header nests deeper than " + std::to_string(kMaxHeaderDepth) +
+                    " levels (a valid one nests 3)");
+        if (ev == Json::parse_event_t::object_start) open_objects.emplace_back();
         break;
       case Json::parse_event_t::object_end:
         if (!open_objects.empty()) open_objects.pop_back();
@@ -101,27 +125,27 @@ Json parse_header(const File& file, const std::string& text) {
   } catch (const Json::exception& e) {
     file.fail(std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!duplicate.empty()) file.fail("the header has the key '" + duplicate + "' twice");
+  if (!duplicate.empty()) file.fail("the header has the key '" + shortened(duplicate) + "' twice");
   if (!header.is_object()) file.fail("the header is not a JSON object");
   return header;
 }
 
 uint64_t unsigned_of(const File& file, const Json& v, const std::string& what) {
-  if (!v.is_number_unsigned()) file.fail(what + " must be a non-negative integer, got " + v.dump());
+  if (!v.is_number_unsigned()) file.fail(what + " must be a non-negative integer, got " + quote(v));
   return v.get<uint64_t>();
 }
 
 TensorInfo parse_entry(const File& file, const std::string& name, const Json& v,
                        uint64_t buffer_size) {
-  const std::string where = "tensor '" + name + "'";
-  if (!v.is_object()) file.fail(where + ": entry must be an object, got " + v.dump());
+  const std::string where = "tensor '" + shortened(name) + "'";
+  if (!v.is_object()) file.fail(where + ": entry must be an object, got " + quote(v));
   for (const char* field : {"dtype", "shape", "data_offsets"})
     if (!v.contains(field)) file.fail(where + ": missing \"" + field + "\"");
   TensorInfo info;
   info.name = name;
 
   const Json& dt = v["dtype"];
-  if (!dt.is_string()) file.fail(where + ": dtype must be a string, got " + dt.dump());
+  if (!dt.is_string()) file.fail(where + ": dtype must be a string, got " + quote(dt));
   const std::string dts = dt.get<std::string>();
   std::optional<detail::FileDTypeInfo> fd = detail::file_dtype(dts);
   if (!fd) {
@@ -129,12 +153,12 @@ TensorInfo parse_entry(const File& file, const std::string& name, const Json& v,
                                  std::end(detail::kUnsupportedFileDTypes),
                                  dts) != std::end(detail::kUnsupportedFileDTypes);
     file.fail(where + (known ? ": dtype " + dts + " is not supported by adjoint"
-                             : ": unknown dtype \"" + dts + "\""));
+                             : ": unknown dtype \"" + shortened(dts) + "\""));
   }
   info.dtype = *fd;
 
   const Json& sh = v["shape"];
-  if (!sh.is_array()) file.fail(where + ": shape must be an array, got " + sh.dump());
+  if (!sh.is_array()) file.fail(where + ": shape must be an array, got " + quote(sh));
   // numel, and the product of the non-zero sizes, must fit int64 (strides of an empty tensor
   // are products of sizes too).
   constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
@@ -146,28 +170,28 @@ TensorInfo parse_entry(const File& file, const std::string& name, const Json& v,
       empty = true;
     } else if (__builtin_mul_overflow(nonzero_product, size, &nonzero_product) ||
                nonzero_product > kMax) {
-      file.fail(where + ": shape " + sh.dump() + " is too large");
+      file.fail(where + ": shape " + quote(sh) + " is too large");
     }
     info.shape.push_back(static_cast<int64_t>(size));
   }
   const uint64_t numel = empty ? 0 : nonzero_product;
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(info.dtype.size), &nbytes))
-    file.fail(where + ": shape " + sh.dump() + " is too large");
+    file.fail(where + ": shape " + quote(sh) + " is too large");
 
   const Json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2)
-    file.fail(where + ": data_offsets must be [begin, end], got " + off.dump());
+    file.fail(where + ": data_offsets must be [begin, end], got " + quote(off));
   info.begin = unsigned_of(file, off[0], where + ": data_offsets begin");
   info.end = unsigned_of(file, off[1], where + ": data_offsets end");
   if (info.begin > info.end)
-    file.fail(where + ": data_offsets " + off.dump() + " end before they begin");
+    file.fail(where + ": data_offsets " + quote(off) + " end before they begin");
   if (info.end > buffer_size)
-    file.fail(where + ": data_offsets " + off.dump() + " are out of range (the data is " +
+    file.fail(where + ": data_offsets " + quote(off) + " are out of range (the data is " +
               std::to_string(buffer_size) + " bytes)");
   if (info.end - info.begin != nbytes)
-    file.fail(where + ": data_offsets " + off.dump() + " span " +
-              std::to_string(info.end - info.begin) + " bytes but " + dts + " " + sh.dump() +
+    file.fail(where + ": data_offsets " + quote(off) + " span " +
+              std::to_string(info.end - info.begin) + " bytes but " + dts + " " + quote(sh) +
               " needs " + std::to_string(nbytes));
   return info;
 }
@@ -182,10 +206,11 @@ void check_coverage(const File& file, std::vector<const TensorInfo*> by_offset,
   const TensorInfo* prev = nullptr;
   for (const TensorInfo* t : by_offset) {
     if (t->begin < cursor)
-      file.fail("tensors '" + prev->name + "' and '" + t->name + "' overlap in the data");
+      file.fail("tensors '" + shortened(prev->name) + "' and '" + shortened(t->name) +
+                "' overlap in the data");
     if (t->begin > cursor)
       file.fail("bytes [" + std::to_string(cursor) + ", " + std::to_string(t->begin) +
-                ") of the data belong to no tensor (a gap before '" + t->name + "')");
+                ") of the data belong to no tensor (a gap before '" + shortened(t->name) + "')");
     cursor = t->end;
     prev = t;
   }
@@ -301,11 +326,11 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (it.key() == "__metadata__") {
       const Json& meta = it.value();
       if (meta.is_null()) continue;
-      if (!meta.is_object()) file.fail("__metadata__ must be an object, got " + meta.dump());
+      if (!meta.is_object()) file.fail("__metadata__ must be an object, got " + quote(meta));
       for (auto m = meta.begin(); m != meta.end(); ++m) {
         if (!m.value().is_string())
-          file.fail("__metadata__ must map strings to strings; '" + m.key() + "' is " +
-                    m.value().dump());
+          file.fail("__metadata__ must map strings to strings; '" + shortened(m.key()) + "' is " +
+                    quote(m.value()));
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;

@@ -1,0 +1,132 @@
+// What both fuzz targets share: a byte reader that never runs out (it returns zeros past the
+// end), the rule that adjoint::Error is an expected outcome unless its kind is Internal, and
+// the switch that steers the generators away from bugs already known (ADJOINT_FUZZ_AVOID_KNOWN).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "adjoint/error.h"
+
+namespace adjoint::fuzz {
+
+/// Reads the fuzz input front to back; past the end every read gives 0 (libFuzzer's inputs
+/// grow from short ones, so a short input must still mean a program).
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool done() const { return pos_ >= size_; }
+  std::size_t consumed() const { return pos_; }
+  uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
+  uint16_t u16() { return static_cast<uint16_t>(u8() | (u8() << 8)); }
+  bool flag() { return u8() & 1; }
+  /// Uniform-ish in [lo, hi] (both included).
+  int64_t range(int64_t lo, int64_t hi) {
+    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+    return lo + static_cast<int64_t>(u8() % span);
+  }
+
+ private:
+  const uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+/// Bugs the generators can steer around, by tag, so that a long run finds new ones instead of
+/// the same one again. Each place that steers says which tag it serves. Known: reported before
+/// the fuzzers existed and being fixed. Reported: found by these targets (docs/fuzzing.md).
+/// When a bug is fixed, its tag and the places using it go.
+inline constexpr const char* kKnownBugs[] = {
+    "bool-unary",        // bool tensors through the unary kernels (abs, square, relu, sign,
+                         // clamp_, add_(Scalar)): heap overflow
+    "huge-shape",        // numel overflow (and impossible allocations) for huge shapes
+    "scalar-cast",       // Scalar(double) of inf / NaN / |x| >= 2^63: UB cast to int64
+    "nan-fill-int",      // NaN and inf filled into int64 tensors
+    "int-alpha-assert",  // add(int, int, alpha = 2.0): internal assert
+    "layer-norm-empty",  // layer_norm over an empty normalized shape
+    "trainer-stoull",    // Trainer::resume: std::stoull on metadata that is not a number
+};
+inline constexpr const char* kReportedBugs[] = {
+    "int-extremes",         // int64 kernels overflow (-INT64_MIN, MAX + 1, prod), int Scalars
+                            // travel as double (INT64_MAX alpha)
+    "float-to-int",         // to(int64), copy_, item<int64_t>() of NaN / inf / huge floats
+    "int-pow",              // pow of int64 tensors overflows through a double cast
+    "arange-length",        // arange(start, end, tiny step): its length cast from inf
+    "index-add-0d",         // index_add into a 0-d tensor with several indices: OOB read
+    "inplace-saved-cycle",  // in place on a recorded tensor some node saved: leaked cycle
+    "backward-throw-leak",  // a backward(create_graph) that throws midway leaks its buffers
+};
+
+/// Whether to steer around the bug `tag`: ADJOINT_FUZZ_AVOID_KNOWN=1 avoids the known bugs,
+/// =2 the reported ones too; ADJOINT_FUZZ_AVOID=tag,tag adds single tags (to minimize a crash
+/// of one kind while the others stay out of the way). Unset, the default, avoids nothing.
+inline bool avoid(std::string_view tag) {
+  static const std::set<std::string, std::less<>> avoided = [] {
+    std::set<std::string, std::less<>> s;
+    const char* level = std::getenv("ADJOINT_FUZZ_AVOID_KNOWN");
+    const int n = level ? std::atoi(level) : 0;
+    if (n >= 1) s.insert(std::begin(kKnownBugs), std::end(kKnownBugs));
+    if (n >= 2) s.insert(std::begin(kReportedBugs), std::end(kReportedBugs));
+    if (const char* extra = std::getenv("ADJOINT_FUZZ_AVOID")) {
+      std::string list = extra;
+      for (std::size_t pos = 0; pos <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', pos), list.size());
+        if (comma > pos) s.insert(list.substr(pos, comma - pos));
+        pos = comma + 1;
+      }
+    }
+    return s;
+  }();
+  return avoided.count(tag) > 0;
+}
+
+/// ADJOINT_FUZZ_TRACE=1: the targets print what they do and each adjoint::Error (to turn a
+/// crashing input into a reproducer).
+inline bool trace() {
+  static const bool on = [] {
+    const char* v = std::getenv("ADJOINT_FUZZ_TRACE");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+/// A finding: print why and abort, so that libFuzzer saves the input as a crash.
+[[noreturn]] inline void finding(const char* what, const char* detail = "") {
+  std::fprintf(stderr, "\n==adjoint-fuzz== FINDING: %s %s\n", what, detail);
+  std::fflush(stderr);
+  std::abort();
+}
+
+#define ADJOINT_FUZZ_CHECK(cond, ...)                                                      \
+  do {                                                                                     \
+    if (!(cond)) ::adjoint::fuzz::finding("invariant failed: " #cond " at " __FILE__, ""); \
+  } while (0)
+
+/// Runs f(); an adjoint::Error is an expected answer to bad input (returns false), except an
+/// internal one (a failed ADJOINT_ASSERT), which is a finding like any other exception type.
+template <class F>
+bool run_expecting_errors(F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Internal) finding("internal error:", e.what());
+    if (trace()) std::fprintf(stderr, "    -> adjoint::Error: %s\n", e.what());
+    return false;
+  } catch (const std::exception& e) {
+    finding("an exception that is not adjoint::Error:", e.what());
+  } catch (...) {
+    finding("an exception of unknown type");
+  }
+}
+
+}  // namespace adjoint::fuzz

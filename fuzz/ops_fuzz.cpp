@@ -1,0 +1,266 @@
+// libFuzzer target for the op API: the input is a small program (format in ops_program.h) over
+// a few input tensors of random small shapes (empty and 0-d included) and dtypes. It runs the
+// program, then backward, sometimes with create_graph and a second backward through the
+// gradients, sometimes inside checkpoint() (and then again without, comparing gradients),
+// sometimes with forward-mode tangents (make_dual in a DualLevel, and transforms' jvp).
+// adjoint::Error is an accepted outcome for any op; an internal error, another exception type,
+// a sanitizer report or a broken invariant (a gradient shaped unlike its input, a checkpointed
+// gradient differing from the plain one) is a finding. Seeds: fuzz/corpus/ops.
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+#include "adjoint/adjoint.h"
+#include "fuzz_util.h"
+#include "ops_interpreter.h"
+#include "ops_program.h"
+#include "ops_values.h"
+
+namespace {
+
+using namespace adjoint;
+using namespace adjoint::fuzz;
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const std::vector<double> va = a.detach().to(DType::Float64).to_vector<double>();
+  const std::vector<double> vb = b.detach().to(DType::Float64).to_vector<double>();
+  for (std::size_t i = 0; i < va.size(); ++i)
+    if (!(std::bit_cast<uint64_t>(va[i]) == std::bit_cast<uint64_t>(vb[i]) ||
+          (std::isnan(va[i]) && std::isnan(vb[i]))))
+      return false;
+  return true;
+}
+
+void check_grad(const Tensor& leaf, const Tensor& g) {
+  if (!g.defined()) return;
+  ADJOINT_FUZZ_CHECK(g.shape() == leaf.shape());
+  ADJOINT_FUZZ_CHECK(g.dtype() == leaf.dtype());
+}
+
+// Reverse mode over the outputs: backward (or autograd::grad) with a cotangent per output,
+// then, with create_graph, a second backward through the gradients. Returns the gradients of
+// the inputs that require grad (undefined when none reached them), or nullopt on an Error.
+std::optional<std::vector<Tensor>> reverse(const Program& p, const std::vector<Tensor>& inputs,
+                                           const std::vector<Tensor>& outs) {
+  std::vector<Tensor> diff_outs, cotangents, leaves;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].requires_grad()) continue;
+    diff_outs.push_back(outs[i]);
+    cotangents.push_back(make_values(outs[i].shape(), outs[i].dtype(), 1, 77 + i));
+  }
+  for (const Tensor& x : inputs)
+    if (x.requires_grad() && x.is_leaf()) leaves.push_back(x);
+  if (diff_outs.empty()) return std::nullopt;
+  const bool create = p.mode & kModeDoubleBackward;
+  const bool retain = p.mode & kModeRetain;
+  std::vector<Tensor> grads;
+  if (trace())
+    std::fprintf(stderr, "  backward: %zu outputs, %zu leaves%s%s\n", diff_outs.size(),
+                 leaves.size(), create ? ", create_graph" : "", retain ? ", retain_graph" : "");
+  const bool ok = run_expecting_errors([&] {
+    for (const Tensor& x : leaves) x.zero_grad();
+    if (p.use_grad_fn && !leaves.empty()) {
+      grads = autograd::grad(diff_outs, leaves, cotangents, retain || create, create, true);
+      ADJOINT_FUZZ_CHECK(grads.size() == leaves.size());
+    } else {
+      autograd::backward(diff_outs, cotangents, retain || create, create);
+      for (const Tensor& x : leaves) grads.push_back(x.grad());
+      if (retain) autograd::backward(diff_outs, cotangents, false, false);  // accumulates
+    }
+    for (std::size_t i = 0; i < leaves.size(); ++i) check_grad(leaves[i], grads[i]);
+    if (!create) return;
+    // Double backward: d/dx of sum(g * g) over the first-order gradients.
+    Tensor s;
+    for (const Tensor& g : grads) {
+      if (!g.defined() || !g.requires_grad()) continue;
+      Tensor term = (g * g).sum();
+      s = s.defined() ? s + term : term;
+    }
+    if (!s.defined()) return;
+    if (trace()) std::fprintf(stderr, "  double backward\n");
+    std::vector<Tensor> second = autograd::grad({s}, leaves, {}, false, false, true);
+    for (std::size_t i = 0; i < leaves.size(); ++i) check_grad(leaves[i], second[i]);
+  });
+  // .grad recorded with create_graph holds a graph that may hold the leaf: drop it (the
+  // reference cycle PyTorch documents for backward(create_graph=True)).
+  for (const Tensor& x : leaves) x.zero_grad();
+  if (!ok) return std::nullopt;
+  std::vector<Tensor> detached;
+  for (const Tensor& g : grads) detached.push_back(g.defined() ? g.detach().clone() : Tensor());
+  return detached;
+}
+
+// sum(a * b) in float64, with the sum of |a * b| (the scale of its rounding error); false when
+// some product is not finite.
+bool dot(const Tensor& a, const Tensor& b, double& sum, double& scale) {
+  if (!a.defined() || !b.defined()) return true;  // an undefined tangent or gradient is zero
+  if (a.shape() != b.shape()) return false;
+  const std::vector<double> va = a.detach().to(DType::Float64).to_vector<double>();
+  const std::vector<double> vb = b.detach().to(DType::Float64).to_vector<double>();
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const double p = va[i] * vb[i];
+    if (!std::isfinite(p) || std::fabs(va[i]) > 1e6 || std::fabs(vb[i]) > 1e6) return false;
+    sum += p;
+    scale += std::fabs(p);
+  }
+  return true;
+}
+
+// Forward and reverse mode are one linear map and its transpose: with input tangents t and
+// output cotangents c (those reverse() used), <c, J t> = <J^T c, t>. Checked when every input
+// with a tangent is a leaf that requires grad and vice versa, and all numbers are finite.
+void check_transpose(const Program& p, const std::vector<Tensor>& primals,
+                     const std::vector<Tensor>& tangents, const std::vector<Tensor>& outs,
+                     const std::vector<Tensor>& grads, const RunInfo& info) {
+  std::vector<std::size_t> leaf_index;
+  for (std::size_t i = 0; i < primals.size(); ++i) {
+    const bool leaf = primals[i].requires_grad() && primals[i].is_leaf();
+    if (leaf != tangents[i].defined()) return;
+    if (leaf) leaf_index.push_back(i);
+  }
+  if (leaf_index.size() != grads.size()) return;
+  double lhs = 0, rhs = 0, scale = 0;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    Tensor tangent;
+    if (!run_expecting_errors([&] { tangent = unpack_dual(outs[i]).second; })) return;
+    if (!outs[i].requires_grad()) {
+      if (tangent.defined()) return;  // a tangent where no gradient flows back
+      continue;
+    }
+    const Tensor c = make_values(outs[i].shape(), outs[i].dtype(), 1, 77 + i);  // as reverse()
+    if (!dot(c, tangent, lhs, scale)) return;
+  }
+  for (std::size_t j = 0; j < grads.size(); ++j)
+    if (!dot(grads[j], tangents[leaf_index[j]], rhs, scale)) return;
+  bool float32 = info.float32;
+  for (const auto* list : {&primals, &outs, &grads})
+    for (const Tensor& t : *list)
+      if (t.defined() && t.dtype() == DType::Float32) float32 = true;
+  const double tol = (float32 ? 1e-4 : 1e-9) * (1 + scale);
+  if (trace()) std::fprintf(stderr, "  <c, J t> = %.17g, <J^T c, t> = %.17g\n", lhs, rhs);
+  if (!(std::fabs(lhs - rhs) <= tol)) {
+    char detail[160];
+    std::snprintf(detail, sizeof detail, "<c, J t> = %.17g but <J^T c, t> = %.17g (mode 0x%02x)",
+                  lhs, rhs, p.mode);
+    finding("forward and reverse mode disagree:", detail);
+  }
+}
+
+// Everything one run does; `checkpointed` puts the ops inside checkpoint().
+std::optional<std::vector<Tensor>> run_program(const Program& p, bool checkpointed, bool dual) {
+  std::vector<Tensor> inputs = make_inputs(p);
+  std::optional<DualLevel> level;
+  std::vector<Tensor> primals = inputs;
+  std::vector<Tensor> tangents(inputs.size());
+  if (dual) {
+    level.emplace();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].is_floating_point() || (p.inputs[i].seed & 0x80)) continue;
+      const Tensor t = make_values(inputs[i].shape(), inputs[i].dtype(), 1, p.inputs[i].seed + 1);
+      if (run_expecting_errors([&] { inputs[i] = make_dual(inputs[i], t); })) tangents[i] = t;
+    }
+  }
+  if (p.mode & kModeHooks) {
+    for (const Tensor& x : primals)
+      if (x.requires_grad())
+        x.register_hook([shape = x.shape()](const Tensor& g) {
+          ADJOINT_FUZZ_CHECK(g.shape() == shape);
+          return Tensor();
+        });
+  }
+  std::vector<Tensor> outs;
+  RunInfo info;
+  info.linear_ok = !checkpointed;
+  {
+    std::optional<NoGradGuard> no_grad;
+    std::optional<InferenceMode> inference;
+    if (p.run == 1) no_grad.emplace();
+    if (p.run == 2) inference.emplace();
+    if (checkpointed) {
+      if (!run_expecting_errors([&] {
+            outs = checkpoint([&p](const std::vector<Tensor>& xs) { return interpret(p, xs); },
+                              inputs);
+          }))
+        return std::nullopt;
+    } else {
+      outs = interpret(p, inputs, &info);
+    }
+  }
+  if (dual) {
+    for (const Tensor& o : outs) {
+      std::pair<Tensor, Tensor> pt;
+      if (!run_expecting_errors([&] { pt = unpack_dual(o); })) continue;
+      if (!pt.second.defined()) continue;
+      ADJOINT_FUZZ_CHECK(pt.second.shape() == o.shape());
+      ADJOINT_FUZZ_CHECK(pt.first.shape() == o.shape());
+    }
+  }
+  if (!(p.mode & kModeBackward)) return std::nullopt;
+  // Gradients go to the leaves (inputs made dual are views of them).
+  std::optional<std::vector<Tensor>> grads = reverse(p, primals, outs);
+  if (dual && grads && info.linear_ok && p.run == 0 && !(p.mode & kModeRetain))
+    check_transpose(p, primals, tangents, outs, *grads, info);
+  return grads;
+}
+
+// transforms' jvp over the float inputs, beside the make_dual run: the same tangents must
+// come out of both (or an Error from both).
+void check_jvp_transform(const Program& p) {
+  const std::vector<Tensor> inputs = make_inputs(p);
+  std::vector<Tensor> primals, tangents;
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].is_floating_point()) continue;
+    primals.push_back(inputs[i].detach());
+    tangents.push_back(make_values(inputs[i].shape(), inputs[i].dtype(), 1, p.inputs[i].seed + 1));
+    where.push_back(i);
+  }
+  if (primals.empty()) return;
+  auto f = [&](const std::vector<Tensor>& ps) {
+    std::vector<Tensor> xs = make_inputs(p);
+    for (std::size_t k = 0; k < where.size(); ++k) xs[where[k]] = ps[k];
+    std::vector<Tensor> outs = interpret(p, xs);
+    for (Tensor& o : outs)
+      if (!o.is_floating_point()) o = o.to(DType::Float32);  // integer outputs: no tangent
+    return outs;
+  };
+  run_expecting_errors([&] {
+    auto res = jvp(f, primals, tangents);
+    ADJOINT_FUZZ_CHECK(res.outputs.size() == res.tangents.size());
+    for (std::size_t i = 0; i < res.outputs.size(); ++i)
+      if (res.tangents[i].defined())
+        ADJOINT_FUZZ_CHECK(res.tangents[i].shape() == res.outputs[i].shape());
+  });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  adjoint::set_num_threads(1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  if (size < kHeaderBytes) return 0;
+  const Program p = parse(data, size);
+  const bool checkpointed = p.mode & kModeCheckpoint;
+  const bool dual = p.mode & kModeDual;
+  std::optional<std::vector<Tensor>> grads = run_program(p, checkpointed, dual);
+  // Checkpointing must not change gradients: compare with a plain run of the same program.
+  if (checkpointed && (p.mode & kModeCompare) && p.run == 0 && !dual) {
+    std::optional<std::vector<Tensor>> plain = run_program(p, false, false);
+    if (grads && plain) {
+      ADJOINT_FUZZ_CHECK(grads->size() == plain->size());
+      for (std::size_t i = 0; i < grads->size(); ++i)
+        if (!same_values((*grads)[i], (*plain)[i]))
+          finding("checkpoint changes a gradient", describe((*plain)[i]).c_str());
+    }
+  }
+  if (dual && (p.mode & kModeJvpTransform) && p.run == 0) check_jvp_transform(p);
+  return 0;
+}
