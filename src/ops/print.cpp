@@ -72,6 +72,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   os << "tensor(";
   if (t.dim() == 0) {
     print_value(os, vals, 0, t.dtype());
+  } else if (t.numel() == 0) {
+    os << "[]";  // as PyTorch; walking the rows of a [2^40, 0] tensor would never end
   } else {
     print_dim(os, t, vals, 0, 0, 7, t.numel() > kSummarizeAbove);
   }

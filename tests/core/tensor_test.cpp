@@ -104,3 +104,10 @@ TEST(Printing, ShowsValuesShapeDtypeAndGradFn) {
   EXPECT_NE(big.str().find("..."), std::string::npos);
   EXPECT_LT(big.str().size(), 200u);
 }
+
+TEST(Tensor, PrintsAnEmptyTensorWithoutWalkingItsRows) {
+  // Found by fuzz_ops: [2^40, 1, 0] printed row by row until memory ran out.
+  std::ostringstream os;
+  os << zeros({int64_t{1} << 40, 1, 0});
+  EXPECT_EQ(os.str(), "tensor([], shape=[1099511627776, 1, 0], dtype=float32)");
+}

@@ -288,3 +288,15 @@ TEST(Triangle, GradientIsTheMask) {
 }
 
 }  // namespace
+
+TEST(IndexAdd, ZeroDimInputTakesOneSourceValuePerIndex) {
+  // Found by fuzz_ops: 64 indices and a 0-d source read 63 values past the source.
+  expect_error(
+      [] { index_add(scalar_tensor(1.0), 0, zeros({64}, DType::Int64), scalar_tensor(2.0)); },
+      ErrorKind::Shape, {"[index_add]", "source"});
+  Tensor r = index_add(scalar_tensor(1.0), 0, zeros({3}, DType::Int64), tensor({2., 3, 4}));
+  EXPECT_EQ(r.dim(), 0);
+  EXPECT_FLOAT_EQ(r.item<float>(), 10.0f);
+  Tensor one = index_add(scalar_tensor(1.0), 0, zeros({1}, DType::Int64), scalar_tensor(2.0));
+  EXPECT_FLOAT_EQ(one.item<float>(), 3.0f);
+}

@@ -173,7 +173,9 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   const int64_t k = idx.numel();
   Shape expected = x.shape();
   if (x.dim() > 0) expected[d] = k;
-  ADJOINT_CHECK(source.shape() == expected || (x.dim() == 0 && k == 1 && source.numel() == 1),
+  // A 0-d input takes one source value per index (a 0-d source only with one index: the
+  // loop below reads k values of it).
+  ADJOINT_CHECK(x.dim() > 0 ? source.shape() == expected : source.dim() <= 1 && source.numel() == k,
                 Shape, op, "source ", describe(source), " must have shape ", expected, " (input ",
                 describe(x), " with ", k, " indices along dim ", d, ")");
   Tensor out = cast(x, x.dtype());
