@@ -65,7 +65,12 @@ uint32_t GraphTask::visit(Node* n, bool& fresh) {
   fresh = true;
   const auto index = static_cast<uint32_t>(slots_.size());
   slots_.push_back(Slot{n, 0, static_cast<uint32_t>(buffers_.size()), false, false});
-  buffers_.resize(buffers_.size() + n->num_outputs());
+  const uint32_t outputs = n->num_outputs();
+  if (outputs == 1) [[likely]] {  // resize's general loop costs more than the whole probe
+    buffers_.emplace_back();
+  } else {
+    buffers_.resize(buffers_.size() + outputs);
+  }
   table_[i] = index + 1;
   n->graph_task_hint().store(index, std::memory_order_relaxed);
   if (2 * slots_.size() > table_.size()) grow();
