@@ -5,7 +5,7 @@
 
 namespace adjoint {
 
-thread_local ModeState tls_mode;
+constinit thread_local ModeState tls_mode;
 
 bool is_grad_enabled() { return tls_mode.grad_enabled; }
 void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }

@@ -21,6 +21,9 @@ struct ModeState {
   uint64_t dual_level_ids[kMaxDualLevels] = {};
 };
 
-extern thread_local ModeState tls_mode;
+// constinit: constant-initialised, so every access is a plain thread-local load, with no
+// call to an initialisation wrapper (GCC's UBSan misread that wrapper's result as a null
+// pointer in some inlined callers).
+extern constinit thread_local ModeState tls_mode;
 
 }  // namespace adjoint
