@@ -106,6 +106,11 @@ void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t 
 void check_tangent(const Tensor& out, const Tensor& tangent, const char* op);
 /// A new handle on t's data whose gradients still flow to t's graph, without t's tangent.
 Tensor alias_with_history(const Tensor& t);
+/// A new handle on t's data with no autograd history (and no view tracking).
+Tensor alias_without_history(const Tensor& t);
+/// Gives the existing tensor `t` the history `e` (an in-place op's result), keeping
+/// retain_grad on it.
+void take_history(const Tensor& t, const Edge& e);
 
 template <class R>
 TensorList grads_to_list(R&& r) {

@@ -82,6 +82,21 @@ Tensor fit_gradient(Tensor g, const Shape& shape, DType dtype) {
   return g;
 }
 
+void take_history(const Tensor& t, const Edge& e) {
+  AutogradMeta& m = t.impl()->meta();
+  // retain_grad follows the tensor to its new grad_fn (as in PyTorch): .grad is then the
+  // gradient of the new value.
+  const bool retained = m.retains_grad;
+  if (retained) {
+    if (m.grad_fn) m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
+    m.retains_grad = false;
+  }
+  m.requires_grad = true;
+  m.grad_fn = e.node;
+  m.output_nr = e.input_nr;
+  if (retained) t.retain_grad();
+}
+
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {
   AutogradMeta& m = out.impl()->meta();
   m.requires_grad = true;
@@ -89,13 +104,18 @@ void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t 
   m.output_nr = output_nr;
 }
 
-Tensor alias_with_history(const Tensor& t) {
+Tensor alias_without_history(const Tensor& t) {
   const TensorImpl& src = *t.impl();
   auto impl =
       detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
-  impl->is_view = true;
+  impl->is_view = src.is_view;
   impl->inference = src.inference;
-  Tensor alias(std::move(impl));
+  return Tensor(std::move(impl));
+}
+
+Tensor alias_with_history(const Tensor& t) {
+  Tensor alias = alias_without_history(t);
+  alias.impl()->is_view = true;
   if (t.requires_grad()) {
     Edge e = autograd::gradient_edge(t);
     AutogradMeta& m = alias.impl()->meta();

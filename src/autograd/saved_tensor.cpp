@@ -18,6 +18,7 @@
 // cycle, broken when backward runs through the node without retain_graph (release()).
 #include "autograd/saved_tensor.h"
 
+#include "autograd/apply.h"
 #include "autograd/forward_ad.h"
 
 #include <vector>
@@ -35,19 +36,10 @@ struct HookPair {
 };
 thread_local std::vector<HookPair> tls_hooks;
 
-// A new handle to t's data with no autograd history.
-Tensor alias_without_history(const Tensor& t) {
-  const TensorImpl& src = *t.impl();
-  auto impl =
-      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
-  impl->is_view = src.is_view;
-  return Tensor(std::move(impl));
-}
-
 // A new handle to t's data whose gradient flows along `edge`. Always a fresh handle: setting
 // grad_fn on a handle the saved tensor keeps would make a node -> tensor -> node cycle.
 Tensor attach(const Tensor& data, const Edge& edge, bool requires_grad) {
-  Tensor t = alias_without_history(data);
+  Tensor t = detail::alias_without_history(data);
   if (!requires_grad) return t;
   AutogradMeta& m = t.impl()->meta();
   m.requires_grad = true;
@@ -91,9 +83,9 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
     if (!is_output && requires_grad_) edge_ = autograd::gradient_edge(t);
     unpack_ = hooks.unpack;
     // The hook sees a tensor without history, as PyTorch's pack hooks do for outputs.
-    packed_ = hooks.pack(is_output ? alias_without_history(t) : t.detach());
+    packed_ = hooks.pack(is_output ? detail::alias_without_history(t) : t.detach());
   } else {
-    data_ = is_output ? alias_without_history(t) : t;
+    data_ = is_output ? detail::alias_without_history(t) : t;
   }
   if (detail::saved_tracking_enabled()) [[unlikely]]
     claim_.claim(held_storage());

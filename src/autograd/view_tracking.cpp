@@ -62,15 +62,6 @@ Tensor base_index_map(const TensorImpl& base, const TensorImpl& view) {
   return tensor(index, view.shape, DType::Int64);
 }
 
-// A handle on t's memory and geometry with no history, not itself a view.
-Tensor alias_without_history(const Tensor& t) {
-  const TensorImpl& src = *t.impl();
-  auto impl =
-      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
-  impl->inference = src.inference;
-  return Tensor(std::move(impl));
-}
-
 // 1 where the base keeps its old value, 0 in the view's window (not differentiable).
 Tensor keep_mask(int64_t base_numel, const Tensor& flat_index, DType dtype) {
   NoGradGuard no_grad;
@@ -126,20 +117,6 @@ struct ViewScatter {
   }
 };
 
-// Gives `t` the history of `from` (its grad_fn and output slot), keeping retain_grad on it.
-void take_history(const Tensor& t, const Tensor& from) {
-  AutogradMeta& m = t.impl()->meta();
-  const bool retained = m.retains_grad;
-  if (retained) {
-    if (m.grad_fn) m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
-    m.retains_grad = false;
-  }
-  m.requires_grad = true;
-  m.grad_fn = from.impl()->autograd->grad_fn;
-  m.output_nr = from.impl()->autograd->output_nr;
-  if (retained) t.retain_grad();
-}
-
 bool overlaps_itself(const Tensor& t) {
   for (std::size_t d = 0; d < t.shape().size(); ++d)
     if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
@@ -171,7 +148,7 @@ void regenerate_view_history(const Tensor& view) {
     fresh =
         apply(BaseView{base_index_map(*base.impl(), *v), v->shape, v->strides, v->offset}, base);
   }
-  take_history(view, fresh);
+  take_history(view, autograd::gradient_edge(fresh));
 }
 
 void check_view_inplace(const Tensor& self, bool recording, const char* op) {
@@ -202,7 +179,7 @@ void commit_to_view(const Tensor& self, const Tensor& result) {
     NoForwardGradGuard no_forward_grad;  // tangents of in-place ops on views: check_dual_inplace
     scattered = apply(ViewScatter{base_index_map(*base.impl(), *self.impl())}, base_before, result);
   }
-  if (scattered.requires_grad()) take_history(base, scattered);
+  if (scattered.requires_grad()) take_history(base, autograd::gradient_edge(scattered));
   regenerate_view_history(self);
 }
 

@@ -135,21 +135,8 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
   }
   kernels::copy_into(self, result);
   bump(self);
-  if (recording && result.requires_grad()) {
-    AutogradMeta& m = self.impl()->meta();
-    Edge e = autograd::gradient_edge(result);
-    // retain_grad follows the tensor to its new grad_fn (as in PyTorch): .grad is then the
-    // gradient of the modified value.
-    const bool retained = m.retains_grad;
-    if (retained) {
-      if (m.grad_fn) m.grad_fn->remove_tensor_pre_hook(m.retain_hook_id);
-      m.retains_grad = false;
-    }
-    m.requires_grad = true;
-    m.grad_fn = e.node;
-    m.output_nr = e.input_nr;
-    if (retained) self.retain_grad();
-  }
+  if (recording && result.requires_grad())
+    detail::take_history(self, autograd::gradient_edge(result));
   update_tangents(self, &result);
   return self;
 }

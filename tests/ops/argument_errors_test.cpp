@@ -113,7 +113,8 @@ TEST(InPlace, IntegerAlphaCheckAndBoundsOfClampMatchPyTorch) {
   Tensor b = tensor(std::vector<bool>{true, false});
   expect_error([&] { b.clamp_(0.0, 1.0); }, ErrorKind::DType, {"[clamp_]", "bool"});
   Tensor i = ints({-3, 4});
-  expect_error([&] { i.clamp_(0.5, std::nullopt); }, ErrorKind::DType, {"[clamp_]", "not an integer"});
+  expect_error([&] { i.clamp_(0.5, std::nullopt); }, ErrorKind::DType,
+               {"[clamp_]", "not an integer"});
   i.clamp_(0.0, 2.0);
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{0, 2}));
 }
