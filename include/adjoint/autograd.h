@@ -65,10 +65,10 @@ class Node : public std::enable_shared_from_this<Node> {
   void run_tensor_pre_hooks(TensorList& grads);
   bool has_tensor_pre_hooks() const { return !pre_hooks_.empty(); }
 
-  /// Where the backward run that last reached this node keeps its state: a hint only, which
-  /// each run checks against its own records (src/autograd/graph_task.h), so runs on other
-  /// threads may overwrite it at will.
-  std::atomic<uint32_t>& graph_task_hint() const { return graph_task_hint_; }
+  /// Which backward run last claimed this node and where that run keeps its state (run serial
+  /// in the high half, slot in the low half). Runs claim it only from runs that have ended,
+  /// so a live run's claim stays put (Note [Graph task claims] in src/autograd/graph_task.h).
+  std::atomic<uint64_t>& graph_task_claim() const { return graph_task_claim_; }
 
  protected:
   EdgeList next_edges_;
@@ -80,7 +80,7 @@ class Node : public std::enable_shared_from_this<Node> {
     std::function<Tensor(const Tensor&)> fn;
   };
   std::vector<PreHook> pre_hooks_;
-  mutable std::atomic<uint32_t> graph_task_hint_{UINT32_MAX};
+  mutable std::atomic<uint64_t> graph_task_claim_{0};
   uint64_t sequence_nr_;
   uint32_t num_outputs_;
 };

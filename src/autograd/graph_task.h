@@ -36,13 +36,15 @@ class GraphTask {
 
   const Options& options() const { return options_; }
 
-  /// The slot of `n`, or null when this run does not reach it. The node's hint answers in a
-  /// load and a compare unless another run has overwritten it since this run set it.
+  /// The slot of `n`, or null when this run does not reach it. A node this run claimed
+  /// answers in a load and two compares; the table is consulted only when the run had to
+  /// share a node with another live run.
   Slot* find(const Node* n) {
-    const uint32_t h = n->graph_task_hint().load(std::memory_order_relaxed);
-    if (h < slots_.size() && slots_[h].node == n) [[likely]]
-      return &slots_[h];
-    return find_in_table(n);
+    const uint64_t claim = n->graph_task_claim().load(std::memory_order_acquire);
+    const auto i = static_cast<uint32_t>(claim);
+    if ((claim >> 32) == serial_ && i < slots_.size() && slots_[i].node == n) [[likely]]
+      return &slots_[i];
+    return table_entries_ != 0 ? find_in_table(n) : nullptr;
   }
   const Slot* find(const Node* n) const { return const_cast<GraphTask*>(this)->find(n); }
   /// The slot index of `n`, making a fresh slot on the first visit (`fresh` says which).
@@ -60,13 +62,20 @@ class GraphTask {
 
  private:
   Slot* find_in_table(const Node* n);
-  void grow();
+  uint32_t add_slot(Node* n);
+  uint32_t add_to_table(Node* n);
+  void grow_table();
 
   Options options_;
+  // This run's serial, registered as live (Note [Graph task claims]); 0 when registration
+  // failed and every node goes through the table.
+  uint32_t serial_ = 0;
   std::vector<Slot> slots_;
   std::vector<Tensor> buffers_;  // every reached node's input gradients, in one block
-  // Open addressing from node address to slot index + 1 (0: empty), at most half full.
+  // The nodes this run could not claim because a live run holds them: open addressing from
+  // node address to slot index + 1 (0: empty), at most half full. Empty in a lone run.
   std::vector<uint32_t> table_;
+  std::size_t table_entries_ = 0;
 };
 
 /// The run whose nodes this thread is applying now (the innermost, when runs nest), or null.

@@ -80,12 +80,20 @@ TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int
 
 TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, const Shape& shp, DType dt)
     : storage(std::move(s)), shape(shp), strides(shp.size()), dtype(dt) {
-  numel = detail::checked_numel(shape, dtype, "empty");  // so the strides below cannot overflow
-  int64_t stride = 1;
+  // Every op output is made here, so the strides and the checked element count come from one
+  // pass; checked_numel runs only to report a bad shape (Note [Tensor size limits]).
+  int64_t span = 1;  // the product of the sizes with 0 counted as 1: the next stride
+  bool bad = false, zero = false;
   for (std::size_t i = shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    const int64_t d = shape[i];
+    strides[i] = span;
+    bad |= d < 0;
+    zero |= d == 0;
+    bad |= __builtin_mul_overflow(span, d > 0 ? d : 1, &span);
   }
+  numel = zero ? 0 : span;
+  if (bad || numel > (INT64_MAX >> 3)) [[unlikely]]
+    numel = detail::checked_numel(shape, dtype, "empty");
 }
 
 void TensorImpl::refresh() {
