@@ -505,15 +505,6 @@ void run_op(Machine& m, const uint8_t* instr) {
       // either; then both the base and the view go on being used.
       Tensor base = a1 & 0x80 ? x.clone() : x;
       Tensor v = view_of(base, a1);
-      // In place on a recorded tensor that some node saved (itself as the operand, or an
-      // earlier op's input): a reference cycle, leaked (reported). A fresh clone is saved
-      // by nothing yet.
-      if (avoid("inplace-saved-cycle") && op == kInplaceTensor && m.pick(a3).shares_storage(v))
-        return;
-      if (avoid("inplace-saved-cycle") && !(a1 & 0x80) &&
-          ((v.requires_grad() && !v.is_leaf()) ||
-           (op == kInplaceTensor && m.pick(a3).requires_grad())))
-        return;
       // add_/sub_/mul_/div_(Scalar) on bool run the unary kernels: the known bool overflow.
       if (avoid("bool-unary") && op == kInplaceScalar && v.dtype() == DType::Bool && a2 % 6 < 4)
         return;

@@ -3,6 +3,7 @@
 // (grad, grad_fn, tangent, hooks). Core code only stores these; it never interprets them.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -60,6 +61,10 @@ struct TensorImpl {
   /// Note [Views and in-place ops] in src/autograd/view_tracking.h.
   std::shared_ptr<TensorImpl> view_base;
   uint64_t view_version = 0;
+  /// Set once a node saved this tensor, or a view of it, for backward: an in-place op that
+  /// gives it a new history then looks for saves it made stale (Note [Stale saves and
+  /// reference cycles] in src/autograd/saved_tensor.cpp). Atomic: threads may save one tensor.
+  std::atomic<bool> saved_for_backward{false};
   std::unique_ptr<AutogradMeta, detail::AutogradMetaDeleter> autograd;  ///< null until needed
 
   TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt);

@@ -2,6 +2,7 @@
 // pre-hooks, and the helpers apply<Op> shares.
 #include <atomic>
 #include <cctype>
+#include <utility>
 
 #include "adjoint/error.h"
 #include "autograd/apply.h"
@@ -92,9 +93,11 @@ void take_history(const Tensor& t, const Edge& e) {
     m.retains_grad = false;
   }
   m.requires_grad = true;
-  m.grad_fn = e.node;
+  std::shared_ptr<Node> old_grad_fn = std::exchange(m.grad_fn, e.node);
   m.output_nr = e.input_nr;
   if (retained) t.retain_grad();
+  if (e.node && t.impl()->saved_for_backward.load(std::memory_order_relaxed)) [[unlikely]]
+    forget_stale_saves(*t.impl(), e.node.get(), old_grad_fn.get());
 }
 
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {

@@ -16,7 +16,24 @@
 // output's tangents and puts them back on unpack. When the tangent was itself recorded
 // (reverse over forward), its graph reaches the node again through the output: a reference
 // cycle, broken when backward runs through the node without retain_graph (release()).
+// Note [Stale saves and reference cycles]
+// A saved input keeps the caller's handle (so that double backward and forward-over-reverse
+// see its history and tangents). When an in-place op later gives that very tensor a new
+// history whose graph reaches the saving node (y = x * 2; z = y * y; y.add_(z)), the tensor
+// holds its grad_fn, which reaches the node, which holds the tensor: a reference cycle that
+// would leak the whole graph. PyTorch has the same cycle (pytorch#105147).
+//
+// Such a save is stale: it was made at an older version, so unpacking it can only throw the
+// version error. So whenever a tensor that some node saved takes a new history
+// (detail::take_history), forget_stale_saves walks the new history's graph and swaps every
+// stale save of that tensor, or of a view of it, for an alias without history: the same
+// storage and version check, no edge back. The walk skips the tensor's previous grad_fn,
+// whose graph the previous change already cleaned (and whose nodes, older than that change,
+// saved older versions), so a loop of in-place updates walks only what each step added. A
+// tensor nobody saved (the flag saved_for_backward) costs a load and a branch.
 #include "autograd/saved_tensor.h"
+
+#include <unordered_set>
 
 #include "autograd/apply.h"
 #include "autograd/forward_ad.h"
@@ -86,6 +103,16 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
     packed_ = hooks.pack(is_output ? detail::alias_without_history(t) : t.detach());
   } else {
     data_ = is_output ? detail::alias_without_history(t) : t;
+    // Only a kept caller's handle can close a cycle (Note [Stale saves and reference cycles]).
+    if (!is_output) {
+      auto mark = [](TensorImpl& i) {
+        if (!i.saved_for_backward.load(std::memory_order_relaxed))
+          i.saved_for_backward.store(true, std::memory_order_relaxed);
+      };
+      mark(*t.impl());
+      if (impl.view_base) [[unlikely]]
+        mark(*impl.view_base);
+    }
   }
   if (detail::saved_tracking_enabled()) [[unlikely]]
     claim_.claim(held_storage());
@@ -135,6 +162,32 @@ void SavedTensor::release() {
   tangents_.reset();
   released_ = true;
 }
+
+void SavedTensor::forget_history_if_stale(const TensorImpl& modified) const {
+  if (!data_.defined()) return;
+  const TensorImpl& mine = *data_.impl();
+  if (&mine != &modified && mine.view_base.get() != &modified) return;
+  if (mine.storage->version() == saved_version_) return;  // still valid: may be unpacked
+  data_ = detail::alias_without_history(data_);
+}
+
+namespace detail {
+
+void forget_stale_saves(const TensorImpl& modified, Node* new_grad_fn, const Node* old_grad_fn) {
+  std::vector<Node*> stack{new_grad_fn};
+  std::unordered_set<const Node*> seen{new_grad_fn, old_grad_fn};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    n->visit_saved([&](const SavedTensor& s, const char*, std::size_t) {
+      s.forget_history_if_stale(modified);
+    });
+    for (const Edge& e : n->next_edges())
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+}
+
+}  // namespace detail
 
 const StorageImpl* SavedTensor::held_storage() const {
   if (data_.defined()) return data_.impl()->storage.get();

@@ -38,11 +38,16 @@ class SavedTensor {
   /// hook returned; null once released or when the hook kept the data elsewhere. Memory
   /// accounting and summaries count these (see Note [Saved tensor accounting]).
   const StorageImpl* held_storage() const;
+  /// When this saves `modified` (or a view of it) at a version it no longer has, swaps the
+  /// kept handle for an alias without history: see Note [Stale saves and reference cycles].
+  void forget_history_if_stale(const TensorImpl& modified) const;
 
  private:
   Tensor with_tangents(Tensor t) const;
 
-  Tensor data_;      // what was saved (no hooks active), else undefined
+  // What was saved (no hooks active), else undefined. Mutable for forget_history_if_stale,
+  // which changes nothing an unpack can observe.
+  mutable Tensor data_;
   std::any packed_;  // what the pack hook returned
   std::shared_ptr<SavedTensorHooks::Unpack> unpack_;
   std::weak_ptr<StorageImpl> storage_;       // for the version check; weak so hooks may drop it
