@@ -37,17 +37,11 @@ std::string quoted(const std::string& s) {
   return q + "\"";
 }
 
-// Values and gradients of one tensor as label lines: "grad: [..]" and, for more than one
-// element, its norm (what vanishing and exploding gradients show first).
+// One tensor as a label line, "grad: [..]": up to max_values numbers; a longer tensor adds its
+// count and norm (format_values), the first thing vanishing and exploding gradients show.
 void add_tensor_lines(std::vector<std::string>& lines, const char* what, const Tensor& t,
                       std::size_t max_values) {
-  if (!t.defined()) return;
-  lines.push_back(std::string(what) + ": " + debug::format_values(t, max_values));
-  if (t.numel() > 1 && static_cast<std::size_t>(t.numel()) <= max_values) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "%s norm: %.4g", what, debug::norm_of(t));
-    lines.push_back(buf);
-  }
+  if (t.defined()) lines.push_back(std::string(what) + ": " + debug::format_values(t, max_values));
 }
 
 std::string join(const std::vector<std::string>& lines) {

@@ -1,7 +1,8 @@
 // The step-through page write_html fills in: one HTML file with its style and script inline
 // (nothing is fetched), reading the graph from the JSON at @ADJOINT_GRAPH_DATA@. Its own
-// layered layout, so the page needs no Graphviz. Opened with #autotest it clicks through every
-// step and writes what it showed into <pre id="autotest-result">: what tests read back.
+// layered layout, so the page needs no Graphviz. #step=N opens it at step N; #autotest clicks
+// through every step and writes what it showed into <pre id="autotest-result">: what tests
+// read back.
 #pragma once
 
 namespace adjoint::debug {
@@ -42,11 +43,11 @@ main { display: flex; align-items: flex-start; }
 <body>
 <header><h1>adjoint: autograd graph</h1><span id="summary"></span></header>
 <div id="controls">
-  <button id="btn-first" title="back to the start (Home)">&#x23EE;</button>
+  <button id="btn-first" title="back to the start (Home)">|&#x25C0;</button>
   <button id="btn-prev" title="one step back (left arrow)">&#x25C0; step</button>
   <button id="btn-play" title="play or pause (space)">&#x25B6; play</button>
   <button id="btn-next" title="one step on (right arrow)">step &#x25B6;</button>
-  <button id="btn-last" title="to the end (End)">&#x23ED;</button>
+  <button id="btn-last" title="to the end (End)">&#x25B6;|</button>
   <input type="range" id="slider" min="0" value="0">
   <span id="step-label"></span>
   <label>speed <select id="speed"><option value="1200">slow</option>
@@ -123,11 +124,14 @@ G.edges.forEach((e, k) => {
   if (!unitEdges.has(key)) unitEdges.set(key, []);
   unitEdges.get(key).push(k);
 });
+const pairs = [...unitEdges.keys()].map((key) => key.split(">").map(Number));
+for (let u = 0; u < units.length; u++)
+  for (const [a, b] of pairs) if (b === u && a < u) layer[u] = Math.max(layer[u], layer[a] + 1);
+// Units nothing feeds (leaves) sit just above their first consumer, not all in the top row.
 for (let u = 0; u < units.length; u++) {
-  for (const key of unitEdges.keys()) {
-    const [a, b] = key.split(">").map(Number);
-    if (b === u && a < u) layer[u] = Math.max(layer[u], layer[a] + 1);
-  }
+  if (pairs.some(([a, b]) => b === u)) continue;
+  const below = pairs.filter(([a, b]) => a === u).map(([a, b]) => layer[b]);
+  if (below.length) layer[u] = Math.max(0, Math.min(...below) - 1);
 }
 const W = 170, H = 44, GAPX = 40, GAPY = 70;
 const perLayer = [];
@@ -172,7 +176,10 @@ for (const [key] of unitEdges) {
   }
   const g = el("g", {class: "edge", "data-from": units[a].id, "data-to": units[b].id}, svg);
   el("path", {d, "marker-end": "url(#arrow)"}, g);
-  const label = el("text", {x: (p.x + q.x + W) / 2 + 4, y: (p.y + q.y + H) / 2}, g);
+  // Labels a third of the way from the input, so those of edges into one node stay apart.
+  const f = 0.33, lx = G.left_to_right ? p.x + W + f * (q.x - p.x - W) : p.x + W / 2 + f * (q.x - p.x) + 6;
+  const ly = G.left_to_right ? p.y + H / 2 + f * (q.y - p.y) - 4 : p.y + H + f * (q.y - p.y - H) + 4;
+  const label = el("text", {x: lx, y: ly}, g);
   edgeEls.set(key, {g, label});
 }
 const unitEls = units.map((u, i) => {
@@ -274,7 +281,7 @@ function play() {
   if (step >= G.steps.length) go(0);
   timer = setInterval(() => { if (step >= G.steps.length) pause(); else go(step + 1); },
                       Number($("speed").value));
-  $("btn-play").innerHTML = "&#x23F8; pause";
+  $("btn-play").innerHTML = "&#x2759;&#x2759; pause";
 }
 $("btn-first").onclick = () => { pause(); go(0); };
 $("btn-prev").onclick = () => { pause(); go(step - 1); };
@@ -289,7 +296,9 @@ document.addEventListener("keydown", (ev) => {
   else if (ev.key === "Home") $("btn-first").click();
   else if (ev.key === "End") $("btn-last").click();
 });
-render();
+// #step=N opens the page at step N (a link to one moment of the run).
+const at = /^#step=(\d+)$/.exec(location.hash);
+go(at ? Number(at[1]) : 0);
 
 // ---- #autotest: press step through the whole run and report what was shown ----
 if (location.hash === "#autotest") {
