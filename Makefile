@@ -14,6 +14,9 @@ TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 ASAN_FUZZ_SECONDS ?= 60
+# The graph-picture tests render with Graphviz's dot and run the step-through page in headless
+# Chromium (tests/debug); without them those tests skip, saying so.
+TEST_DEPS = graphviz chromium
 # Only the fuzz targets need these (make test does not).
 FUZZ_DEPS = clang libclang-rt-14-dev
 
@@ -35,6 +38,7 @@ demo: build
 	@./$(BUILD)/tools/adjoint-train --out $(DEMO_OUT)
 
 test: build
+	@bash scripts/install-deps.sh $(TEST_DEPS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
