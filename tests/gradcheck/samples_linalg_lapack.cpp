@@ -1,0 +1,77 @@
+// Gradcheck samples for adjoint::linalg (src/ops/linalg_*.cpp), named "linalg/<op>/<case>".
+// Inputs are kept away from the singular points: square matrices get + 4 I (well conditioned),
+// symmetric positive-definite ones are X Xᵀ + 3 I, and eigh / svd samples have distinct
+// eigenvalues or singular values. cholesky and eigh read one triangle, so their samples build
+// a symmetric A from X (see Note [Symmetric inputs] in src/ops/linalg_solve.cpp).
+#include "support/registry.h"
+
+namespace {
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+Tensor eye_of(const Tensor& x) { return eye(x.size(-1), std::nullopt, x.dtype()); }
+/// x + 4 I: random square matrices made comfortably invertible.
+Tensor shifted(const Tensor& x) { return x + eye_of(x) * 4.0; }
+/// x xᵀ + 3 I: symmetric positive definite.
+Tensor spd(const Tensor& x) { return matmul(x, x.transpose(-2, -1)) + eye_of(x) * 3.0; }
+
+}  // namespace
+
+ADJOINT_REGISTER_SAMPLES(linalg_lapack) {
+  auto solve = [](const Inputs& x) { return linalg::solve(shifted(x[0]), x[1]); };
+  sink.add("linalg/solve/matrix", solve, {randn64({3, 3}), randn64({3, 2})});
+  sink.add("linalg/solve/vector", solve, {randn64({3, 3}), randn64({3})});
+  sink.add("linalg/solve/batch", solve, {randn64({2, 3, 3}), randn64({2, 3, 2})});
+  sink.add("linalg/solve/broadcast_b", solve, {randn64({2, 3, 3}), randn64({3, 2})});
+  sink.add("linalg/solve/broadcast_a", solve, {randn64({3, 3}), randn64({2, 1, 3, 1})});
+  sink.add("linalg/solve/noncontiguous", solve, {randn64({3, 3}).t(), randn64({2, 3}).t()});
+  sink.add("linalg/solve/empty_batch", solve, {randn64({0, 3, 3}), randn64({0, 3, 2})});
+  sink.add("linalg/solve/constant_a", solve, {constant(randn64({3, 3})), randn64({3, 2})});
+  sink.add("linalg/solve/constant_b", solve, {randn64({3, 3}), constant(randn64({3, 2}))});
+
+  auto lower = [](const Inputs& x) { return linalg::solve_triangular(shifted(x[0]), x[1], false); };
+  auto upper = [](const Inputs& x) { return linalg::solve_triangular(shifted(x[0]), x[1], true); };
+  auto unit = [](const Inputs& x) {
+    return linalg::solve_triangular(x[0], x[1], false, /*unitriangular=*/true);
+  };
+  sink.add("linalg/solve_triangular/lower", lower, {randn64({3, 3}), randn64({3, 2})});
+  sink.add("linalg/solve_triangular/upper", upper, {randn64({3, 3}), randn64({3, 2})});
+  sink.add("linalg/solve_triangular/unit", unit, {randn64({3, 3}), randn64({3, 2})});
+  sink.add("linalg/solve_triangular/batch_broadcast", upper, {randn64({2, 3, 3}), randn64({3, 1})});
+  sink.add("linalg/solve_triangular/noncontiguous", lower,
+           {randn64({3, 3}).t(), randn64({2, 3}).t()});
+
+  auto chol = [](const Inputs& x) { return linalg::cholesky(spd(x[0])); };
+  sink.add("linalg/cholesky/matrix", chol, {randn64({3, 3})});
+  sink.add("linalg/cholesky/batch", chol, {randn64({2, 4, 4})});
+  sink.add("linalg/cholesky/one", chol, {randn64({1, 1})});
+  sink.add("linalg/cholesky/empty", chol, {randn64({0, 0})});
+
+  auto chol_solve = [](const Inputs& x) {
+    return linalg::cholesky_solve(x[0], linalg::cholesky(spd(x[1])));
+  };
+  sink.add("linalg/cholesky_solve/matrix", chol_solve, {randn64({3, 2}), randn64({3, 3})});
+  sink.add("linalg/cholesky_solve/broadcast", chol_solve, {randn64({2, 3, 1}), randn64({3, 3})});
+
+  auto inv = [](const Inputs& x) { return linalg::inv(shifted(x[0])); };
+  sink.add("linalg/inv/matrix", inv, {randn64({3, 3})});
+  sink.add("linalg/inv/batch", inv, {randn64({2, 2, 2})});
+  sink.add("linalg/inv/noncontiguous", inv, {randn64({3, 3}).t()});
+
+  auto det = [](const Inputs& x) { return linalg::det(shifted(x[0])); };
+  sink.add("linalg/det/matrix", det, {randn64({3, 3})});
+  sink.add("linalg/det/batch", det, {randn64({2, 3, 3})});
+  sink.add("linalg/det/one", det, {randn64({1, 1})});
+  sink.add("linalg/det/empty", det, {randn64({0, 0})});
+  // A negative determinant (rows swapped): the rules must not assume det > 0.
+  sink.add("linalg/det/negative", [](const Inputs& x) { return linalg::det(-shifted(x[0])); },
+           {randn64({3, 3})});
+
+  auto logabsdet = [](const Inputs& x) { return linalg::slogdet(shifted(x[0])).logabsdet; };
+  sink.add("linalg/slogdet/matrix", logabsdet, {randn64({3, 3})});
+  sink.add("linalg/slogdet/batch", logabsdet, {randn64({2, 3, 3})});
+  sink.add("linalg/slogdet/negative",
+           [](const Inputs& x) { return linalg::slogdet(-shifted(x[0])).logabsdet; },
+           {randn64({3, 3})});
+}
