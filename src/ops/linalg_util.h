@@ -41,11 +41,14 @@ inline Shape batch_of(const Tensor& x) {
   return s;
 }
 
-/// a [..., n, n] and b [..., n, k] expanded (differentiably) to their common batch dims, or a
-/// Shape error naming both when the batch dims do not broadcast or the rows differ.
-inline std::pair<Tensor, Tensor> broadcast_batch(const Tensor& a, const Tensor& b, const char* op) {
-  ADJOINT_CHECK(a.size(-1) == b.size(-2), Shape, op, "A has ", a.size(-1), " columns but B has ",
-                b.size(-2), " rows: A ", describe(a), ", B ", describe(b));
+/// a [..., m, n] and b [..., r, k] expanded (differentiably) to their common batch dims, or a
+/// Shape error naming both when the batch dims do not broadcast or b's rows r differ from a's
+/// dim `a_dim` (-1: A X = B as in solve; -2: A X ≈ B as in lstsq).
+inline std::pair<Tensor, Tensor> broadcast_batch(const Tensor& a, const Tensor& b, const char* op,
+                                                 int64_t a_dim = -1) {
+  ADJOINT_CHECK(a.size(a_dim) == b.size(-2), Shape, op, "A has ", a.size(a_dim),
+                a_dim == -1 ? " columns" : " rows", " but B has ", b.size(-2), " rows: A ",
+                describe(a), ", B ", describe(b));
   const Shape ba = batch_of(a), bb = batch_of(b);
   Shape batch;
   try {

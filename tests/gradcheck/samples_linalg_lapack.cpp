@@ -15,6 +15,13 @@ Tensor eye_of(const Tensor& x) { return eye(x.size(-1), std::nullopt, x.dtype())
 Tensor shifted(const Tensor& x) { return x + eye_of(x) * 4.0; }
 /// x xᵀ + 3 I: symmetric positive definite.
 Tensor spd(const Tensor& x) { return matmul(x, x.transpose(-2, -1)) + eye_of(x) * 3.0; }
+/// x + xᵀ: symmetric, with distinct eigenvalues for the random x used here.
+Tensor symmetric(const Tensor& x) { return x + x.transpose(-2, -1); }
+/// Several results as one flat tensor (a sample returns one tensor).
+Tensor flat(std::vector<Tensor> parts) {
+  for (Tensor& p : parts) p = p.flatten();
+  return cat(parts, 0);
+}
 
 }  // namespace
 
@@ -74,4 +81,57 @@ ADJOINT_REGISTER_SAMPLES(linalg_lapack) {
   sink.add("linalg/slogdet/negative",
            [](const Inputs& x) { return linalg::slogdet(-shifted(x[0])).logabsdet; },
            {randn64({3, 3})});
+
+  // Eigenvectors and singular vectors are defined up to sign, so the samples look at them
+  // through sign-invariant functions: V ∘ V, V f(w) Vᵀ, U Vh. LAPACK's sign choice is locally
+  // constant, so Q and R are checked as they are.
+  auto eig_values = [](const Inputs& x) { return linalg::eigh(symmetric(x[0])).eigenvalues; };
+  auto eig_vectors = [](const Inputs& x) {
+    Tensor v = linalg::eigh(symmetric(x[0])).eigenvectors;
+    return v * v;
+  };
+  auto eig_function = [](const Inputs& x) {
+    auto [w, v] = linalg::eigh(symmetric(x[0]));
+    return matmul(v * w.exp().unsqueeze(-2), v.transpose(-2, -1));
+  };
+  sink.add("linalg/eigh/values", eig_values, {randn64({4, 4})});
+  sink.add("linalg/eigh/vectors", eig_vectors, {randn64({3, 3})});
+  sink.add("linalg/eigh/matrix_function", eig_function, {randn64({3, 3})});
+  sink.add("linalg/eigh/batch", eig_vectors, {randn64({2, 3, 3})});
+  sink.add("linalg/eigh/one", eig_function, {randn64({1, 1})});
+  sink.add("linalg/eigh/empty", eig_vectors, {randn64({0, 3, 3})});
+  auto eigvals = [](const Inputs& x) { return linalg::eigvalsh(symmetric(x[0])); };
+  sink.add("linalg/eigvalsh/matrix", eigvals, {randn64({4, 4})});
+  sink.add("linalg/eigvalsh/batch", eigvals, {randn64({2, 3, 3})});
+
+  auto svd_all = [](const Inputs& x) {
+    auto [u, s, vh] = linalg::svd(x[0]);
+    return flat({s, u * u, vh * vh, matmul(u, vh)});
+  };
+  sink.add("linalg/svd/tall", svd_all, {randn64({4, 3})});
+  sink.add("linalg/svd/wide", svd_all, {randn64({2, 4})});
+  sink.add("linalg/svd/square", svd_all, {randn64({3, 3})});
+  sink.add("linalg/svd/batch", svd_all, {randn64({2, 4, 2})});
+  sink.add("linalg/svd/noncontiguous", svd_all, {randn64({4, 3}).t()});
+  sink.add("linalg/svd/values", [](const Inputs& x) { return linalg::svd(x[0]).s; },
+           {randn64({3, 4})});
+  auto svdvals = [](const Inputs& x) { return linalg::svdvals(x[0]); };
+  sink.add("linalg/svdvals/tall", svdvals, {randn64({4, 3})});
+  sink.add("linalg/svdvals/batch_wide", svdvals, {randn64({2, 2, 3})});
+
+  auto qr = [](const Inputs& x) {
+    auto [q, r] = linalg::qr(x[0]);
+    return flat({q, r});
+  };
+  sink.add("linalg/qr/tall", qr, {randn64({4, 3})});
+  sink.add("linalg/qr/square", qr, {randn64({3, 3})});
+  sink.add("linalg/qr/wide", qr, {randn64({2, 4})});
+  sink.add("linalg/qr/batch", qr, {randn64({2, 4, 2})});
+  sink.add("linalg/qr/noncontiguous", qr, {randn64({3, 4}).t()});
+
+  auto lstsq = [](const Inputs& x) { return linalg::lstsq(x[0], x[1]); };
+  sink.add("linalg/lstsq/overdetermined", lstsq, {randn64({5, 3}), randn64({5, 2})});
+  sink.add("linalg/lstsq/underdetermined", lstsq, {randn64({2, 4}), randn64({2, 1})});
+  sink.add("linalg/lstsq/vector", lstsq, {randn64({4, 2}), randn64({4})});
+  sink.add("linalg/lstsq/broadcast", lstsq, {randn64({2, 4, 3}), randn64({4, 2})});
 }
