@@ -135,3 +135,15 @@ ADJOINT_REGISTER_SAMPLES(linalg_lapack) {
   sink.add("linalg/lstsq/vector", lstsq, {randn64({4, 2}), randn64({4})});
   sink.add("linalg/lstsq/broadcast", lstsq, {randn64({2, 4, 3}), randn64({4, 2})});
 }
+
+ADJOINT_REGISTER_SAMPLES(linalg_matrix_exp) {
+  auto expm = [](const Inputs& x) { return linalg::matrix_exp(x[0]); };
+  sink.add("linalg/matrix_exp/matrix", expm, {randn64({3, 3})});
+  sink.add("linalg/matrix_exp/batch", expm, {randn64({2, 2, 2})});
+  sink.add("linalg/matrix_exp/one", expm, {randn64({1, 1})});
+  sink.add("linalg/matrix_exp/noncontiguous", expm, {randn64({3, 3}).t()});
+  // A norm well above θ13, so the result is squared several times.
+  sink.add("linalg/matrix_exp/squared",
+           [](const Inputs& x) { return linalg::matrix_exp(x[0] * 4.0); }, {randn64({3, 3})});
+  sink.add("linalg/matrix_exp/empty", expm, {randn64({0, 3, 3})});
+}

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "adjoint/adjoint.h"
 #include "support/expect.h"
@@ -172,4 +174,55 @@ TEST(LinalgSingularPoints, VectorGradientsAtRepeatedValuesAreNotFinite) {
   bool finite = true;
   for (double x : g) finite = finite && std::isfinite(x);
   EXPECT_FALSE(finite);
+}
+
+TEST(LinalgMatrixExp, MatchesClosedForms) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    const double tol = dt == DType::Float64 ? 1e-13 : 1e-5;
+    // exp([[0, 1], [0, 0]]) = [[1, 1], [0, 1]] (nilpotent: the series stops).
+    Tensor n = tensor({0.0, 1.0, 0.0, 0.0}, {2, 2}, dt);
+    EXPECT_LT(max_abs(linalg::matrix_exp(n) - tensor({1.0, 1.0, 0.0, 1.0}, {2, 2}, dt)), tol);
+    // exp(t [[0, -1], [1, 0]]) is the rotation by t, also for t large enough to need squaring.
+    for (double t : {0.3, 2.0, 40.0}) {
+      Tensor g = tensor({0.0, -t, t, 0.0}, {2, 2}, dt);
+      Tensor want = tensor({std::cos(t), -std::sin(t), std::sin(t), std::cos(t)}, {2, 2}, dt);
+      EXPECT_LT(max_abs(linalg::matrix_exp(g) - want), tol * (1 + t * t)) << t;
+    }
+  }
+}
+
+TEST(LinalgMatrixExp, AgreesWithEigh) {
+  // For symmetric A, exp(A) = V diag(exp(w)) Vᵀ (an independent route through LAPACK syevd).
+  for (double scale : {0.1, 1.0, 8.0}) {
+    Tensor x = rnd({2, 4, 4}), a = (x + mT(x)) * scale;
+    auto [w, v] = linalg::eigh(a);
+    Tensor want = matmul(v * w.exp().unsqueeze(-2), mT(v));
+    EXPECT_LT(max_abs(linalg::matrix_exp(a) - want) / max_abs(want), 1e-12) << scale;
+  }
+  // exp(A) exp(-A) = I for a general A.
+  Tensor a = rnd({3, 3}) * 3.0;
+  EXPECT_LT(max_abs(matmul(linalg::matrix_exp(a), linalg::matrix_exp(-a)) - eye_n(3)), 1e-10);
+  expect_error(
+      [] {
+        linalg::matrix_exp(rnd({2, 3}));
+      },
+      ErrorKind::Shape, {"[matrix_exp]", "square"});
+}
+
+TEST(LinalgDecompErrors, NonFiniteInputs) {
+  // The iterative solvers refuse NaN and inf (LAPACK's gesdd can loop forever on inf); the
+  // direct ones (LU, Cholesky, QR) let them through into the result, as PyTorch's do.
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    Tensor x = rnd({2, 3, 3}), a = x + mT(x);
+    // Batch element 1 gets `bad` at [2, 1], in the lower triangle that eigh reads.
+    Tensor poison = tensor({0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, bad, 0.0}, {3, 3}, DType::Float64);
+    Tensor poisoned = stack({a.select(0, 0), a.select(0, 1) + poison});
+    for (auto f : std::vector<std::function<void()>>{
+             [&] { linalg::eigh(poisoned); }, [&] { linalg::eigvalsh(poisoned); },
+             [&] { linalg::svd(poisoned); }, [&] { linalg::svdvals(poisoned); }})
+      expect_error(f, ErrorKind::Value, {"non-finite", "batch [1] of [2]", "not defined"});
+    Tensor x_nan = linalg::lstsq(poisoned, rnd({2, 3, 1}));
+    EXPECT_FALSE(std::isfinite(x_nan.select(0, 1).sum().item<double>()));
+    EXPECT_TRUE(std::isfinite(x_nan.select(0, 0).sum().item<double>()));
+  }
 }

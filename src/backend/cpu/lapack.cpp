@@ -153,6 +153,17 @@ Shape with_tail(const Tensor& a, std::initializer_list<int64_t> tail) {
   return s;
 }
 
+/// Throws unless the column-major matrix has only finite entries. The iterative eigen and
+/// singular-value solvers are not defined on NaN or inf (gesdd rejects NaN as a bad argument
+/// and can loop forever on inf), so they are refused first, as torch.linalg refuses them.
+template <class T>
+void check_finite(const std::vector<T>& m, const Tensor& a, int64_t flat, const char* op) {
+  for (const T v : m)
+    ADJOINT_CHECK(std::isfinite(v), Value, op, "A has a non-finite entry (", v,
+                  "):", batch_at(batch_shape(a), flat), " the decomposition is not defined, A ",
+                  describe(a));
+}
+
 void check_info_argument(int info, const char* routine) {
   ADJOINT_ASSERT(info >= 0, "LAPACK ", routine, " rejected argument ", -info);
 }
@@ -311,6 +322,7 @@ Eigh eigh_impl(const Tensor& a, bool vectors, const char* op) {
   const int64_t batch = r.values.numel() / n;
   for (int64_t i = 0; i < batch; ++i) {
     to_column_major(ap + i * n * n, n, n, am.data());
+    check_finite(am, a, i, op);
     syevd(jobz, ni, am.data(), wp + i * n, work.data(), static_cast<int>(work.size()), iwork.data(),
           static_cast<int>(iwork.size()), info);
     check_info_argument(info, "syevd");
@@ -386,6 +398,7 @@ Svd svd_impl(const Tensor& a, bool vectors, const char* op) {
   const int64_t batch = r.s.numel() / k;
   for (int64_t b = 0; b < batch; ++b) {
     to_column_major(ap + b * m * n, m, n, am.data());
+    check_finite(am, a, b, op);
     gesdd(jobz, mi, ni, am.data(), r.s.data_ptr<T>() + b * k, u.data(), ldu, vt.data(), ldvt,
           work.data(), static_cast<int>(work.size()), iwork.data(), info);
     check_info_argument(info, "gesdd");
