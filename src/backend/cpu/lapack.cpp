@@ -338,12 +338,8 @@ template <class T>
 Qr qr_impl(const Tensor& a, const char* op) {
   const int64_t m = a.size(-2), n = a.size(-1), k = std::min(m, n);
   Qr r{make_empty(with_tail(a, {m, k}), a.dtype()), make_empty(with_tail(a, {k, n}), a.dtype())};
-  if (k == 0) {
-    fill(r.r, 0);  // [.., 0, n] holds nothing; R [.., k, 0] neither
-    return r;
-  }
+  if (r.q.numel() == 0) return r;  // no matrices, or k = 0: Q and R hold no elements
   const int64_t batch = r.q.numel() / (m * k);
-  if (batch == 0) return r;
   const int mi = lapack_int(m, a, op), ni = lapack_int(n, a, op), ki = static_cast<int>(k);
   const Tensor ac = contiguous_copy(a);
   const T* ap = ac.data_ptr<T>();
