@@ -225,3 +225,19 @@ TEST(LinalgGradients, SolveGradientMatchesClosedForm) {
   EXPECT_LT(max_abs(b.grad() - matmul(ainv_t, w)), 1e-12);
   EXPECT_LT(max_abs(a.grad() + matmul(matmul(ainv_t, w), x.detach().t())), 1e-12);
 }
+
+TEST(LinalgGradients, LogdetHessianMatchesClosedForm) {
+  // f(A) = log|det A| has gradient A⁻ᵀ and Hessian-vector product -A⁻ᵀ Hᵀ A⁻ᵀ: second
+  // derivatives through slogdet's rules (which use solve's), by both hvp modes.
+  Tensor a = invertible({3, 3}), h = rnd({3, 3});
+  auto f = [](const Tensor& x) { return linalg::slogdet(x).logabsdet; };
+  Tensor ainv_t = linalg::inv(a).t();
+  EXPECT_LT(max_abs(grad(f)(a) - ainv_t), 1e-12);
+  Tensor want = -matmul(matmul(ainv_t, h.t()), ainv_t);
+  EXPECT_LT(max_abs(hvp(f, a, h) - want), 1e-12);
+  EXPECT_LT(max_abs(hvp(f, a, h, HvpMode::ReverseOverReverse) - want), 1e-12);
+  // And the JVP of det: d det = det tr(A⁻¹ dA).
+  auto [d, td] = jvp([](const Tensor& x) { return linalg::det(x); }, a, h);
+  const double trace = (linalg::inv(a) * h.t()).sum().item<double>();
+  EXPECT_NEAR(td.item<double>(), d.item<double>() * trace, 1e-10);
+}
