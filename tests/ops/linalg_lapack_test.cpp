@@ -241,3 +241,39 @@ TEST(LinalgGradients, LogdetHessianMatchesClosedForm) {
   const double trace = (linalg::inv(a) * h.t()).sum().item<double>();
   EXPECT_NEAR(td.item<double>(), d.item<double>() * trace, 1e-10);
 }
+
+TEST(LinalgGradients, DetGradientAtSingularMatricesIsTheCofactorMatrix) {
+  // det [[a, b], [c, d]] = ad - bc has gradient [[d, -c], [-b, a]], singular or not.
+  Tensor a2 = tensor({1.0, 2.0, 2.0, 4.0}, {2, 2}, f64_grad());
+  linalg::det(a2).backward();
+  expect_values(a2.grad(), {4.0, -2.0, -2.0, 1.0}, 1e-12);
+  // A 3x3 matrix with two equal rows (rank 2): the cofactors from 2x2 minors.
+  Tensor a3 = tensor({1.0, 2.0, 0.5, -1.0, 3.0, 2.0, 1.0, 2.0, 0.5}, {3, 3}, f64_grad());
+  EXPECT_EQ(linalg::det(a3).item<double>(), 0.0);
+  linalg::det(a3).backward();
+  std::vector<double> m = a3.detach().to_vector<double>(), want(9);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const int r0 = (i + 1) % 3, r1 = (i + 2) % 3, c0 = (j + 1) % 3, c1 = (j + 2) % 3;
+      want[i * 3 + j] = m[r0 * 3 + c0] * m[r1 * 3 + c1] - m[r0 * 3 + c1] * m[r1 * 3 + c0];
+    }
+  expect_values(a3.grad(), want, 1e-12);
+  // Rank 1: every 2x2 minor vanishes, so the gradient is zero.
+  Tensor a1 = tensor({1.0, 2.0, 3.0, 2.0, 4.0, 6.0, -1.0, -2.0, -3.0}, {3, 3}, f64_grad());
+  linalg::det(a1).backward();
+  EXPECT_LT(max_abs(a1.grad()), 1e-12);
+  // The JVP at a singular matrix is tr(adj(A) dA) too.
+  Tensor t = rnd({3, 3});
+  auto [d, td] = jvp([](const Tensor& x) { return linalg::det(x); }, a3.detach(), t);
+  EXPECT_NEAR(td.item<double>(), (a3.grad() * t).sum().item<double>(), 1e-12);
+}
+
+TEST(LinalgGradients, DetSecondDerivativeAtASingularMatrix) {
+  // det [[a, b], [c, d]] = ad - bc has the constant Hessian H -> [[h_d, -h_c], [-h_b, h_a]]:
+  // exact at the singular A below too, where the gradient comes from the SVD.
+  Tensor a = tensor({1.0, 2.0, 2.0, 4.0}, {2, 2}, DType::Float64);
+  Tensor h = tensor({0.3, -1.2, 0.7, 2.0}, {2, 2}, DType::Float64);
+  auto f = [](const Tensor& x) { return linalg::det(x); };
+  for (HvpMode mode : {HvpMode::ForwardOverReverse, HvpMode::ReverseOverReverse})
+    expect_values(hvp(f, a, h, mode), {2.0, -0.7, 1.2, 0.3}, 1e-12);
+}
