@@ -40,8 +40,9 @@ struct SlogdetResult {
 SlogdetResult slogdet(const Tensor& A);
 
 /// Eigenvalues (ascending, [..., n]) and orthonormal eigenvectors (columns of [..., n, n]) of
-/// a symmetric A (only its lower triangle is read): A = V diag(w) Vᵀ. The eigenvector
-/// gradient is not finite at repeated eigenvalues; use eigvalsh when only values are needed.
+/// a symmetric A (only its lower triangle is read): A = V diag(w) Vᵀ. A loss that uses the
+/// eigenvectors has a non-finite gradient at repeated eigenvalues (one that uses only the
+/// eigenvalues does not); eigvalsh is cheaper when only values are needed.
 struct EighResult {
   Tensor eigenvalues, eigenvectors;
 };
@@ -59,8 +60,8 @@ struct QrResult {
 QrResult qr(const Tensor& A);
 
 /// The reduced SVD A = U diag(S) Vh of A [..., m, n], k = min(m, n): U [..., m, k], S [..., k]
-/// (descending), Vh [..., k, n]. The gradient through U and Vh is not finite at repeated
-/// singular values (or a zero one when m != n); use svdvals when only values are needed.
+/// (descending), Vh [..., k, n]. A loss that uses U or Vh has a non-finite gradient at
+/// repeated singular values (or a zero one when m != n); svdvals is cheaper for values only.
 struct SvdResult {
   Tensor u, s, vh;
 };

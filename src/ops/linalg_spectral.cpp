@@ -23,9 +23,10 @@ using linalg_detail::transposed_view;
 // packed side by side in one tensor (eigh: [..., n + 1, n], the eigenvectors then a row of
 // eigenvalues), and the public function hands out views of it (narrow, select), which are
 // differentiable. The rules unpack the output and its cotangent or tangent the same way; a
-// part the loss does not use arrives as zeros. This is why eigh's gradient is not finite at
-// repeated eigenvalues even when only the eigenvalues are used (0 * inf): eigvalsh and svdvals
-// are separate primitives for that case.
+// part the loss does not use arrives as zeros. Where PyTorch tests for an undefined gradient,
+// the VJPs test for an all-zero one and skip its terms: those carry the 1 / (w_j - w_i)
+// weights, and 0 * inf would make the gradient of eigh's eigenvalues (or svd's singular
+// values) alone NaN at repeated values. eigvalsh and svdvals remain, and are cheaper.
 
 /// 1 / (x_j - x_i) off the diagonal and 0 on it, for x [..., n]: the eigenvector (and
 /// singular-vector) derivatives' weights. Infinite where two entries are equal.
@@ -58,8 +59,9 @@ struct Eigh {
   static Tensor values(const Tensor& p) { return p.select(-2, p.size(-1)); }
   // gA = sym(V (diag(gw) + F ∘ (Vᵀ gV)) Vᵀ), F_ij = 1 / (w_j - w_i)
   Tensor vjp(const Ctx& c, const Tensor& g) const {
-    const Tensor v = vectors(c.output()), w = values(c.output());
-    Tensor inner = inverse_gaps(w) * matmul(mT(v), vectors(g)) + diag_embed(values(g));
+    const Tensor v = vectors(c.output()), w = values(c.output()), gv = vectors(g);
+    Tensor inner = diag_embed(values(g));
+    if (!linalg_detail::all_zero(gv)) inner = inner + inverse_gaps(w) * matmul(mT(v), gv);
     return sym(matmul(matmul(v, inner), mT(v)));
   }
   // P = Vᵀ sym(dA) V: dw = diag(P), dV = V (F ∘ P)
@@ -113,6 +115,9 @@ struct Svd {
   Tensor vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& p = c.output();
     const Tensor uu = u(p), ss = s(p), vvh = vh(p), gu = u(g), gvh = vh(g);
+    // Only the singular values are used: gA = U diag(gS) Vh (finite at repeated values).
+    if (linalg_detail::all_zero(gu) && linalg_detail::all_zero(gvh))
+      return matmul(uu * s(g).unsqueeze(-2), vvh);
     Tensor j = matmul(mT(uu), gu);
     j = j - mT(j);
     Tensor k = matmul(vvh, mT(gvh));

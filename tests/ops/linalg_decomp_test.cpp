@@ -174,13 +174,23 @@ TEST(LinalgSingularPoints, VectorGradientsAtRepeatedValuesAreNotFinite) {
   bool finite = true;
   for (double x : g) finite = finite && std::isfinite(x);
   EXPECT_FALSE(finite);
-  // Also through eigh's eigenvalues alone (the unused eigenvectors' zero cotangent meets the
-  // infinite gap weight): that is what eigvalsh is for.
+  // The same for the singular vectors of I.
   Tensor b = eye_n(3).requires_grad_(true);
-  linalg::eigh(b).eigenvalues.sum().backward();
+  (linalg::svd(b).u * rnd({3, 3})).sum().backward();
   finite = true;
   for (double x : b.grad().to_vector<double>()) finite = finite && std::isfinite(x);
   EXPECT_FALSE(finite);
+}
+
+TEST(LinalgSingularPoints, ValuesThroughTheFullDecompositionsStayFinite) {
+  // eigh and svd used for their values only: the unused vectors' zero cotangent skips the
+  // 1 / gap terms (as an undefined gradient does in PyTorch), so A = I still gives I.
+  Tensor a = eye_n(3).requires_grad_(true);
+  linalg::eigh(a).eigenvalues.sum().backward();
+  EXPECT_LT(max_abs(a.grad() - eye_n(3)), 1e-12);
+  Tensor b = eye_n(3).requires_grad_(true);
+  linalg::svd(b).s.sum().backward();
+  EXPECT_LT(max_abs(b.grad() - eye_n(3)), 1e-12);
 }
 
 TEST(LinalgMatrixExp, MatchesClosedForms) {
