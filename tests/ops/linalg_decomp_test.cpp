@@ -243,3 +243,19 @@ TEST(LinalgDecompErrors, NonFiniteInputs) {
     EXPECT_TRUE(std::isfinite(x_nan.select(0, 0).sum().item<double>()));
   }
 }
+
+TEST(LinalgGradients, Float32GradientsAgreeWithFloat64) {
+  // One loss through every primitive, in both precisions: the float32 gradient is float32 and
+  // close to the float64 one.
+  auto loss = [](const Tensor& x) {
+    Tensor sym = x + mT(x), spd = matmul(x, mT(x)) + eye_n(3, x.dtype()) * 3.0;
+    Tensor a = x + eye_n(3, x.dtype()) * 4.0;
+    return linalg::solve(a, x).sum() + linalg::cholesky(spd).sum() + linalg::slogdet(a).logabsdet +
+           linalg::det(a) * 0.01 + linalg::eigh(sym).eigenvalues.square().sum() +
+           linalg::svd(x).s.sum() + linalg::qr(x).r.sum() + linalg::matrix_exp(x * 0.5).sum();
+  };
+  Tensor x64 = rnd({3, 3});
+  Tensor g64 = grad(loss)(x64), g32 = grad(loss)(x64.to(DType::Float32));
+  EXPECT_EQ(g32.dtype(), DType::Float32);
+  EXPECT_LT(max_abs(g32.to(DType::Float64) - g64) / max_abs(g64), 1e-4);
+}
