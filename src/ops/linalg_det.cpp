@@ -1,0 +1,90 @@
+// Determinants from an LU factorisation: det and slogdet's log|det| are primitives whose rules
+// use A⁻ᵀ (through solve). det's rules switch to the SVD at a singular A (Note [det at singular
+// matrices]); log|det| is -inf there, and its derivative raises solve's singular-matrix error
+// (see docs/linalg.md). slogdet's sign is not differentiable.
+#include "ops/linalg_util.h"
+
+#include "backend/linalg_kernels.h"
+
+namespace adjoint {
+namespace {
+
+using linalg_detail::diagonal;
+using linalg_detail::mT;
+
+/// x [...] seen as [..., 1, 1], to scale a batch of matrices.
+Tensor per_matrix(const Tensor& x) { return x.unsqueeze(-1).unsqueeze(-1); }
+
+// Note [det at singular matrices]
+// d det(A) = tr(adj(A) dA) holds everywhere, but the usual form adj(A) = det(A) A⁻¹ needs an
+// invertible A. When some matrix of the batch has det exactly 0 (singular, or underflowed),
+// the rules use the cofactor matrix from the SVD A = U diag(s) Vh instead:
+// adj(A)ᵀ = det(U) det(Vh) U diag(π) Vh with π_i = prod_{j != i} s_j, which is finite at every
+// A (zero when the rank is below n - 1), as PyTorch's linalg_det_backward does. It is written
+// with svd, so double backward works where svd's rules do (distinct singular values).
+
+/// Whether some entry of det is exactly zero (read off the data).
+bool any_zero(const Tensor& det) {
+  for (double d : det.detach().to(DType::Float64).to_vector<double>())
+    if (d == 0) return true;
+  return false;
+}
+
+/// The cofactor matrix adj(A)ᵀ, [..., n, n], through the SVD (see the Note above).
+Tensor cofactors(const Tensor& a) {
+  const int64_t n = a.size(-1);
+  const linalg::SvdResult r = linalg::svd(a);
+  // π_i = prod_j t_ij with t_ij = s_j off the diagonal and 1 on it.
+  const Tensor id = linalg_detail::eye_like(a, n);
+  const Tensor others = (r.s.unsqueeze(-2) * (1.0 - id) + id).prod({-1});
+  // det(U) det(Vh) = ±1 is piecewise constant: computed on the data, with no history.
+  const Tensor orientation = kernels::lu_det(r.u, "det").sign * kernels::lu_det(r.vh, "det").sign;
+  return per_matrix(orientation) * matmul(r.u * others.unsqueeze(-2), r.vh);
+}
+
+struct Det {
+  static constexpr const char* name = "det";
+  static constexpr Save save = Save::InputsAndOutput;
+  Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).det; }
+  // d det(A) = tr(adj(A) dA) = det(A) tr(A⁻¹ dA): gA = g adj(A)ᵀ = g det(A) A⁻ᵀ
+  Tensor vjp(const Ctx& c, const Tensor& g) const {
+    if (any_zero(c.output())) return per_matrix(g) * cofactors(c.input(0));
+    return per_matrix(g * c.output()) * linalg::inv(mT(c.input(0)));
+  }
+  Tensor jvp(const Ctx& c, const Tensor& ta) const {
+    if (any_zero(c.output())) return (cofactors(c.input(0)) * ta).sum({-2, -1});
+    return c.output() * diagonal(linalg::solve(c.input(0), ta)).sum({-1});
+  }
+};
+
+struct LogAbsDet {
+  static constexpr const char* name = "slogdet";
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).logabsdet; }
+  // d log|det(A)| = tr(A⁻¹ dA): gA = g A⁻ᵀ
+  Tensor vjp(const Ctx& c, const Tensor& g) const {
+    return per_matrix(g) * linalg::inv(mT(c.input(0)));
+  }
+  Tensor jvp(const Ctx& c, const Tensor& ta) const {
+    return diagonal(linalg::solve(c.input(0), ta)).sum({-1});
+  }
+};
+
+}  // namespace
+
+namespace linalg {
+
+Tensor det(const Tensor& A) {
+  linalg_detail::check_square(A, "det");
+  return apply(Det{}, A);
+}
+
+SlogdetResult slogdet(const Tensor& A) {
+  linalg_detail::check_square(A, "slogdet");
+  // The sign comes from a second LU of the data, with no history: it is piecewise constant.
+  Tensor sign = kernels::lu_det(A, "slogdet").sign;
+  return {sign, apply(LogAbsDet{}, A)};
+}
+
+}  // namespace linalg
+}  // namespace adjoint
