@@ -94,8 +94,9 @@ TEST(ModuleHooks, RemovedHooksNoLongerFireAndASecondRemovalIsAnError) {
   auto fc = linear64(3, 2, 5);
   Tensor x = randn64({1, 3}, 6);
   int pre = 0, post = 0;
-  nn::HookHandle a = fc->register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++pre; });
-  nn::HookHandle b =
+  nn::ModuleHookHandle a =
+      fc->register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++pre; });
+  nn::ModuleHookHandle b =
       fc->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++post; });
   (*fc)(x);
   EXPECT_EQ(pre, 1);
@@ -104,16 +105,17 @@ TEST(ModuleHooks, RemovedHooksNoLongerFireAndASecondRemovalIsAnError) {
   (*fc)(x);
   EXPECT_EQ(pre, 1);
   EXPECT_EQ(post, 2);
-  nn::HookHandle copy = b;
+  nn::ModuleHookHandle copy = b;
   b.remove();
   (*fc)(x);
   EXPECT_EQ(post, 2);
   expect_error([&] { copy.remove(); }, ErrorKind::Value,
                {"[nn.Linear]", "forward hook", "of Linear was already removed"});
   expect_error([&] { a.remove(); }, ErrorKind::Value, {"forward pre-hook", "already removed"});
-  expect_error([] { nn::HookHandle().remove(); }, ErrorKind::Value, {"empty HookHandle"});
+  expect_error([] { nn::ModuleHookHandle().remove(); }, ErrorKind::Value,
+               {"empty ModuleHookHandle"});
   // Once the module is gone its hooks are too: removing is then a no-op.
-  nn::HookHandle orphan;
+  nn::ModuleHookHandle orphan;
   {
     auto tmp = linear64(2, 2, 7);
     orphan = tmp->register_forward_hook([](nn::Module&, const Tensor&, const Tensor&) {});
@@ -124,7 +126,7 @@ TEST(ModuleHooks, RemovedHooksNoLongerFireAndASecondRemovalIsAnError) {
 TEST(ModuleHooks, AHookMayRemoveItselfWhileRunning) {
   auto fc = linear64(3, 2, 8);
   int fired = 0;
-  nn::HookHandle h;
+  nn::ModuleHookHandle h;
   h = fc->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) {
     ++fired;
     h.remove();
@@ -137,7 +139,7 @@ TEST(ModuleHooks, AHookMayRemoveItselfWhileRunning) {
 TEST(ModuleHooks, WrongShapesAreNamedErrors) {
   auto fc = linear64(3, 2, 10);
   Tensor x = randn64({4, 3}, 11);
-  nn::HookHandle h = fc->register_forward_hook(
+  nn::ModuleHookHandle h = fc->register_forward_hook(
       [](nn::Module&, const Tensor&, const Tensor& out) -> std::optional<Tensor> {
         return out.sum();
       });
@@ -259,7 +261,7 @@ TEST(ModuleHooks, BackwardHookFiresOncePerCallAndNotAfterRemoval) {
   auto fc = linear64(2, 2, 60);
   Tensor x = randn64({1, 2}, 61, true);
   std::vector<Tensor> outs;
-  nn::HookHandle h = fc->register_full_backward_hook(
+  nn::ModuleHookHandle h = fc->register_full_backward_hook(
       [&](nn::Module&, const Tensor&, const Tensor& go) { outs.push_back(go); });
   Tensor y1 = (*fc)(x);
   Tensor y2 = (*fc)(y1);
@@ -297,4 +299,33 @@ TEST(ModuleHooks, NoHooksAndNoGradMeanPlainForward) {
   EXPECT_EQ((*fc)(x).grad_fn()->name(), "ModuleOutputHookBackward");
   NoGradGuard no_grad;
   EXPECT_FALSE((*fc)(x).requires_grad());  // not wrapped: nothing to catch
+}
+
+TEST(ModuleHooks, HooksFireInsideAGptAndItsLoss) {
+  Generator gen(90);
+  auto gpt = std::make_shared<nn::GPT>(
+      nn::GPTConfig{.vocab = 16, .context = 8, .d_model = 8, .heads = 2, .layers = 3}, &gen);
+  gpt->to(DType::Float64);
+  Tensor idx = randint(0, 16, {2, 8}, &gen), targets = randint(0, 16, {2, 8}, &gen);
+  std::vector<std::string> order;
+  std::vector<nn::ModuleHookHandle> handles;
+  for (const auto& [name, m] : gpt->named_modules())
+    if (name.starts_with("blocks.") && name.find('.', 7) == std::string::npos)
+      handles.push_back(m->register_forward_hook(
+          [&, name](nn::Module&, const Tensor&, const Tensor&) { order.push_back(name); }));
+  auto block1 = gpt->blocks->at<nn::Block>(1);
+  Tensor block1_out, go;
+  handles.push_back(block1->register_forward_hook(
+      [&](nn::Module&, const Tensor&, const Tensor& out) { block1_out = out; }));
+  handles.push_back(block1->register_full_backward_hook(
+      [&](nn::Module&, const Tensor&, const Tensor& g) { go = g; }));
+  Tensor loss = gpt->loss(idx, targets);
+  EXPECT_EQ(order, (std::vector<std::string>{"blocks.0", "blocks.1", "blocks.2"}));
+  const Tensor oracle = autograd::grad({loss}, {block1_out}, {}, true)[0];
+  loss.backward();
+  expect_close(go, oracle);
+  for (nn::ModuleHookHandle& h : handles) h.remove();
+  order.clear();
+  gpt->loss(idx, targets);
+  EXPECT_TRUE(order.empty());
 }
