@@ -135,10 +135,10 @@ struct ModuleOutputHook : Function<ModuleOutputHook> {
 
 }  // namespace
 
-void HookHandle::remove() {
+void ModuleHookHandle::remove() {
   const std::string op = "nn." + (module_name_.empty() ? std::string("Module") : module_name_);
   ADJOINT_CHECK(!module_name_.empty(), Value, op,
-                "remove() on an empty HookHandle: it was not returned by register_*_hook");
+                "remove() on an empty ModuleHookHandle: it was not returned by register_*_hook");
   std::shared_ptr<ModuleHookLists> hooks = hooks_.lock();
   if (!hooks) return;  // the module is gone, and its hooks with it
   bool found = false;
@@ -162,28 +162,28 @@ ModuleHookLists& Module::hooks() {
   return *hooks_;
 }
 
-HookHandle Module::add_forward_pre_hook(ForwardPreHook hook) {
+ModuleHookHandle Module::add_forward_pre_hook(ForwardPreHook hook) {
   ADJOINT_CHECK(static_cast<bool>(hook), Value, "nn." + type_name_,
                 "register_forward_pre_hook got an empty function");
   ModuleHookLists& h = hooks();
   h.forward_pre.push_back({h.next_id, std::move(hook)});
-  return HookHandle(hooks_, HookKind::ForwardPre, h.next_id++, type_name_);
+  return ModuleHookHandle(hooks_, HookKind::ForwardPre, h.next_id++, type_name_);
 }
 
-HookHandle Module::add_forward_hook(ForwardHook hook) {
+ModuleHookHandle Module::add_forward_hook(ForwardHook hook) {
   ADJOINT_CHECK(static_cast<bool>(hook), Value, "nn." + type_name_,
                 "register_forward_hook got an empty function");
   ModuleHookLists& h = hooks();
   h.forward.push_back({h.next_id, std::move(hook)});
-  return HookHandle(hooks_, HookKind::Forward, h.next_id++, type_name_);
+  return ModuleHookHandle(hooks_, HookKind::Forward, h.next_id++, type_name_);
 }
 
-HookHandle Module::add_backward_hook(BackwardHook hook) {
+ModuleHookHandle Module::add_backward_hook(BackwardHook hook) {
   ADJOINT_CHECK(static_cast<bool>(hook), Value, "nn." + type_name_,
                 "register_full_backward_hook got an empty function");
   ModuleHookLists& h = hooks();
   h.backward.push_back({h.next_id, std::move(hook)});
-  return HookHandle(hooks_, HookKind::Backward, h.next_id++, type_name_);
+  return ModuleHookHandle(hooks_, HookKind::Backward, h.next_id++, type_name_);
 }
 
 Tensor Module::call_with_hooks(const Tensor& input) {

@@ -60,13 +60,13 @@ class Module : public std::enable_shared_from_this<Module> {
   /// hook(module, input) runs before forward, in registration order; returning a tensor
   /// (std::optional<Tensor>) replaces the input, returning nothing (void or nullopt) keeps it.
   template <class F>
-  HookHandle register_forward_pre_hook(F&& hook) {
+  ModuleHookHandle register_forward_pre_hook(F&& hook) {
     return add_forward_pre_hook(wrap_hook<ForwardPreHook, const Tensor&>(std::forward<F>(hook)));
   }
   /// hook(module, input, output) runs after forward, in registration order; returning a tensor
   /// replaces the output the next hooks and the caller see.
   template <class F>
-  HookHandle register_forward_hook(F&& hook) {
+  ModuleHookHandle register_forward_hook(F&& hook) {
     return add_forward_hook(
         wrap_hook<ForwardHook, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
@@ -76,7 +76,7 @@ class Module : public std::enable_shared_from_this<Module> {
   /// registered are wrapped in identity functions that catch both gradients; calls made
   /// before are not.
   template <class F>
-  HookHandle register_full_backward_hook(F&& hook) {
+  ModuleHookHandle register_full_backward_hook(F&& hook) {
     return add_backward_hook(
         wrap_hook<BackwardHook, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
@@ -153,9 +153,9 @@ class Module : public std::enable_shared_from_this<Module> {
       return Hook(std::forward<F>(hook));
     }
   }
-  HookHandle add_forward_pre_hook(ForwardPreHook hook);
-  HookHandle add_forward_hook(ForwardHook hook);
-  HookHandle add_backward_hook(BackwardHook hook);
+  ModuleHookHandle add_forward_pre_hook(ForwardPreHook hook);
+  ModuleHookHandle add_forward_hook(ForwardHook hook);
+  ModuleHookHandle add_backward_hook(BackwardHook hook);
   ModuleHookLists& hooks();
   Tensor call_with_hooks(const Tensor& input);
 

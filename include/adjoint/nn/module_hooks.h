@@ -52,11 +52,11 @@ struct ModuleHookLists {
 /// (through this handle or a copy) is an adjoint::Error naming the module and the hook.
 /// Removing after the module was destroyed does nothing: its hooks died with it. Dropping the
 /// handle without calling remove() keeps the hook registered.
-class HookHandle {
+class ModuleHookHandle {
  public:
-  HookHandle() = default;
-  HookHandle(std::weak_ptr<ModuleHookLists> hooks, HookKind kind, uint64_t id,
-             std::string module_name)
+  ModuleHookHandle() = default;
+  ModuleHookHandle(std::weak_ptr<ModuleHookLists> hooks, HookKind kind, uint64_t id,
+                   std::string module_name)
       : hooks_(std::move(hooks)), kind_(kind), id_(id), module_name_(std::move(module_name)) {}
 
   void remove();
