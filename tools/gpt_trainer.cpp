@@ -56,7 +56,7 @@ void Trainer::set_checkpointing(const std::string& mode) {
   config_.checkpoint = mode;
 }
 
-double Trainer::train_step(MemoryTimeline* timeline) {
+double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
   model_->train();
   optimizer_->set_lr(learning_rate(config_, step_));
   data::TextBatch b =
@@ -65,10 +65,13 @@ double Trainer::train_step(MemoryTimeline* timeline) {
   Tensor loss = model_->loss(b.inputs, b.targets);
   loss.backward();
   if (timeline) timeline->stop();  // forward and backward only: not the optimizer
+  const double loss_value = loss.item<double>();
+  if (health) health->after_backward(step_ + 1, loss_value);  // step numbers as in loss.csv
   if (config_.grad_clip > 0) optim::clip_grad_norm_(params_, config_.grad_clip);
   optimizer_->step();
+  if (health) health->after_update();
   ++step_;
-  return loss.item<double>();
+  return loss_value;
 }
 
 double Trainer::evaluate(data::Split split) {

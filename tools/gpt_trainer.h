@@ -15,6 +15,7 @@
 #include "adjoint/io.h"
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
+#include "gradient_health.h"
 
 namespace adjoint::tools {
 
@@ -59,8 +60,10 @@ class Trainer {
   Trainer(const TrainConfig& config, const data::ByteDataset& data);
 
   /// One step on a fresh training batch; returns its loss (before the update). With a
-  /// timeline, its forward and backward are recorded into it.
-  double train_step(MemoryTimeline* timeline = nullptr);
+  /// timeline, its forward and backward are recorded into it. With `health`, the gradients are
+  /// checked and recorded after backward (before clipping) and the update after it; a NaN or
+  /// infinite gradient throws before the weights change.
+  double train_step(MemoryTimeline* timeline = nullptr, GradientHealth* health = nullptr);
   /// Mean loss over eval_batches batches of a split, drawn from a generator seeded the same
   /// way every time, so evaluations are comparable and do not disturb the training order.
   double evaluate(data::Split split);

@@ -1,10 +1,13 @@
 // adjoint-train: trains a small byte-level GPT from C++ (what `make demo` runs). Shows a
 // progress bar on stderr, evaluates the validation loss every --eval-every steps, logs every
 // step to loss.csv as it goes, checkpoints every --save-every steps, and writes the
-// checkpoint, the loss curve (loss.svg) and a generated sample at the end.
+// checkpoint, the loss curve (loss.svg), the gradient health plot (grads.svg) and a generated
+// sample at the end. A NaN or infinite gradient stops the run with the parameter's name.
 //   adjoint-train [--layers 4] [--width 128] [--heads 4] [--context 64] [--batch 32]
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
 //                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
+//                 [--grad-every 10] [--grad-vanish 1e-6] [--grad-vanish-records 5]
+//                 [--grad-explode 1e2]
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -16,6 +19,7 @@
 #include <string_view>
 
 #include "gpt_trainer.h"
+#include "gradient_health.h"
 #include "loss_log.h"
 #include "run_state.h"
 #include "svg_plot.h"
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
   c.data = "/usr/share/common-licenses";
   int64_t sample_length = 400, stop_after = 0;
   int threads = 0;
+  tools::GradientHealthOptions health_options;
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
   app.add_option("--heads", c.model.heads, "attention heads")->capture_default_str();
@@ -93,6 +98,20 @@ int main(int argc, char** argv) {
                  "(ceil(sqrt(layers)) segments) or budget=BYTES (e.g. budget=64M: the blocks to "
                  "checkpoint are planned so that their saved activations fit; the plan is "
                  "printed)")
+      ->capture_default_str();
+  app.add_option("--grad-every", health_options.every,
+                 "steps between records of each parameter's gradient norm and update/weight "
+                 "ratio, drawn in grads.svg (0: none; NaN/Inf gradients are caught every step)")
+      ->capture_default_str();
+  app.add_option("--grad-vanish", health_options.vanish_below,
+                 "warn when a layer's gradient norm stays below this for --grad-vanish-records "
+                 "records in a row")
+      ->capture_default_str();
+  app.add_option("--grad-vanish-records", health_options.vanish_records,
+                 "records in a row below --grad-vanish before a layer counts as vanished")
+      ->capture_default_str();
+  app.add_option("--grad-explode", health_options.explode_above,
+                 "warn when a layer's gradient norm rises above this")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -140,7 +159,8 @@ int main(int argc, char** argv) {
     const std::string ckpt = out_dir + "/checkpoint.safetensors";
     // A run killed while writing one of these leaves its temporary: drop it now (the
     // checkpoint's are also dropped by every save).
-    for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv"})
+    for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv",
+                             "grads.svg", "grads.csv"})
       io::remove_stale_temporaries(out_dir + "/" + name);
 
     tools::Series train_curve{"train loss", {}, {}, "#1f77b4"};
@@ -163,9 +183,24 @@ int main(int argc, char** argv) {
     // The first step of the run is recorded op by op: memory.svg shows what the forward
     // saves and how backward frees it (compare --checkpoint none and block).
     std::unique_ptr<MemoryTimeline> timeline;
+    // Gradient norms and update ratios of this invocation's steps (a resumed run starts anew).
+    tools::GradientHealth health(trainer.model().named_parameters(), health_options);
+    auto write_health = [&] {
+      if (health.records().empty()) return;
+      tools::write_gradient_csv(health, out_dir + "/grads.csv");
+      tools::write_gradient_svg(health, out_dir + "/grads.svg", "adjoint-train");
+    };
     while (trainer.step() < end) {
       if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
-      const double loss = trainer.train_step(timeline.get());
+      double loss = 0;
+      try {
+        loss = trainer.train_step(timeline.get(), &health);
+      } catch (const Error&) {
+        write_health();  // what led up to a NaN is the interesting part
+        throw;
+      }
+      for (const std::string& w : health.take_warnings())
+        std::fprintf(stderr, "\rwarning: %s%20s\n", w.c_str(), "");
       if (timeline) {
         timeline->write_csv(out_dir + "/memory.csv");
         timeline->write_svg(
@@ -197,11 +232,13 @@ int main(int argc, char** argv) {
     trainer.save(ckpt);
     tools::write_svg_plot(out_dir + "/loss.svg", "adjoint-train: byte-level GPT", "step",
                           "loss (nats per byte)", {train_curve, val_curve});
+    write_health();
     std::printf("trained %lld steps in %s; validation loss %.4f nats per byte (uniform: 5.545)\n",
                 static_cast<long long>(trainer.step() - first), duration(seconds).c_str(),
                 last_val);
-    std::printf("wrote %s, %s/loss.svg, %s/loss.csv and %s/memory.svg\n", ckpt.c_str(),
-                out_dir.c_str(), out_dir.c_str(), out_dir.c_str());
+    const std::string grads = health.records().empty() ? "" : " and " + out_dir + "/grads.svg";
+    std::printf("wrote %s, %s/loss.svg, %s/loss.csv, %s/memory.svg%s\n", ckpt.c_str(),
+                out_dir.c_str(), out_dir.c_str(), out_dir.c_str(), grads.c_str());
     Generator gen(c.seed + 7);
     const std::string prompt = "This program is ";
     std::printf("\nsample (temperature 0.8, top-k 40):\n%s%s\n", prompt.c_str(),

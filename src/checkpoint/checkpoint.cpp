@@ -51,9 +51,7 @@ Tensor checkpoint(const std::shared_ptr<nn::Module>& module, const Tensor& input
   ADJOINT_CHECK(module != nullptr, Value, "checkpoint", "got a null module");
   for (Generator* g : module_generators(*module)) options.generators.push_back(g);
   return detail::checkpoint_lists(
-      [module](const std::vector<Tensor>& xs) {
-        return std::vector<Tensor>{module->forward(xs[0])};
-      },
+      [module](const std::vector<Tensor>& xs) { return std::vector<Tensor>{(*module)(xs[0])}; },
       {input}, std::move(options))[0];
 }
 

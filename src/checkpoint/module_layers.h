@@ -15,7 +15,7 @@ namespace adjoint::detail {
 inline std::vector<CheckpointLayer> module_layers(const nn::Sequential& seq) {
   std::vector<CheckpointLayer> layers;
   for (std::size_t i = 0; i < seq.size(); ++i)
-    layers.push_back([m = seq[i]](const Tensor& x) { return m->forward(x); });
+    layers.push_back([m = seq[i]](const Tensor& x) { return (*m)(x); });
   return layers;
 }
 

@@ -66,9 +66,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const Tensor m = T == context_ ? mask : mask.slice(0, 0, T).slice(1, 0, T);
   // softmax(masked_fill(scores, mask, -inf)) in one op: no -inf pass over the scores and no
   // mask pass over their gradient, and the masked half of each row is never exponentiated.
-  Tensor att = attn_drop->forward(masked_softmax(scores, m, -1));
+  Tensor att = (*attn_drop)(masked_softmax(scores, m, -1));
   Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, d_});  // heads concatenated in order
-  return resid_drop->forward(proj->forward(y));
+  return (*resid_drop)((*proj)(y));
 }
 
 }  // namespace adjoint::nn

@@ -12,7 +12,7 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Module("S
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& m : modules_) y = m->forward(y);
+  for (const auto& m : modules_) y = (*m)(y);
   return y;
 }
 

@@ -40,8 +40,8 @@ Tensor GPT::forward(const Tensor& idx) {
   // Positions 0..T-1 are the first T rows of wpe: a view, not an embedding lookup (whose
   // backward would scatter into a zero [context, d] tensor).
   const Tensor pos = T == config_.context ? wpe->weight : wpe->weight.narrow(0, 0, T);
-  Tensor x = drop->forward(wte->forward(idx) + pos);  // [B, T, d], pos broadcast over B
-  x = ln_f->forward(run_blocks ? run_blocks(*blocks, x) : blocks->forward(x));
+  Tensor x = (*drop)((*wte)(idx) + pos);  // [B, T, d], pos broadcast over B
+  x = (*ln_f)(run_blocks ? run_blocks(*blocks, x) : (*blocks)(x));
   // The tied head: x wteᵀ as one linear op (no bias, no copy of the transpose).
   return linear(x, wte->weight);
 }
@@ -53,7 +53,7 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
                 describe(targets));
   ADJOINT_CHECK(idx.defined() && targets.shape() == idx.shape(), Shape, op, "targets ",
                 describe(targets), " must have the shape of the token ids ", describe(idx));
-  Tensor logits = forward(idx);
+  Tensor logits = (*this)(idx);  // with the model's own hooks, as a call of model(idx)
   const int64_t rows = idx.numel();
   return cross_entropy(logits.reshape({rows, config_.vocab}), targets.reshape({rows}));
 }

@@ -13,7 +13,7 @@ FeedForward::FeedForward(int64_t d_model, int64_t hidden, double dropout, Genera
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  return drop->forward(fc_out->forward(gelu(fc->forward(x), GeluApproximation::Tanh)));
+  return (*drop)((*fc_out)(gelu((*fc)(x), GeluApproximation::Tanh)));
 }
 
 Block::Block(int64_t d_model, int64_t heads, int64_t context, double dropout, Generator* gen)
@@ -26,8 +26,8 @@ Block::Block(int64_t d_model, int64_t heads, int64_t context, double dropout, Ge
 }
 
 Tensor Block::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln1->forward(x));
-  return h + mlp->forward(ln2->forward(h));
+  Tensor h = x + (*attn)((*ln1)(x));
+  return h + (*mlp)((*ln2)(h));
 }
 
 }  // namespace adjoint::nn

@@ -2,16 +2,19 @@
 // named buffers (state that is not trained, such as a causal mask) and named child modules,
 // all in registration order, and gives them back with dotted names ("blocks.2.attn.qkv.weight").
 // It also carries the train/eval switch and the in-place dtype conversion. Layers are in the
-// other headers of this folder.
+// other headers of this folder. Forward and backward hooks (module_hooks.h) fire when the module
+// is called as module(x).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "adjoint/dtype.h"
+#include "adjoint/nn/module_hooks.h"
 #include "adjoint/tensor.h"
 
 namespace adjoint::nn {
@@ -44,7 +47,39 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The single-tensor forward pass. Modules with one input override it (that is what
   /// Sequential chains); the base version throws a NotImplemented error naming the module.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  /// forward(input) with this module's hooks around it (Note [Module hooks] in
+  /// src/nn/module_hooks.cpp). Layers call their children this way, so hooks fire anywhere
+  /// in a model; with no hook registered it costs one pointer test.
+  Tensor operator()(const Tensor& input) {
+    if (hooks_ == nullptr || hooks_->empty()) return forward(input);
+    return call_with_hooks(input);
+  }
+
+  // ---- hooks (as PyTorch's; see module_hooks.h for what each receives) ----
+
+  /// hook(module, input) runs before forward, in registration order; returning a tensor
+  /// (std::optional<Tensor>) replaces the input, returning nothing (void or nullopt) keeps it.
+  template <class F>
+  ModuleHookHandle register_forward_pre_hook(F&& hook) {
+    return add_forward_pre_hook(wrap_hook<ForwardPreHook, const Tensor&>(std::forward<F>(hook)));
+  }
+  /// hook(module, input, output) runs after forward, in registration order; returning a tensor
+  /// replaces the output the next hooks and the caller see.
+  template <class F>
+  ModuleHookHandle register_forward_hook(F&& hook) {
+    return add_forward_hook(
+        wrap_hook<ForwardHook, const Tensor&, const Tensor&>(std::forward<F>(hook)));
+  }
+  /// hook(module, grad_input, grad_output) runs in backward when the gradient w.r.t. the
+  /// module's input is ready (at once, with grad_input undefined, when the input needs no
+  /// gradient); returning a tensor replaces grad_input. Calls made while a backward hook is
+  /// registered are wrapped in identity functions that catch both gradients; calls made
+  /// before are not.
+  template <class F>
+  ModuleHookHandle register_full_backward_hook(F&& hook) {
+    return add_backward_hook(
+        wrap_hook<BackwardHook, const Tensor&, const Tensor&>(std::forward<F>(hook)));
+  }
 
   // ---- registration ----
 
@@ -106,6 +141,24 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& to(DType dtype);
 
  private:
+  // A hook written to return void only observes: wrap it into one returning nullopt.
+  template <class Hook, class... Args, class F>
+  static Hook wrap_hook(F&& hook) {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, Module&, Args...>>) {
+      return [h = std::forward<F>(hook)](Module& m, Args... args) mutable -> std::optional<Tensor> {
+        h(m, args...);
+        return std::nullopt;
+      };
+    } else {
+      return Hook(std::forward<F>(hook));
+    }
+  }
+  ModuleHookHandle add_forward_pre_hook(ForwardPreHook hook);
+  ModuleHookHandle add_forward_hook(ForwardHook hook);
+  ModuleHookHandle add_backward_hook(BackwardHook hook);
+  ModuleHookLists& hooks();
+  Tensor call_with_hooks(const Tensor& input);
+
   struct Entry {
     std::string name;
     Tensor tensor;
@@ -121,6 +174,9 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Entry> parameters_;
   std::vector<Entry> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  // Null until a hook is registered. Owned here only: handles and backward wrappers keep
+  // weak_ptrs, so the hooks die with the module.
+  std::shared_ptr<ModuleHookLists> hooks_;
 };
 
 }  // namespace adjoint::nn
