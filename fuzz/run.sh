@@ -13,8 +13,10 @@ shift 2
 targets=("$@")
 ((${#targets[@]})) || targets=(loaders ops)
 
-# Sanitizer reports with stacks; leaks are checked (libFuzzer's -detect_leaks=1).
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}"
+# Sanitizer reports with stacks; leaks are checked (libFuzzer's -detect_leaks=1). A request
+# for more memory than exists (a [2^42, 4] tensor) must reach the library as a failed
+# allocation, which it reports as an OutOfMemory error, instead of ASan aborting on it.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 status=0
