@@ -140,3 +140,19 @@ TEST(IntInputs, Int64ArithmeticWrapsOnOverflowAsPyTorch) {
   acc.add_(ints({1}));
   EXPECT_EQ(iv(acc), (std::vector<int64_t>{min}));
 }
+
+TEST(IntInputs, IntegerMatmulWrapsLikeTheElementwiseOps) {
+  // The int64 matmul loop overflowed as signed arithmetic (undefined; found by fuzz_ops with
+  // INT64_MIN * INT64_MIN). Oracle: the same sums in uint64, which wrap by definition.
+  const std::vector<int64_t> a = {INT64_MIN, 3, INT64_MAX, -7}, b = {INT64_MIN, 5, 2, INT64_MAX};
+  Tensor c = matmul(ints(a).reshape({2, 2}), ints(b).reshape({2, 2}));
+  std::vector<int64_t> want(4);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      uint64_t acc = 0;
+      for (int p = 0; p < 2; ++p)
+        acc += static_cast<uint64_t>(a[i * 2 + p]) * static_cast<uint64_t>(b[p * 2 + j]);
+      want[i * 2 + j] = static_cast<int64_t>(acc);
+    }
+  EXPECT_EQ(iv(c), want);
+}

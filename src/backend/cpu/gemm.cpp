@@ -9,6 +9,7 @@
 
 #include "adjoint/error.h"
 #include "adjoint/threading.h"
+#include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -95,14 +96,15 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   } else if constexpr (std::is_same_v<T, double>) {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
   } else {
-    // Integer matmul: a plain triple loop (no BLAS for int64).
+    // Integer matmul: a plain triple loop (no BLAS for int64), wrapping on overflow as the
+    // elementwise integer ops do (src/backend/cpu/wrapping.h).
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         T acc = beta == T(0) ? T(0) : c[i * ldc + j];
         for (int64_t p = 0; p < k; ++p) {
           T av = ta == CblasNoTrans ? a[i * lda + p] : a[p * lda + i];
           T bv = tb == CblasNoTrans ? b[p * ldb + j] : b[j * ldb + p];
-          acc += av * bv;
+          acc = add_wrap(acc, mul_wrap(av, bv));
         }
         c[i * ldc + j] = acc;
       }
