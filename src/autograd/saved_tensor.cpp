@@ -16,6 +16,7 @@
 // output's tangents and puts them back on unpack. When the tangent was itself recorded
 // (reverse over forward), its graph reaches the node again through the output: a reference
 // cycle, broken when backward runs through the node without retain_graph (release()).
+//
 // Note [Stale saves and reference cycles]
 // A saved input keeps the caller's handle (so that double backward and forward-over-reverse
 // see its history and tangents). When an in-place op later gives that very tensor a new
