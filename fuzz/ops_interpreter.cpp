@@ -382,14 +382,7 @@ void run_op(Machine& m, const uint8_t* instr) {
       } else if (a3 & 1) {
         parts = split(x, std::vector<int64_t>{a1 % 3, a4 % 3}, pick_dim(a2));
       } else {
-        // split of a huge (expanded) dim into small pieces makes one tensor per piece, 2^40
-        // of them: out of memory rather than a named error (reported).
-        const int64_t d = pick_dim(a2), size = static_cast<int64_t>(a1 % 4) - 1;
-        const int64_t nd = d < 0 ? d + x.dim() : d;
-        if (avoid("split-huge-pieces") && nd >= 0 && nd < x.dim() && size > 0 &&
-            x.size(nd) / size > (1 << 20))
-          return;
-        parts = split(x, static_cast<int64_t>(a1 % 4) - 1, d);
+        parts = split(x, static_cast<int64_t>(a1 % 4) - 1, pick_dim(a2));
       }
       for (std::size_t i = 0; i < parts.size() && i < 2; ++i)
         m.push(parts[(a4 + i) % parts.size()]);

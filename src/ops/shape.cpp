@@ -2,7 +2,10 @@
 // split and chunk (lists of slices). The primitives are Slice, Select, SliceScatter (the VJP of
 // both views, itself differentiable so double backward works) and Cat. Pure restriding views
 // (view, reshape, permute, squeeze, ...) live in view.cpp.
+#include <unistd.h>
+
 #include "adjoint/error.h"
+#include "adjoint/tensor_impl.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -128,6 +131,18 @@ struct Cat {
   Tensor jvp(const Ctx&, const std::vector<Tensor>& ts) const { return cat(ts, dim); }
 };
 
+// split and chunk make one tensor per piece. A dim expanded to 2^40 split into ones would
+// build pieces until memory runs out, so a count whose handles alone could not fit in this
+// machine's memory is refused first, as the allocation that cannot succeed (OutOfMemory).
+void check_piece_count(int64_t pieces, const Tensor& x, const char* op) {
+  constexpr int64_t kBytesPerPiece = sizeof(Tensor) + sizeof(TensorImpl) + 64;  // + refcounts
+  static const int64_t memory =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  ADJOINT_CHECK(memory <= 0 || pieces <= memory / kBytesPerPiece, OutOfMemory, op,
+                "out of memory: ", pieces, " pieces of ", describe(x), " need at least ", pieces,
+                " x ", kBytesPerPiece, " bytes, more than this machine's ", memory, " bytes");
+}
+
 // Slices of x along dim with the given lengths, in order (split and chunk).
 std::vector<Tensor> split_by(const Tensor& x, const std::vector<int64_t>& sizes, int64_t d) {
   std::vector<Tensor> out;
@@ -237,6 +252,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   ADJOINT_CHECK(split_size > 0 || (split_size == 0 && n == 0), Value, "split", "split_size ",
                 split_size, " must be positive for dim ", d, " of size ", n, " (input ",
                 describe(x), ")");
+  if (n > 0) check_piece_count((n - 1) / split_size + 1, x, "split");
   std::vector<int64_t> sizes;
   for (int64_t at = 0; at < n; at += split_size) sizes.push_back(std::min(split_size, n - at));
   if (sizes.empty()) sizes.push_back(0);
@@ -263,7 +279,10 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   ADJOINT_CHECK(x.dim() > 0, Index, "chunk", "cannot chunk a 0-d tensor (", describe(x), ")");
   const int64_t d = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.shape()[d];
-  if (n == 0) return split_by(x, std::vector<int64_t>(chunks, 0), d);
+  if (n == 0) {
+    check_piece_count(chunks, x, "chunk");
+    return split_by(x, std::vector<int64_t>(chunks, 0), d);
+  }
   return split(x, (n + chunks - 1) / chunks, d);
 }
 

@@ -289,3 +289,16 @@ TEST(Split, GradientsOfPiecesLandInPlace) {
 }
 
 }  // namespace
+
+TEST(Split, MorePiecesThanMemoryCanHoldIsANamedError) {
+  // A dim expanded to 2^40 split into ones would build pieces until memory ran out (found by
+  // fuzz_ops): the count is refused first, naming the op.
+  const Tensor huge = ones({1}).expand({int64_t{1} << 40});
+  expect_error([&] { split(huge, 1, 0); }, ErrorKind::OutOfMemory, {"[split]", "pieces"});
+  expect_error([&] { chunk(zeros({0}), int64_t{1} << 50, 0); }, ErrorKind::OutOfMemory,
+               {"[chunk]", "pieces"});
+  // Oracle for the ordinary case: the pieces of a small split are the slices.
+  const std::vector<Tensor> parts = split(huge.slice(0, 0, 5), 2, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2].numel(), 1);
+}
