@@ -110,9 +110,12 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
   const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
   Tensor mask = make_empty({rows, cols}, DType::Bool);
   bool* m = mask.data_ptr<bool>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      m[i * cols + j] = lower ? j - i <= diagonal : j - i >= diagonal;
+  // One pass over the mask's elements, not rows x cols nested loops: a [2^40, 0] input has
+  // no elements but 2^40 rows, and the outer loop alone would spin for hours.
+  for (int64_t k = 0, n = mask.numel(); k < n; ++k) {
+    const int64_t i = k / cols, j = k % cols;
+    m[k] = lower ? j - i <= diagonal : j - i >= diagonal;
+  }
   // d tril(x) = mask * dx (Where's rule)
   return where(mask, x, zeros({}, x.dtype()));
 }

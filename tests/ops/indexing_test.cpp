@@ -281,6 +281,16 @@ TEST(Triangle, ValuesAgainstLoops) {
   expect_error([] { tril(iota({3})); }, ErrorKind::Shape, {"tril"});
 }
 
+TEST(Triangle, EmptyMatrixWithHugeRowCountReturnsAtOnce) {
+  // Found by fuzz_ops: tril of a [2^40, 0] tensor looped over 2^40 empty rows (a hang).
+  for (const Shape& s : {Shape{1LL << 40, 0}, Shape{3, 1LL << 40, 0}}) {
+    Tensor lo = tril(zeros(s, DType::Int64));
+    EXPECT_EQ(lo.shape(), s);
+    EXPECT_EQ(lo.numel(), 0);
+    EXPECT_EQ(triu(zeros(s), 1).shape(), s);
+  }
+}
+
 TEST(Triangle, GradientIsTheMask) {
   Tensor x = iota({3, 3}).requires_grad_(true);
   tril(x, -1).sum().backward();
