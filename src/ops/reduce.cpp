@@ -51,6 +51,10 @@ struct Sum {
     return expand_reduced(gy, c.input_shape(0), dims, keepdim);
   }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return sum(tx, dims, keepdim); }
+  // Batching: the same reduction over the dims past the batch dim.
+  Tensor vmap(const BatchArgs& b) const {
+    return apply(Sum{detail::shift_dims(dims), keepdim}, b[0]);
+  }
 };
 
 }  // namespace
