@@ -39,6 +39,9 @@ struct SoftmaxBackward {
   // Batching: gy and y broadcast, so the pointwise alignment with dim moved past the batch.
   Tensor vmap(const BatchArgs& b) const {
     const int64_t r = b.max_logical_dim();
+    if (r == 0)  // logical 0-d: one element along the softmax dim
+      return apply(SoftmaxBackward{1}, b.with_batch(0).unsqueeze(1), b.with_batch(1).unsqueeze(1))
+          .squeeze(1);
     return apply(SoftmaxBackward{dim + 1}, b.aligned(0, r), b.aligned(1, r));
   }
 };
@@ -68,6 +71,10 @@ struct LogSoftmaxBackward {
   }
   Tensor vmap(const BatchArgs& b) const {
     const int64_t r = b.max_logical_dim();
+    if (r == 0)  // logical 0-d: one element along the softmax dim
+      return apply(LogSoftmaxBackward{1}, b.with_batch(0).unsqueeze(1),
+                   b.with_batch(1).unsqueeze(1))
+          .squeeze(1);
     return apply(LogSoftmaxBackward{dim + 1}, b.aligned(0, r), b.aligned(1, r));
   }
 };
@@ -89,7 +96,11 @@ struct Softmax {
   // dx = y * (gy - sum(gy * y)) along dim (the softmax Jacobian is diag(y) - y yᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return softmax_backward(gy, c.output(), dim); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
-  Tensor vmap(const BatchArgs& b) const { return apply(Softmax{dim + 1}, b[0]); }
+  // Batching: dim moves past the batch dim (a logical 0-d input is one element along it).
+  Tensor vmap(const BatchArgs& b) const {
+    if (b.logical_dim(0) == 0) return apply(Softmax{1}, b[0].unsqueeze(1)).squeeze(1);
+    return apply(Softmax{dim + 1}, b[0]);
+  }
 };
 
 // softmax(masked_fill(x, mask, -inf)): the output is 0 at masked entries, so softmax's own
@@ -125,7 +136,11 @@ struct LogSoftmax {
   Tensor jvp(const Ctx& c, const Tensor& tx) const {
     return tx - sum(exp(c.output()) * tx, {dim}, true);
   }
-  Tensor vmap(const BatchArgs& b) const { return apply(LogSoftmax{dim + 1}, b[0]); }
+  // Batching: dim moves past the batch dim (a logical 0-d input is one element along it).
+  Tensor vmap(const BatchArgs& b) const {
+    if (b.logical_dim(0) == 0) return apply(LogSoftmax{1}, b[0].unsqueeze(1)).squeeze(1);
+    return apply(LogSoftmax{dim + 1}, b[0]);
+  }
 };
 
 // layer_norm_backward(gy, x, w, mean, rstd) = rstd (g - A - x̂ B) with x̂ = (x - mean) rstd,

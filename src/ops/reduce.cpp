@@ -53,7 +53,8 @@ struct Sum {
   Tensor jvp(const Ctx&, const Tensor& tx) const { return sum(tx, dims, keepdim); }
   // Batching: the same reduction over the dims past the batch dim.
   Tensor vmap(const BatchArgs& b) const {
-    return apply(Sum{detail::shift_dims(dims), keepdim}, b[0]);
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Sum{r.dims, r.keepdim}, r.x);
   }
 };
 

@@ -45,7 +45,8 @@ struct Extremum {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sum(tx * weights(c), dims, keepdim); }
   Tensor vmap(const BatchArgs& b) const {
-    return apply(Extremum{detail::shift_dims(dims), keepdim}, b[0]);
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Extremum{r.dims, r.keepdim}, r.x);
   }
 };
 

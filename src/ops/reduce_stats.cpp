@@ -71,7 +71,8 @@ struct Prod {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sum(tx * partials(c), dims, keepdim); }
   Tensor vmap(const BatchArgs& b) const {
-    return apply(Prod{detail::shift_dims(dims), keepdim}, b[0]);
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Prod{r.dims, r.keepdim}, r.x);
   }
 };
 
@@ -103,7 +104,8 @@ struct Norm2 {
     return over_norm(sum(c.input(0) * tx, dims, keepdim), c.output());
   }
   Tensor vmap(const BatchArgs& b) const {
-    return apply(Norm2{detail::shift_dims(dims), keepdim}, b[0]);
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Norm2{r.dims, r.keepdim}, r.x);
   }
 };
 

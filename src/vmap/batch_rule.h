@@ -97,6 +97,23 @@ inline std::vector<int64_t> shift_dims(std::vector<int64_t> dims) {
   for (int64_t& d : dims) ++d;
   return dims;
 }
+/// What a reduction over logical `dims` (empty: all) reduces physically: the input, its dims
+/// past the batch dim, and keepdim. A logical 0-d input gets a dim of one to reduce, so that
+/// the batch dim is never reduced.
+struct BatchedReduction {
+  Tensor x;
+  std::vector<int64_t> dims;
+  bool keepdim;
+};
+inline BatchedReduction batched_reduction(const BatchArgs& b, const std::vector<int64_t>& dims,
+                                          bool keepdim) {
+  if (b.logical_dim(0) == 0) return {b[0].unsqueeze(1), {1}, false};
+  if (!dims.empty()) return {b[0], shift_dims(dims), keepdim};
+  std::vector<int64_t> all;
+  for (int64_t d = 1; d <= b.logical_dim(0); ++d) all.push_back(d);
+  return {b[0], all, keepdim};
+}
+
 /// A logical shape with the batch size in front.
 inline Shape with_batch_size(Shape shape, int64_t size) {
   shape.insert(0, size);

@@ -88,6 +88,21 @@ TEST(Vmap, ReductionsViewsAndShapes) {
   expect_vmap_matches_loop(f, {rnd({3, 4, 5}, 12)}, {-1});
 }
 
+// Logical 0-d values: reductions and softmax over them must not reach the batch dim.
+TEST(Vmap, LogicalScalars) {
+  ListF f = [](const std::vector<Tensor>& x) {
+    const Tensor& s = x[0];  // logical []
+    return s.sum() + amax(s, {}) + s.prod() + norm(s) + softmax(s, 0) + log_softmax(s, -1) +
+           s.mean() + s.max();
+  };
+  expect_vmap_matches_loop(f, {rnd({5}, 35)}, {0});
+  auto g = [](const Tensor& s) {
+    return grad([](const Tensor& t) { return softmax(t, 0) * t; })(s);
+  };
+  Tensor per = vmap(g)(rnd({4}, 36));
+  EXPECT_LT(max_diff(per, ones({4}, DType::Float64)), 1e-12);  // softmax of one element is 1
+}
+
 TEST(Vmap, MatmulLinearLayerNormCrossEntropy) {
   const Tensor w = rnd({6, 4}, 13), bias = rnd({6}, 14), g = rnd({6}, 15);
   const Tensor target = tensor(std::vector<int64_t>{0, 5, 2, 3, 1, 4, 2, 0, 1, 5}, Shape{5, 2});
