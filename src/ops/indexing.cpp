@@ -224,7 +224,11 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (num_classes == -1) {
     ADJOINT_CHECK(!idx.empty(), Value, "one_hot",
                   "cannot infer the number of classes from an empty tensor; pass num_classes");
-    num_classes = *std::max_element(idx.begin(), idx.end()) + 1;
+    const int64_t top = *std::max_element(idx.begin(), idx.end());
+    // top + 1 classes: INT64_MAX has no successor (a signed overflow, found by fuzz_ops).
+    ADJOINT_CHECK(top < INT64_MAX, Value, "one_hot", "index ", top,
+                  " would need more than 2^63 - 1 classes");
+    num_classes = top + 1;
   }
   ADJOINT_CHECK(num_classes >= 0, Value, "one_hot", "num_classes must be -1 or >= 0, got ",
                 num_classes);
