@@ -12,6 +12,7 @@
 #include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/gradcheck.h"
+#include "adjoint/implicit.h"
 #include "adjoint/linalg.h"
 #include "adjoint/memory.h"
 #include "adjoint/offload.h"
