@@ -60,8 +60,10 @@ struct OdeOptions {
 /// (all floating) by options.gradient; not with respect to t. Errors (adjoint::Error naming
 /// "odeint", shapes and dtypes): non-floating y0 or params, t not 1-D or not increasing, f
 /// returning another shape or dtype, RK4 without a positive step_size, Checkpoint with
-/// Dopri5, Dopri5 exceeding max_steps or its step size underflowing. The adjoint gradient
-/// has no forward mode and no double backward (NotImplemented); Backprop has both.
+/// Dopri5, Dopri5 exceeding max_steps or its step size underflowing. Forward mode alone (jvp)
+/// carries tangents through the steps whatever the gradient. The adjoint's backward has no
+/// tangents and no double backward (hvp or create_graph through it is NotImplemented);
+/// Backprop composes with every transform, as any ops do.
 Tensor odeint(const VectorField& f, const Tensor& y0, const Tensor& t,
               const std::vector<Tensor>& params = {}, const OdeOptions& options = {});
 
