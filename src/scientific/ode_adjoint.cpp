@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/transform_support.h"
 #include "scientific/ode_adjoint.h"
 
 namespace adjoint::ode_detail {
@@ -26,6 +27,7 @@ struct AdjointSpec {
 Field augmented(const AdjointSpec& s, const std::vector<Tensor>& params) {
   return [&s, params](double t, const State& z) -> State {
     EnableGradGuard grad_on;
+    const uint64_t first_seq = detail::next_sequence_nr();
     Tensor y = z[0].detach().requires_grad_(true);
     std::vector<Tensor> inputs{y};
     for (const Tensor& p : params) inputs.push_back(p.detach().requires_grad_(true));
@@ -34,6 +36,12 @@ Field augmented(const AdjointSpec& s, const std::vector<Tensor>& params) {
     ADJOINT_CHECK(dy.defined() && dy.shape() == y.shape() && dy.dtype() == y.dtype(), Shape,
                   "odeint", "the vector field must return a tensor shaped like y ", describe(y),
                   " at t=", t, ", got ", dy.defined() ? describe(dy) : std::string("undefined"));
+    // As checkpoint_loop does: a tensor f captures that needs a gradient would silently get
+    // none, since only y and params are differentiated here.
+    ADJOINT_CHECK(!detail::graph_reaches_outside({dy}, inputs, first_seq), Autograd, "odeint",
+                  "the vector field reads a tensor that requires grad but is not in params; "
+                  "gradient=Adjoint differentiates only y and params, so pass it in params (y ",
+                  describe(y), ")");
     std::vector<Tensor> g;
     if (dy.requires_grad()) {
       g = autograd::grad({dy}, inputs, {z[1]}, /*retain_graph=*/false, /*create_graph=*/false,

@@ -155,6 +155,15 @@ TEST(OdeGradient, AdjointUnderForwardModeAndSecondOrder) {
                {"[odeint]", "double backward"});
 }
 
+TEST(OdeGradient, AdjointRefusesCapturedTensorsThatNeedGradients) {
+  Tensor k = scalar_tensor(0.5, DType::Float64).requires_grad_(true);
+  auto captured = [&](double, const Tensor& y, const std::vector<Tensor>&) { return -k * y; };
+  Tensor y0 = kY0.clone().requires_grad_(true);
+  Tensor ys = odeint(captured, y0, kT, {}, opts(OdeMethod::RK4, OdeGradient::Adjoint));
+  expect_error([&] { ys.sum().backward(); }, ErrorKind::Autograd,
+               {"[odeint]", "not in params", "y [2] (float64)"});
+}
+
 TEST(OdeGradient, Errors) {
   const Tensor p = kP;
   auto run = [&](const Tensor& y0, const Tensor& t, const OdeOptions& o,
