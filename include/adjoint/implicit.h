@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "adjoint/tensor.h"
@@ -18,10 +19,11 @@ using MatVec = std::function<Tensor(const Tensor&)>;
 
 /// When a Krylov solve stops: |b - A x| <= max(rtol |b|, atol), in the 2-norm over all
 /// elements. Reaching max_iters first is a Value error naming the solver, the residual and
-/// b's shape and dtype.
+/// b's shape and dtype. Unset tolerances follow b's dtype: rtol 1e-10 and atol 1e-14 for
+/// float64, 1e-5 and 1e-7 for float32 (whose rounding a tighter test could never pass).
 struct KrylovOptions {
-  double rtol = 1e-10;
-  double atol = 1e-14;
+  std::optional<double> rtol;
+  std::optional<double> atol;
   int64_t max_iters = 1000;  ///< matrix-vector products at most
   int64_t restart = 30;      ///< gmres: Krylov basis size before a restart
 };
@@ -72,8 +74,9 @@ struct ImplicitOptions {
   /// Forward convergence: fixed_point stops when |f(x) - x| <= atol + rtol |x|; root when
   /// |g(x)| <= atol + rtol |g(x0)|. The solution is checked against the same test whatever
   /// solver produced it; failing is a Value error naming the op, residual, shapes and dtypes.
-  double rtol = 1e-10;
-  double atol = 1e-12;
+  /// Unset: rtol 1e-10 and atol 1e-12 for a float64 x0, 1e-5 and 1e-6 for float32.
+  std::optional<double> rtol;
+  std::optional<double> atol;
   int64_t max_iters = 1000;
   /// Replaces the default forward solver (fixed_point: plain iteration x <- f(x); root:
   /// Newton-GMRES with jvp products and backtracking).

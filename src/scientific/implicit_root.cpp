@@ -26,6 +26,14 @@ struct RootSpec {
 
 double norm_all(const Tensor& a) { return std::sqrt((a * a).sum().item<double>()); }
 
+// Unset tolerances by x0's dtype (float32 cannot meet float64's).
+double rtol_of(const RootSpec& s) {
+  return s.options.rtol.value_or(s.x0.dtype() == DType::Float64 ? 1e-10 : 1e-5);
+}
+double atol_of(const RootSpec& s) {
+  return s.options.atol.value_or(s.x0.dtype() == DType::Float64 ? 1e-12 : 1e-6);
+}
+
 std::string describe_all(const Tensor& x0, const std::vector<Tensor>& params) {
   std::string s = detail::str("x0 ", describe(x0), ", params [");
   for (std::size_t i = 0; i < params.size(); ++i) s += (i ? ", " : "") + describe(params[i]);
@@ -48,7 +56,7 @@ Tensor iterate(const RootSpec& s, const MatVec& f) {
     Tensor next = f(x);
     const double step = norm_all(next - x);
     x = next;
-    if (step <= s.options.atol + s.options.rtol * norm_all(x)) break;
+    if (step <= atol_of(s) + rtol_of(s) * norm_all(x)) break;
   }
   return x;
 }
@@ -58,9 +66,9 @@ Tensor newton(const RootSpec& s, const MatVec& g) {
   Tensor x = s.x0.detach();
   Tensor r = g(x);
   double rn = norm_all(r);
-  const double tol = s.options.atol + s.options.rtol * rn;
+  const double tol = atol_of(s) + rtol_of(s) * rn;
   KrylovOptions inner = s.options.linear.krylov;
-  inner.atol = std::max(inner.atol, 0.1 * tol);
+  inner.atol = std::max(inner.atol.value_or(0.0), 0.1 * tol);
   for (int64_t it = 0; it < s.options.max_iters && rn > tol; ++it) {
     Tensor delta;
     try {
@@ -115,7 +123,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     // The solution is checked whatever produced it: an unconverged x would give gradients of
     // the wrong point without any sign.
     const double res = norm_all(checked_call(s, s.G, x, params));
-    const double tol = s.options.atol + s.options.rtol * (fp ? norm_all(x) : r0);
+    const double tol = atol_of(s) + rtol_of(s) * (fp ? norm_all(x) : r0);
     ADJOINT_CHECK(res <= tol && std::isfinite(res), Value, s.op, "did not converge in ",
                   s.options.max_iters, " iterations: residual ", res, " > tolerance ", tol, " for ",
                   describe_all(s.x0, params));

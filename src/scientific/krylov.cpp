@@ -37,6 +37,14 @@ Tensor apply_op(const char* op, const MatVec& A, const Tensor& u) {
   return v;
 }
 
+// The stopping test |r| <= max(rtol |b|, atol), with unset tolerances by b's dtype.
+double tolerance(const KrylovOptions& o, const Tensor& b) {
+  const bool f64 = b.dtype() == DType::Float64;
+  const double rtol = o.rtol.value_or(f64 ? 1e-10 : 1e-5);
+  const double atol = o.atol.value_or(f64 ? 1e-14 : 1e-7);
+  return std::max(rtol * norm_all(b), atol);
+}
+
 [[noreturn]] void not_converged(const char* op, int64_t iters, double res, double tol,
                                 const Tensor& b) {
   throw Error(ErrorKind::Value, op,
@@ -52,7 +60,7 @@ Tensor cg(const MatVec& A, const Tensor& b, const KrylovOptions& o, const Tensor
   check_system(op, b, x0, o);
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward;
-  const double tol = std::max(o.rtol * norm_all(b), o.atol);
+  const double tol = tolerance(o, b);
   Tensor x = x0.defined() ? x0.detach().clone() : zeros_like(b);
   Tensor r = x0.defined() ? b - apply_op(op, A, x) : b.detach().clone();
   Tensor p = r;
@@ -79,7 +87,7 @@ Tensor gmres(const MatVec& A, const Tensor& b, const KrylovOptions& o, const Ten
   check_system(op, b, x0, o);
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward;
-  const double tol = std::max(o.rtol * norm_all(b), o.atol);
+  const double tol = tolerance(o, b);
   Tensor x = x0.defined() ? x0.detach().clone() : zeros_like(b);
   const int64_t m = o.restart;
   int64_t iters = 0;

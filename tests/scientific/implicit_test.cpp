@@ -124,6 +124,19 @@ TEST(FixedPoint, AnySolverGivesTheSameDerivative) {
   EXPECT_LT(max_diff(mine, want), 1e-9);
 }
 
+TEST(FixedPoint, Float32MeetsItsOwnDefaultTolerance) {
+  auto loss = [](const std::vector<Tensor>& p) {
+    Tensor x = fixed_point(layer, zeros({kN}, p[0].dtype()), p);
+    return (x * x).sum();
+  };
+  const std::vector<Tensor> p32{kW.to(DType::Float32), kU.to(DType::Float32)};
+  const auto g32 = grad(loss)(p32);
+  const auto g64 = grad(loss)(std::vector<Tensor>{kW, kU});
+  ASSERT_EQ(g32[0].dtype(), DType::Float32);
+  EXPECT_LT(max_diff(g32[0].to(DType::Float64), g64[0]), 1e-4);
+  EXPECT_LT(max_diff(g32[1].to(DType::Float64), g64[1]), 1e-4);
+}
+
 // g(x; a, c) = x³ + a x - c elementwise, a > 0: one real root, dx/dc = 1 / (3x² + a),
 // dx/da = -x / (3x² + a).
 Tensor cubic(const Tensor& x, const std::vector<Tensor>& p) { return x * x * x + p[0] * x - p[1]; }

@@ -45,6 +45,16 @@ TEST(Krylov, GmresMatchesLapackSolveWithAndWithoutRestarts) {
   EXPECT_LT(max_diff(gmres(A, b, o, rnd({kN}, 5)), want), 1e-9);  // from a first guess
 }
 
+TEST(Krylov, Float32DefaultsAreReachable) {
+  const Tensor m = nonsym(), b = rnd({kN}, 21);
+  const Tensor m32 = m.to(DType::Float32), b32 = b.to(DType::Float32);
+  const Tensor x = gmres([&](const Tensor& u) { return mv(m32, u); }, b32);
+  const Tensor y = cg([&](const Tensor& u) { return mv(m32, mv(m32.t(), u)); }, b32);
+  ASSERT_EQ(x.dtype(), DType::Float32);
+  EXPECT_LT(max_diff(x.to(DType::Float64), linalg::solve(m, b)), 1e-4);
+  EXPECT_LT(max_diff(y.to(DType::Float64), linalg::solve(matmul(m, m.t()), b)), 1e-3);
+}
+
 TEST(Krylov, SolvesMatrixShapedUnknowns) {
   // The operator acts on [4, 2] tensors: X -> M X with M [4, 4].
   Tensor m = rnd({4, 4}, 6) + eye(4, std::nullopt, DType::Float64) * 5.0;
