@@ -55,6 +55,10 @@ struct LinearSolveOptions {
   bool symmetric = false;
   /// (u, params) -> A(params)ᵀ u when known; otherwise backward obtains it by a vjp of A.
   LinearOperator transpose;
+  /// Optional speed-ups for the untraced Krylov iterations: given the params, a MatVec for
+  /// A(params) (and for its transpose, used by the backward solve) built once per solve, e.g.
+  /// a vjp traced once and pulled back for every product. The derivatives still use A.
+  std::function<MatVec(const std::vector<Tensor>&params)> bind, bind_transpose;
 };
 
 /// x with A(params) x = b, solved matrix-free by CG or GMRES, differentiable with respect to

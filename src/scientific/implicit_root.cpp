@@ -106,6 +106,29 @@ LinearOperator jacobian_t_op(ImplicitFn G) {  // (u, {x, p...}) -> (∂G/∂x)�
   };
 }
 
+// The same two products for the untraced Krylov iterations, with G traced once per solve:
+// the transpose by pulling back one recorded graph, the Jacobian by one jvp per product.
+MatVec bound_jacobian_t(const ImplicitFn& G, const std::vector<Tensor>& q) {
+  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  return vjp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
+}
+MatVec bound_jacobian(const ImplicitFn& G, const std::vector<Tensor>& q) {
+  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  return jvp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
+}
+
+// The linear solve options of the VJP (transposed = true) or the JVP.
+LinearSolveOptions solve_options(const RootSpec& s, bool transposed) {
+  LinearSolveOptions lo = s.options.linear;
+  const ImplicitFn G = s.G;
+  auto fwd = [G](const std::vector<Tensor>& q) { return bound_jacobian(G, q); };
+  auto bwd = [G](const std::vector<Tensor>& q) { return bound_jacobian_t(G, q); };
+  lo.transpose = transposed ? jacobian_op(G) : jacobian_t_op(G);
+  lo.bind = transposed ? decltype(lo.bind)(bwd) : decltype(lo.bind)(fwd);
+  lo.bind_transpose = transposed ? decltype(lo.bind)(fwd) : decltype(lo.bind)(bwd);
+  return lo;
+}
+
 struct ImplicitRootFn : Function<ImplicitRootFn> {
   static std::string name() { return "implicit_root"; }
 
@@ -139,9 +162,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     const std::vector<Tensor> q = ctx.get_saved();  // {x, params...}
     const Tensor x = q[0];
     const std::vector<Tensor> params(q.begin() + 1, q.end());
-    LinearSolveOptions lo = spec->options.linear;
-    lo.transpose = jacobian_op(spec->G);
-    const Tensor w = linear_solve(jacobian_t_op(spec->G), g[0], q, lo);
+    const Tensor w = linear_solve(jacobian_t_op(spec->G), g[0], q, solve_options(*spec, true));
     auto r = vjp([&](const std::vector<Tensor>& p) { return spec->G(x, p); }, params);
     std::vector<Tensor> gp = r.pullback(w);
     std::vector<Tensor> out;
@@ -160,9 +181,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     const Tensor rhs =
         adjoint::jvp([&](const std::vector<Tensor>& p) { return spec->G(x, p); }, params, t)
             .tangents;
-    LinearSolveOptions lo = spec->options.linear;
-    lo.transpose = jacobian_t_op(spec->G);
-    return {-linear_solve(jacobian_op(spec->G), rhs, q, lo)};
+    return {-linear_solve(jacobian_op(spec->G), rhs, q, solve_options(*spec, false))};
   }
 };
 

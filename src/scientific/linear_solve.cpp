@@ -36,7 +36,8 @@ struct LinearSolveFn : Function<LinearSolveFn> {
 
   static Tensor forward(FunctionCtx& ctx, const Tensor& b, const std::vector<Tensor>& params,
                         const std::shared_ptr<const SolveSpec>& spec) {
-    const MatVec mv = [&](const Tensor& u) { return spec->A(u, params); };
+    const MatVec mv = spec->options.bind ? spec->options.bind(params)
+                                         : [&](const Tensor& u) { return spec->A(u, params); };
     Tensor x = spec->options.method == KrylovMethod::CG ? cg(mv, b, spec->options.krylov)
                                                         : gmres(mv, b, spec->options.krylov);
     std::vector<Tensor> save{x};
@@ -54,6 +55,8 @@ struct LinearSolveFn : Function<LinearSolveFn> {
     const std::vector<Tensor> params(saved.begin() + 1, saved.end());
     LinearSolveOptions transposed = spec->options;
     transposed.transpose = spec->A;  // (Aᵀ)ᵀ = A, so a second backward needs no vjp of a vjp
+    transposed.bind = spec->options.bind_transpose;
+    transposed.bind_transpose = spec->options.bind;
     const Tensor lambda = linear_solve(transpose_of(*spec), g[0], params, transposed);
     std::vector<Tensor> out{ctx.needs_input_grad(0) ? lambda : Tensor()};
     bool any_param = false;

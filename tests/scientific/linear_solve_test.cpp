@@ -86,6 +86,13 @@ Tensor loss_by(bool lapack, KrylovMethod method, const Tensor& m, const Tensor& 
   return (w * x * x).sum();  // nonlinear in x, so second derivatives are not trivial
 }
 
+Tensor loss_by_options(const Tensor& m, const Tensor& b, const LinearSolveOptions& o) {
+  const Tensor w = rnd({kN}, 11);
+  const Tensor x = linear_solve(
+      [](const Tensor& u, const std::vector<Tensor>& p) { return mv(p[0], u); }, b, {m}, o);
+  return (w * x * x).sum();
+}
+
 TEST(LinearSolve, GradientsMatchLapackSolve) {
   for (KrylovMethod method : {KrylovMethod::GMRES, KrylovMethod::CG}) {
     const Tensor m = method == KrylovMethod::CG ? spd() : nonsym();
@@ -145,6 +152,27 @@ TEST(LinearSolve, GivenTransposeIsUsed) {
   const Tensor g = grad(f)(b);
   EXPECT_GT(transposes, 0);
   EXPECT_LT(max_diff(g, linalg::solve(m.t().contiguous(), ones({kN}, DType::Float64))), 1e-9);
+}
+
+TEST(LinearSolve, BoundProductsServeTheIterationsAndTheOperatorTheDerivatives) {
+  const Tensor m = nonsym(), b = rnd({kN}, 22);
+  int bound = 0, bound_t = 0;
+  LinearSolveOptions o;
+  o.bind = [&](const std::vector<Tensor>& p) -> MatVec {
+    ++bound;
+    return [m = p[0]](const Tensor& u) { return mv(m, u); };
+  };
+  o.bind_transpose = [&](const std::vector<Tensor>& p) -> MatVec {
+    ++bound_t;
+    return [m = p[0]](const Tensor& u) { return mv(m.t(), u); };
+  };
+  auto loss = [&](const Tensor& mm) { return loss_by_options(mm, b, o); };
+  const Tensor g = grad(loss)(m);
+  EXPECT_EQ(bound, 1);    // the forward solve
+  EXPECT_EQ(bound_t, 1);  // the backward's transposed solve
+  const Tensor want =
+      grad([&](const Tensor& mm) { return loss_by(true, KrylovMethod::GMRES, mm, b); })(m);
+  EXPECT_LT(max_diff(g, want), 1e-8);
 }
 
 TEST(Krylov, Errors) {
