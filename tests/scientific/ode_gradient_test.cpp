@@ -96,6 +96,19 @@ TEST(OdeGradient, ThreeMethodsAgreeWithEachOtherAndFiniteDifferences) {
   }
 }
 
+TEST(OdeGradient, OneTimeIsTheIdentity) {
+  // t = [t0]: the output is y0 itself, so every method's gradient is the loss's own.
+  const Tensor t0 = tensor({0.3}, DType::Float64);
+  for (OdeGradient g : {OdeGradient::Backprop, OdeGradient::Adjoint, OdeGradient::Checkpoint}) {
+    Tensor y0 = kY0.clone().requires_grad_(true), p = kP.clone().requires_grad_(true);
+    Tensor ys = odeint(field, y0, t0, {p, kW}, opts(OdeMethod::RK4, g));
+    ASSERT_EQ(ys.shape(), Shape({1, 2}));
+    (ys * ys).sum().backward();
+    EXPECT_LT(max_diff(y0.grad(), kY0 * 2.0), 1e-15);
+    EXPECT_TRUE(!p.grad().defined() || abs(p.grad()).max().item<double>() == 0.0);
+  }
+}
+
 TEST(OdeGradient, AdjointMemoryDoesNotGrowWithSteps) {
   auto peak = [](OdeGradient g, double h) {
     OdeOptions o = opts(OdeMethod::RK4, g);
