@@ -48,6 +48,9 @@ using LinearOperator = std::function<Tensor(const Tensor& u, const std::vector<T
 
 enum class KrylovMethod { CG, GMRES };
 
+/// Builds, for given params, a MatVec for the untraced iterations (see LinearSolveOptions).
+using MatVecFactory = std::function<MatVec(const std::vector<Tensor>& params)>;
+
 struct LinearSolveOptions {
   KrylovMethod method = KrylovMethod::GMRES;
   KrylovOptions krylov;
@@ -58,7 +61,7 @@ struct LinearSolveOptions {
   /// Optional speed-ups for the untraced Krylov iterations: given the params, a MatVec for
   /// A(params) (and for its transpose, used by the backward solve) built once per solve, e.g.
   /// a vjp traced once and pulled back for every product. The derivatives still use A.
-  std::function<MatVec(const std::vector<Tensor>&params)> bind, bind_transpose;
+  MatVecFactory bind, bind_transpose;
 };
 
 /// x with A(params) x = b, solved matrix-free by CG or GMRES, differentiable with respect to
