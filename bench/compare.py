@@ -78,6 +78,10 @@ def main(path):
                 tag = key[len("jacrev_ms"):]
                 parts.append(f"{tag[1:]}: jacrev {fmt(med(w, 'adjoint', key))} ms, jacfwd "
                              f"{fmt(med(w, 'adjoint', 'jacfwd_ms' + tag))} ms")
+        if w == "ode-adjoint":
+            for m in ("backprop", "adjoint", "checkpoint"):
+                parts.append(f"{m} {fmt(med(w, 'adjoint', m + '_ms_per_grad'))} ms, saved peak "
+                             f"{fmt(med(w, 'adjoint', m + '_saved_peak_mib'))} MiB")
         if w == "deep-mlp":
             parts.append("fwd growth MiB (expected 16): adjoint storage "
                          f"{fmt(med(w, 'adjoint', 'fwd_storage_peak_growth_mib'))}, "

@@ -1,0 +1,234 @@
+// fixed_point and root: the forward runs an iterative solver untraced; derivatives come from
+// the implicit function theorem applied to the residual G(x, p) = 0 (G = g for root,
+// G = x - f(x, p) for fixed_point): ẋ = -(∂G/∂x)⁻¹ (∂G/∂p) ṗ and, with (∂G/∂x)ᵀ w = x̄,
+// p̄ = -(∂G/∂p)ᵀ w. Each is one linear_solve, whose own rules make every order work.
+#include <any>
+#include <cmath>
+#include <memory>
+
+#include "adjoint/autograd.h"
+#include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/implicit.h"
+#include "adjoint/ops.h"
+#include "adjoint/transforms.h"
+
+namespace adjoint {
+namespace {
+
+struct RootSpec {
+  const char* op;
+  ImplicitFn f;  // fixed_point's map (empty for root)
+  ImplicitFn G;  // the residual whose zero is the solution
+  ImplicitOptions options;
+  Tensor x0;
+};
+
+double norm_all(const Tensor& a) { return std::sqrt((a * a).sum().item<double>()); }
+
+// Unset tolerances by x0's dtype (float32 cannot meet float64's).
+double rtol_of(const RootSpec& s) {
+  return s.options.rtol.value_or(s.x0.dtype() == DType::Float64 ? 1e-10 : 1e-5);
+}
+double atol_of(const RootSpec& s) {
+  return s.options.atol.value_or(s.x0.dtype() == DType::Float64 ? 1e-12 : 1e-6);
+}
+
+std::string describe_all(const Tensor& x0, const std::vector<Tensor>& params) {
+  std::string s = detail::str("x0 ", describe(x0), ", params [");
+  for (std::size_t i = 0; i < params.size(); ++i) s += (i ? ", " : "") + describe(params[i]);
+  return s + "]";
+}
+
+Tensor checked_call(const RootSpec& s, const ImplicitFn& fn, const Tensor& x,
+                    const std::vector<Tensor>& p) {
+  Tensor y = fn(x, p);
+  ADJOINT_CHECK(y.defined() && y.shape() == x.shape() && y.dtype() == x.dtype(), Shape, s.op,
+                "the function must return a tensor shaped like x ", describe(x), ", got ",
+                y.defined() ? describe(y) : std::string("an undefined tensor"));
+  return y;
+}
+
+// Plain iteration x <- f(x) until the step is within tolerance.
+Tensor iterate(const RootSpec& s, const MatVec& f) {
+  Tensor x = s.x0.detach();
+  for (int64_t it = 0; it < s.options.max_iters; ++it) {
+    Tensor next = f(x);
+    const double step = norm_all(next - x);
+    x = next;
+    if (step <= atol_of(s) + rtol_of(s) * norm_all(x)) break;
+  }
+  return x;
+}
+
+// Newton-GMRES: J δ = -g(x) with J u by forward mode, then a backtracking line search on |g|.
+Tensor newton(const RootSpec& s, const MatVec& g) {
+  Tensor x = s.x0.detach();
+  Tensor r = g(x);
+  double rn = norm_all(r);
+  const double tol = atol_of(s) + rtol_of(s) * rn;
+  KrylovOptions inner = s.options.linear.krylov;
+  inner.atol = std::max(inner.atol.value_or(0.0), 0.1 * tol);
+  for (int64_t it = 0; it < s.options.max_iters && rn > tol; ++it) {
+    Tensor delta;
+    try {
+      delta = gmres(jvp_matvec(g, x), -r, inner);
+    } catch (const Error&) {
+      break;  // a singular Jacobian: the residual check after the solve reports it
+    }
+    double t = 1;
+    for (;;) {
+      Tensor xn = x + delta * t;
+      Tensor rn_t = g(xn);
+      const double n = norm_all(rn_t);
+      if (n <= (1 - 1e-4 * t) * rn || t < 1e-4) {
+        x = xn;
+        r = rn_t;
+        rn = n;
+        break;
+      }
+      t *= 0.5;
+    }
+  }
+  return x;
+}
+
+LinearOperator jacobian_op(ImplicitFn G) {  // (u, {x, p...}) -> ∂G/∂x u
+  return [G](const Tensor& u, const std::vector<Tensor>& q) {
+    const std::vector<Tensor> p(q.begin() + 1, q.end());
+    return jvp([&](const Tensor& v) { return G(v, p); }, q[0], u).tangents;
+  };
+}
+LinearOperator jacobian_t_op(ImplicitFn G) {  // (u, {x, p...}) -> (∂G/∂x)ᵀ u
+  return [G](const Tensor& u, const std::vector<Tensor>& q) {
+    const std::vector<Tensor> p(q.begin() + 1, q.end());
+    return vjp([&](const Tensor& v) { return G(v, p); }, q[0]).pullback(u);
+  };
+}
+
+// The same two products for the untraced Krylov iterations, with G traced once per solve:
+// the transpose by pulling back one recorded graph, the Jacobian by one jvp per product.
+MatVec bound_jacobian_t(const ImplicitFn& G, const std::vector<Tensor>& q) {
+  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  return vjp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
+}
+MatVec bound_jacobian(const ImplicitFn& G, const std::vector<Tensor>& q) {
+  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  return jvp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
+}
+
+// The linear solve options of the VJP (transposed = true) or the JVP.
+LinearSolveOptions solve_options(const RootSpec& s, bool transposed) {
+  LinearSolveOptions lo = s.options.linear;
+  const ImplicitFn G = s.G;
+  auto fwd = [G](const std::vector<Tensor>& q) { return bound_jacobian(G, q); };
+  auto bwd = [G](const std::vector<Tensor>& q) { return bound_jacobian_t(G, q); };
+  lo.transpose = transposed ? jacobian_op(G) : jacobian_t_op(G);
+  lo.bind = transposed ? decltype(lo.bind)(bwd) : decltype(lo.bind)(fwd);
+  lo.bind_transpose = transposed ? decltype(lo.bind)(fwd) : decltype(lo.bind)(bwd);
+  return lo;
+}
+
+struct ImplicitRootFn : Function<ImplicitRootFn> {
+  static std::string name() { return "implicit_root"; }
+
+  static Tensor forward(FunctionCtx& ctx, const std::vector<Tensor>& params,
+                        const std::shared_ptr<const RootSpec>& spec) {
+    const RootSpec& s = *spec;
+    const bool fp = static_cast<bool>(s.f);
+    const MatVec fn = [&](const Tensor& x) { return checked_call(s, fp ? s.f : s.G, x, params); };
+    const double r0 = fp ? 0.0 : norm_all(fn(s.x0));
+    Tensor x = s.options.solver ? s.options.solver(fn, s.x0) : fp ? iterate(s, fn) : newton(s, fn);
+    ADJOINT_CHECK(x.defined() && x.shape() == s.x0.shape() && x.dtype() == s.x0.dtype(), Shape,
+                  s.op, "the solver returned ",
+                  x.defined() ? describe(x) : std::string("an undefined tensor"), " for ",
+                  describe(s.x0));
+    // The solution is checked whatever produced it: an unconverged x would give gradients of
+    // the wrong point without any sign.
+    const double res = norm_all(checked_call(s, s.G, x, params));
+    const double tol = atol_of(s) + rtol_of(s) * (fp ? norm_all(x) : r0);
+    ADJOINT_CHECK(res <= tol && std::isfinite(res), Value, s.op, "did not converge in ",
+                  s.options.max_iters, " iterations: residual ", res, " > tolerance ", tol, " for ",
+                  describe_all(s.x0, params));
+    std::vector<Tensor> save{x};
+    save.insert(save.end(), params.begin(), params.end());
+    ctx.save_for_backward(save);
+    ctx.saved_data["spec"] = spec;
+    return x;
+  }
+
+  static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
+    auto spec = std::any_cast<std::shared_ptr<const RootSpec>>(ctx.saved_data.at("spec"));
+    const std::vector<Tensor> q = ctx.get_saved();  // {x, params...}
+    const Tensor x = q[0];
+    const std::vector<Tensor> params(q.begin() + 1, q.end());
+    const Tensor w = linear_solve(jacobian_t_op(spec->G), g[0], q, solve_options(*spec, true));
+    auto r = vjp([&](const std::vector<Tensor>& p) { return spec->G(x, p); }, params);
+    std::vector<Tensor> gp = r.pullback(w);
+    std::vector<Tensor> out;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      out.push_back(ctx.needs_input_grad(i) ? -gp[i] : Tensor());
+    return out;
+  }
+
+  static std::vector<Tensor> jvp(FunctionCtx& ctx, std::vector<Tensor> t) {
+    auto spec = std::any_cast<std::shared_ptr<const RootSpec>>(ctx.saved_data.at("spec"));
+    const std::vector<Tensor> q = ctx.get_saved();
+    const Tensor x = q[0];
+    const std::vector<Tensor> params(q.begin() + 1, q.end());
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (!t[i].defined()) t[i] = zeros_like(params[i]);
+    const Tensor rhs =
+        adjoint::jvp([&](const std::vector<Tensor>& p) { return spec->G(x, p); }, params, t)
+            .tangents;
+    return {-linear_solve(jacobian_op(spec->G), rhs, q, solve_options(*spec, false))};
+  }
+};
+
+Tensor solve_implicit(std::shared_ptr<RootSpec> spec, const std::vector<Tensor>& params) {
+  const char* op = spec->op;
+  ADJOINT_CHECK(static_cast<bool>(spec->G), Value, op, "the function is empty");
+  ADJOINT_CHECK(spec->x0.defined() && is_floating(spec->x0.dtype()), DType, op,
+                "x0 must be a defined floating tensor, got ",
+                spec->x0.defined() ? describe(spec->x0) : std::string("undefined"));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, op, "param ", i,
+                  " must be a defined floating tensor, got ",
+                  params[i].defined() ? describe(params[i]) : std::string("undefined"));
+  ADJOINT_CHECK(spec->options.max_iters >= 0, Value, op, "max_iters must be >= 0, got ",
+                spec->options.max_iters);
+  spec->x0 = spec->x0.detach();
+  std::shared_ptr<const RootSpec> s = std::move(spec);
+  if (params.empty()) {  // nothing to differentiate: the solve alone
+    FunctionCtx ctx;
+    NoGradGuard no_grad;
+    return ImplicitRootFn::forward(ctx, params, s);
+  }
+  return ImplicitRootFn::apply(params, s);
+}
+
+}  // namespace
+
+Tensor fixed_point(const ImplicitFn& f, const Tensor& x0, const std::vector<Tensor>& params,
+                   const ImplicitOptions& options) {
+  ADJOINT_CHECK(static_cast<bool>(f), Value, "fixed_point", "the function is empty");
+  auto spec = std::make_shared<RootSpec>();
+  spec->op = "fixed_point";
+  spec->f = f;
+  spec->G = [f](const Tensor& x, const std::vector<Tensor>& p) { return x - f(x, p); };
+  spec->options = options;
+  spec->x0 = x0;
+  return solve_implicit(std::move(spec), params);
+}
+
+Tensor root(const ImplicitFn& g, const Tensor& x0, const std::vector<Tensor>& params,
+            const ImplicitOptions& options) {
+  auto spec = std::make_shared<RootSpec>();
+  spec->op = "root";
+  spec->G = g;
+  spec->options = options;
+  spec->x0 = x0;
+  return solve_implicit(std::move(spec), params);
+}
+
+}  // namespace adjoint
