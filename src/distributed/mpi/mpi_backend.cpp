@@ -1,0 +1,225 @@
+// The MPI backend: a communication thread that runs the queued collectives one by one with
+// blocking MPI calls on a private communicator. See Note [MPI progress and threads].
+#include <mpi.h>
+
+#include <climits>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "adjoint/error.h"
+#include "distributed/backends.h"
+#include "distributed/call_check.h"
+
+namespace adjoint::dist::detail {
+namespace {
+
+// Note [MPI progress and threads]
+// OpenMPI moves data only while some thread is inside an MPI call: an MPI_Iallreduce started
+// before backward and tested after it mostly runs at the end. So every collective runs on one
+// dedicated communication thread, which sits in a blocking MPI call while the caller's thread
+// computes; the caller gets a Work to wait on. Only that thread calls MPI between init and
+// shutdown (the caller's thread initialises and finalises MPI before the thread starts and
+// after it is joined), so MPI_THREAD_SERIALIZED is the level needed: calls never overlap,
+// though they come from two threads. MPI_THREAD_MULTIPLE is not asked for: OpenMPI then locks
+// around every call and some of its transports refuse it. A program that initialised MPI
+// itself must have at least SERIALIZED, and must not make MPI calls of its own while adjoint's
+// collectives may run (it would need MULTIPLE for that). The thread runs the queue in order,
+// which is also the order MPI requires every rank to call collectives in. MPI_Abort, on the
+// error path only, may be called from any thread: the job ends either way.
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::Bool:
+      return MPI_C_BOOL;
+  }
+  return MPI_BYTE;
+}
+
+// MPI_MAX compares with `>`, so a NaN on one rank is lost or kept depending on the order; the
+// library's max propagates NaN everywhere else, so floating-point max uses this op instead.
+template <class T>
+void nan_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (std::isnan(a[i]) || a[i] > b[i]) b[i] = a[i];
+}
+
+template <class T>
+void divide(const Tensor& t, int n) {
+  T* p = static_cast<T*>(t.raw_data());
+  const int64_t count = t.numel();
+  for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<T>(n);
+}
+
+class MpiBackend final : public CommBackend {
+ public:
+  MpiBackend() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    ADJOINT_CHECK(!finalized, Value, "dist.init",
+                  "MPI was already finalised in this process; it cannot be started again");
+    int provided = 0;
+    if (!initialized) {
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      owns_mpi_ = true;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    ADJOINT_CHECK(provided >= MPI_THREAD_SERIALIZED, Value, "dist.init",
+                  "MPI provides thread level ", provided,
+                  " but adjoint's communication thread needs MPI_THREAD_SERIALIZED (",
+                  MPI_THREAD_SERIALIZED, "); initialise MPI with MPI_Init_thread");
+    // A private communicator: the program's own MPI traffic can never match ours.
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Op_create(&nan_max<float>, 1, &max_f32_);
+    MPI_Op_create(&nan_max<double>, 1, &max_f64_);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~MpiBackend() override { shutdown(); }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+
+  std::shared_ptr<WorkState> enqueue(CommRequest request) override {
+    auto state = std::make_shared<WorkState>();
+    state->output = request.output;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ADJOINT_CHECK(!stopping_, Value, op_name(request.kind), "the process group was finalised");
+      queue_.push_back({std::move(request), state});
+    }
+    cv_.notify_one();
+    return state;
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+    MPI_Op_free(&max_f32_);
+    MPI_Op_free(&max_f64_);
+    MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  [[noreturn]] void abort(const std::string& message, int code) override {
+    std::fprintf(stderr, "[rank %d] %s\n", rank_, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this is for the compiler
+  }
+
+ private:
+  struct Item {
+    CommRequest request;
+    std::shared_ptr<WorkState> state;
+  };
+
+  // The communication thread: runs each request to its end, in order, until shutdown (after
+  // finishing what was queued before it).
+  void run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      try {
+        execute(item.request);
+        item.state->complete();
+      } catch (...) {
+        item.state->complete(std::current_exception());
+      }
+    }
+  }
+
+  void execute(const CommRequest& r) {
+    if (r.check) {
+      std::vector<CallDescriptor> all(size_);
+      const int words = static_cast<int>(r.descriptor.words.size());
+      MPI_Allgather(r.descriptor.words.data(), words, MPI_INT64_T, all.data(), words, MPI_INT64_T,
+                    comm_);
+      check_agreement(r, all, rank_);
+    }
+    if (r.local_error) std::rethrow_exception(r.local_error);
+    switch (r.kind) {
+      case CollectiveKind::Barrier:
+        MPI_Barrier(comm_);
+        return;
+      case CollectiveKind::Broadcast:
+        MPI_Bcast(r.output.raw_data(), static_cast<int>(r.output.nbytes()), MPI_BYTE, r.root,
+                  comm_);
+        return;
+      case CollectiveKind::AllGather: {
+        const int bytes = static_cast<int>(r.input.nbytes());
+        MPI_Allgather(r.input.raw_data(), bytes, MPI_BYTE, r.output.raw_data(), bytes, MPI_BYTE,
+                      comm_);
+        return;
+      }
+      case CollectiveKind::AllReduce:
+        MPI_Allreduce(MPI_IN_PLACE, r.output.raw_data(), static_cast<int>(r.output.numel()),
+                      mpi_type(r.output.dtype()), mpi_op(r.op, r.output.dtype()), comm_);
+        break;
+      case CollectiveKind::ReduceScatter:
+        MPI_Reduce_scatter_block(r.input.raw_data(), r.output.raw_data(),
+                                 static_cast<int>(r.output.numel()), mpi_type(r.input.dtype()),
+                                 mpi_op(r.op, r.input.dtype()), comm_);
+        break;
+    }
+    // MPI has no average: a sum divided here, by a plain loop. Kernels are not run on this
+    // thread, so it never competes with the caller's thread pool.
+    if (r.op == ReduceOp::Average) {
+      if (r.output.dtype() == DType::Float32) divide<float>(r.output, size_);
+      if (r.output.dtype() == DType::Float64) divide<double>(r.output, size_);
+    }
+  }
+
+  MPI_Op mpi_op(ReduceOp op, DType d) const {
+    if (op != ReduceOp::Max) return MPI_SUM;
+    if (d == DType::Float32) return max_f32_;
+    if (d == DType::Float64) return max_f64_;
+    return MPI_MAX;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op max_f32_ = MPI_OP_NULL, max_f64_ = MPI_OP_NULL;
+  int rank_ = 0, size_ = 1;
+  bool owns_mpi_ = false;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommBackend> make_mpi_backend() { return std::make_unique<MpiBackend>(); }
+
+bool mpi_built() { return true; }
+
+}  // namespace adjoint::dist::detail
