@@ -100,7 +100,7 @@ CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const T
 
 void check_agreement(const CommRequest& request, const std::vector<CallDescriptor>& all, int rank) {
   const std::string name = op_name(request.kind);
-  if (request.local_error) std::rethrow_exception(request.local_error);
+  if (request.local_error) throw Error(*request.local_error);
   for (std::size_t r = 0; r < all.size(); ++r)
     ADJOINT_CHECK(all[r].words[kValid] == 1, Value, name, "rank ", r, " refused its ",
                   to_string(static_cast<CollectiveKind>(all[r].words[kKind])),

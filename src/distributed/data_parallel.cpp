@@ -23,7 +23,7 @@ void broadcast_tensors(const std::vector<Tensor>& tensors, int root, ProcessGrou
     if (!buf.is_same(t)) copy_back.emplace_back(t, buf);
   }
   for (Work& w : pending) w.wait();
-  for (auto& [t, buf] : copy_back) Tensor(t).copy_(buf);
+  for (auto& [t, buf] : copy_back) Tensor(t).copy_(buf);  // copy_ is a method of the handle
 }
 
 void broadcast_module(nn::Module& module, int root, ProcessGroup* group) {

@@ -19,7 +19,7 @@ class LocalBackend final : public CommBackend {
     state->output = request.output;
     try {
       if (request.check) check_agreement(request, {request.descriptor}, 0);
-      if (request.local_error) std::rethrow_exception(request.local_error);
+      if (request.local_error) throw Error(*request.local_error);
       // With one rank the sum, average and max of one tensor are the tensor itself.
       const bool copies = request.kind == CollectiveKind::AllGather ||
                           request.kind == CollectiveKind::ReduceScatter;

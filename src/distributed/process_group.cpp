@@ -22,11 +22,11 @@ namespace {
 
 // The first refusal of a call, kept instead of thrown: see Note [Agreeing on a call].
 struct Refusal {
-  std::exception_ptr error;
+  std::optional<Error> error;
   template <class... Args>
   void check(bool ok, ErrorKind kind, CollectiveKind op, const Args&... args) {
     if (ok || error) return;
-    error = std::make_exception_ptr(Error(kind, op_name(op), adjoint::detail::str(args...)));
+    error.emplace(kind, op_name(op), adjoint::detail::str(args...));
   }
 };
 
@@ -63,16 +63,16 @@ int ProcessGroup::world_size() const { return backend_->world_size(); }
 std::string ProcessGroup::backend_name() const { return backend_->name(); }
 
 Work ProcessGroup::submit(CommRequest request) {
-  std::exception_ptr refused = request.local_error;
+  std::optional<Error> refused = request.local_error;
   // Without the exchange a refusing rank cannot tell the others; it throws at once.
-  if (refused && !check_shapes_) std::rethrow_exception(refused);
+  if (refused && !check_shapes_) throw Error(*refused);
   Work work(backend_->enqueue(std::move(request)));
   // The refusal was queued so that the other ranks fail too; this rank fails here and now.
-  if (refused) std::rethrow_exception(refused);
+  if (refused) throw Error(*refused);
   return work;
 }
 
-Work ProcessGroup::all_reduce_async(Tensor& tensor, ReduceOp op) {
+Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   const auto kind = CollectiveKind::AllReduce;
   Refusal no;
   no.check(tensor.defined(), ErrorKind::Value, kind, "the tensor is undefined");
@@ -94,9 +94,11 @@ Work ProcessGroup::all_reduce_async(Tensor& tensor, ReduceOp op) {
   return submit(std::move(r));
 }
 
-void ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
+void ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
+}
 
-Work ProcessGroup::broadcast_async(Tensor& tensor, int root) {
+Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
   const auto kind = CollectiveKind::Broadcast;
   Refusal no;
   no.check(root >= 0 && root < world_size(), ErrorKind::Index, kind, "root ", root,
@@ -118,7 +120,9 @@ Work ProcessGroup::broadcast_async(Tensor& tensor, int root) {
   return submit(std::move(r));
 }
 
-void ProcessGroup::broadcast(Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
+void ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  broadcast_async(tensor, root).wait();
+}
 
 Work ProcessGroup::all_gather_async(const Tensor& tensor) {
   const auto kind = CollectiveKind::AllGather;

@@ -4,6 +4,7 @@
 // and under mpirun -np 2 (label mpi).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -70,6 +71,20 @@ TEST_P(AllReduce, AsyncResultsMatchBlockingOnesAndOverlapWork) {
     EXPECT_TRUE(works[k].is_completed());
     expect_close(got, rank_sum(xs) * (k + 1), dt == DType::Float32 ? 1e-6 : 1e-13);
   }
+}
+
+// The point about OpenMPI: it moves data only inside MPI calls. Here the callers make
+// none after queueing (is_completed() only reads a flag), so the collective can finish only
+// if something else drives it: the communication thread.
+TEST(AsyncCollectives, ProgressWhileTheCallerMakesNoMPICalls) {
+  Tensor x = rank_input(pg().rank(), {1 << 16}, DType::Float64, 10);
+  dist::Work w = pg().all_reduce_async(x);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  volatile double busy = 0;  // the caller's own work meanwhile
+  while (!w.is_completed() && std::chrono::steady_clock::now() < deadline)
+    busy = busy + std::sqrt(busy + 1.0);
+  ASSERT_TRUE(w.is_completed()) << "the all_reduce made no progress in 60 s";
+  expect_close(x, rank_sum(all_inputs({1 << 16}, DType::Float64, 10)), 1e-13);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, AllReduce,

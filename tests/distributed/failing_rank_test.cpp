@@ -44,5 +44,17 @@ TEST(FailingRank, UncaughtExceptionEndsTheJob) {
                 << " finished an all_reduce the failing rank never joined";
 }
 
+// Run with --gtest_catch_exceptions=0: the exception leaves RUN_ALL_TESTS and unwinds through
+// the harness's dist::Environment, whose destructor must end the job rather than finalise.
+TEST(FailingRank, ExceptionThroughEnvironmentEndsTheJob) {
+  if (scenario() != "environment") GTEST_SKIP() << "run by failing_rank_test.sh";
+  Tensor x = ones({4}, DType::Float64);
+  if (pg().rank() == pg().world_size() - 1)
+    throw Error(ErrorKind::Value, "scenario", "rank-failure-marker through the environment");
+  pg().all_reduce(x);
+  ADD_FAILURE() << "rank " << pg().rank()
+                << " finished an all_reduce the failing rank never joined";
+}
+
 }  // namespace
 }  // namespace adjoint::testing

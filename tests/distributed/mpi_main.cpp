@@ -41,15 +41,19 @@ class EndJobOnFailure : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   adjoint::set_num_threads(1);  // the ranks share the machine's cores
-  ProcessGroup& pg = adjoint::dist::init();
-  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-  if (pg.world_size() > 1) {
-    // Rank 0 prints the usual report; a failure on any rank is printed by that rank, with its
-    // number, as it ends the job.
-    if (pg.rank() != 0) delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new EndJobOnFailure(pg));
+  try {
+    adjoint::dist::Environment env;  // an exception unwinding through it ends the job
+    ProcessGroup& pg = env.group();
+    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+    if (pg.world_size() > 1) {
+      // Rank 0 prints the usual report; a failure on any rank is printed by that rank, with
+      // its number, as it ends the job.
+      if (pg.rank() != 0) delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new EndJobOnFailure(pg));
+    }
+    return RUN_ALL_TESTS();
+  } catch (const std::exception& e) {  // only with --gtest_catch_exceptions=0
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
-  const int rc = RUN_ALL_TESTS();
-  adjoint::dist::finalize();
-  return rc;
 }

@@ -6,10 +6,11 @@
 
 #include <array>
 #include <cstdint>
-#include <exception>
+#include <optional>
 #include <string>
 
 #include "adjoint/distributed/work.h"
+#include "adjoint/error.h"
 #include "adjoint/tensor.h"
 
 namespace adjoint::dist {
@@ -39,8 +40,10 @@ struct CommRequest {
   bool check = true;
   CallDescriptor descriptor;
   /// Set when this rank refused the call (bad dtype, ...): the request still takes part in the
-  /// descriptor exchange so that the other ranks fail too instead of waiting for it.
-  std::exception_ptr local_error;
+  /// descriptor exchange so that the other ranks fail too instead of waiting for it. A value,
+  /// not an exception_ptr: the caller's thread and the backend's each throw their own copy
+  /// (one exception object in flight on two threads at once is a data race).
+  std::optional<Error> local_error;
   /// The shape this rank passed, for messages ([] for an undefined tensor).
   Shape shape;
 };

@@ -49,11 +49,12 @@ class ProcessGroup {
 
   /// Reduces `tensor` over all ranks in place (Sum, Average or Max); every rank gets the
   /// result. float32, float64 or int64 (Average: floating point only). Bumps its version.
-  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
-  Work all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  /// The tensor is a handle: the values it refers to change (so `all_reduce(p.grad())` works).
+  void all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  Work all_reduce_async(const Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   /// Overwrites `tensor` on every rank with root's values (any dtype), in place.
-  void broadcast(Tensor& tensor, int root = 0);
-  Work broadcast_async(Tensor& tensor, int root = 0);
+  void broadcast(const Tensor& tensor, int root = 0);
+  Work broadcast_async(const Tensor& tensor, int root = 0);
   /// The ranks' tensors (same shape [n, ...]) stacked along dim 0 in rank order:
   /// [world_size * n, ...]. A 0-d tensor counts as [1].
   Tensor all_gather(const Tensor& tensor);

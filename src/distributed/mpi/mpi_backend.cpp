@@ -148,12 +148,15 @@ class MpiBackend final : public CommBackend {
         item = std::move(queue_.front());
         queue_.pop_front();
       }
+      // Completed after the handler has ended: the waiting thread rethrows the exception,
+      // and this thread must be done with it by then.
+      std::exception_ptr error;
       try {
         execute(item.request);
-        item.state->complete();
       } catch (...) {
-        item.state->complete(std::current_exception());
+        error = std::current_exception();
       }
+      item.state->complete(std::move(error));
     }
   }
 
@@ -165,7 +168,7 @@ class MpiBackend final : public CommBackend {
                     comm_);
       check_agreement(r, all, rank_);
     }
-    if (r.local_error) std::rethrow_exception(r.local_error);
+    if (r.local_error) throw Error(*r.local_error);
     switch (r.kind) {
       case CollectiveKind::Barrier:
         MPI_Barrier(comm_);
