@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "adjoint/nn.h"
+#include "adjoint/optim.h"
 #include "distributed/dist_support.h"
 #include "support/expect.h"
 
@@ -64,6 +65,43 @@ TEST(DataParallel, AParameterWithAGradientOnOneRankOnlyCountsAsZeroElsewhere) {
   if (pg().rank() == 0) p.set_grad(ones({3}, DType::Float64));
   dist::average_gradients({p});
   expect_close(p.grad(), ones({3}, DType::Float64) / n, 0);
+}
+
+// Data parallelism's contract for the helpers here: N ranks, each with its slice of the batch
+// and average_gradients before the step, follow one process with the whole batch, and stay
+// bitwise identical to each other. float64, AdamW, three steps.
+TEST(DataParallel, RanksWithSlicesOfTheBatchFollowOneProcessWithTheWholeBatch) {
+  const int n = pg().world_size(), r = pg().rank();
+  Generator data_gen(55);
+  Tensor x = randn({4 * n, 3}, DType::Float64, &data_gen);
+  Tensor y = randn({4 * n, 2}, DType::Float64, &data_gen);
+  auto loss = [](nn::MLP& m, const Tensor& xs, const Tensor& ys) {
+    return (m.forward(xs) - ys).square().mean();
+  };
+  // Rank r starts from its own weights; broadcast_module makes them rank 0's.
+  auto mine = model_of(300 + r);
+  dist::broadcast_module(*mine);
+  optim::AdamW opt(mine->parameters(), {.lr = 0.05, .weight_decay = 0.1});
+  auto single = model_of(300);
+  optim::AdamW single_opt(single->parameters(), {.lr = 0.05, .weight_decay = 0.1});
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    loss(*mine, x.narrow(0, 4 * r, 4), y.narrow(0, 4 * r, 4)).backward();
+    dist::average_gradients(mine->parameters());
+    opt.step();
+    single_opt.zero_grad();
+    loss(*single, x, y).backward();
+    single_opt.step();
+  }
+  auto got = mine->parameters(), want = single->parameters();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    expect_close(got[i].detach(), want[i].detach(), 1e-12);
+    // Bitwise the same on every rank: gather every rank's copy and compare with rank 0's.
+    Tensor all = pg().all_gather(got[i].detach().reshape({1, -1}));
+    for (int q = 1; q < n; ++q)
+      EXPECT_EQ(all.select(0, q).to_vector<double>(), all.select(0, 0).to_vector<double>())
+          << "parameter " << i << " differs between rank 0 and rank " << q;
+  }
 }
 
 data::ByteDataset dataset() {
