@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "distributed/call_tag.h"
+
 #include "adjoint/error.h"
 
 namespace adjoint::dist {
@@ -46,8 +48,16 @@ namespace detail {
 // rank sees the same descriptors, so every rank reaches the same verdict and raises (no rank
 // is left waiting). A rank whose call was invalid locally (a bad dtype, say) still takes
 // part in the exchange for that reason, and then rethrows its own error.
+//
+// Note [Tagging a differentiable call]
+// A differentiable collective's backward is a collective too, run only on the ranks that
+// recorded the forward. If rank 0's input requires grad and rank 1's does not, rank 0's
+// backward waits forever for rank 1. So the differentiable collectives tag their forward call
+// (ScopedCallTag, set around the one ProcessGroup call that the forward makes, on the same
+// thread) and the tag is part of the descriptor: a disagreement is an Autograd error on every
+// rank at forward time.
 namespace {
-enum Word { kValid, kKind, kOp, kRoot, kDType, kNdim, kDim0 };
+enum Word { kValid, kKind, kOp, kRoot, kDType, kNdim, kTag, kDim0 };
 
 std::string shape_of(const CallDescriptor& d) {
   const auto& w = d.words;
@@ -87,6 +97,7 @@ CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const T
                : 0;
   w[kRoot] = kind == CollectiveKind::Broadcast ? root : 0;
   w[kDType] = -1;
+  w[kTag] = current_call_tag();
   if (kind != CollectiveKind::Barrier && t.defined()) {
     w[kDType] = static_cast<int64_t>(t.dtype());
     w[kNdim] = t.dim();
@@ -116,6 +127,21 @@ void check_agreement(const CommRequest& request, const std::vector<CallDescripto
                 per_rank(all, [](const CallDescriptor& d) {
                   return to_string(static_cast<CollectiveKind>(d.words[kKind]));
                 }));
+  ADJOINT_CHECK(!differs(kTag), Autograd, name,
+                "ranks disagree on recording the call for backward: ",
+                per_rank(all,
+                         [](const CallDescriptor& d) {
+                           switch (d.words[kTag]) {
+                             case kPlainCall:
+                               return "called the process group directly";
+                             case kNotRecorded:
+                               return "did not record it (no input needs grad)";
+                             default:
+                               return "recorded it";
+                           }
+                         }),
+                "; backward would wait forever on the ranks that recorded it. Every rank's input "
+                "must agree on requires_grad (and grad mode)");
   ADJOINT_CHECK(!differs(kOp), Value, name,
                 "ranks passed different reduce ops: ", per_rank(all, [](const CallDescriptor& d) {
                   return to_string(static_cast<ReduceOp>(d.words[kOp]));

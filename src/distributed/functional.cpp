@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "distributed/call_tag.h"
 
 namespace adjoint::dist {
 
@@ -24,6 +25,11 @@ namespace {
 
 ProcessGroup& group_or_default(ProcessGroup* g) { return g ? *g : default_group(); }
 
+// See Note [Tagging a differentiable call] (call_check.cpp).
+detail::CallTag tag_for(const FunctionCtx& ctx) {
+  return ctx.needs_input_grad(0) ? detail::kRecorded : detail::kNotRecorded;
+}
+
 // The collective's forward on a private contiguous copy (the in-place ones would otherwise
 // write into the caller's x).
 Tensor private_copy(const Tensor& x) {
@@ -37,7 +43,10 @@ struct AllReduceFn : Function<AllReduceFn> {
     ctx.saved_data["op"] = op;
     ctx.saved_data["group"] = g;
     Tensor y = private_copy(x);
-    g->all_reduce(y, op);
+    {
+      detail::ScopedCallTag tag(tag_for(ctx));
+      g->all_reduce(y, op);
+    }
     if (op == ReduceOp::Max && is_floating(x.dtype())) {
       // w = [x == max] / (number of ranks holding it); see the Note.
       Tensor hit = x.eq(y).to(x.dtype());
@@ -66,6 +75,7 @@ struct AllGatherFn : Function<AllGatherFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, ProcessGroup* g) {
     ctx.saved_data["group"] = g;
     ctx.saved_data["shape"] = x.shape();
+    detail::ScopedCallTag tag(tag_for(ctx));
     return g->all_gather(x);
   }
   static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
@@ -83,6 +93,7 @@ struct ReduceScatterFn : Function<ReduceScatterFn> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x, ReduceOp op, ProcessGroup* g) {
     ctx.saved_data["op"] = op;
     ctx.saved_data["group"] = g;
+    detail::ScopedCallTag tag(tag_for(ctx));
     return g->reduce_scatter(x, op);
   }
   static ReduceOp linear_op(FunctionCtx& ctx) {
@@ -111,6 +122,7 @@ struct BroadcastFn : Function<BroadcastFn> {
     ctx.saved_data["root"] = root;
     ctx.saved_data["group"] = g;
     Tensor y = private_copy(x);
+    detail::ScopedCallTag tag(tag_for(ctx));
     g->broadcast(y, root);
     return y;
   }

@@ -146,6 +146,27 @@ TEST(DifferentiableCollectives, GradcheckUnderAllRanks) {
   dist_gradcheck([](const Tensor& v) { return dist::reduce_scatter(sin(dist::all_gather(v))); }, x);
 }
 
+TEST(DifferentiableCollectives, RanksThatDisagreeOnRequiresGradFailAtForward) {
+  // Rank 0 would record the all_reduce and wait in its backward for ranks that did not.
+  if (pg().world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  Tensor x = rank_input(pg().rank(), {3}).requires_grad_(pg().rank() == 0);
+  expect_error([&] { dist::all_reduce(x); }, ErrorKind::Autograd,
+               {"[dist.all_reduce]", "ranks disagree on recording the call for backward",
+                "rank 0 recorded it", "rank 1 did not record it"});
+  // A plain call paired with a differentiable one is named too.
+  Tensor y = rank_input(pg().rank(), {3});
+  auto call = [&] {
+    if (pg().rank() == 0)
+      pg().all_gather(y);
+    else
+      dist::all_gather(y);
+  };
+  expect_error(call, ErrorKind::Autograd, {"rank 0 called the process group directly"});
+  Tensor ok = ones({2}, DType::Float64);
+  pg().all_reduce(ok);
+  expect_close(ok, ones({2}, DType::Float64) * pg().world_size(), 0);
+}
+
 TEST(DifferentiableCollectives, InputIsNotModified) {
   Tensor x = rank_input(pg().rank(), {3});
   Tensor before = x.clone();

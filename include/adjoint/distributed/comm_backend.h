@@ -22,11 +22,12 @@ std::string to_string(ReduceOp op);
 std::string to_string(CollectiveKind kind);
 
 /// What every rank says about its call before the data moves (when the group checks shapes):
-/// which collective, reduce op, root, dtype and shape, and whether the call was valid here.
-/// Fixed size, so the exchange is one small all_gather of int64s.
+/// which collective, reduce op, root, dtype and shape, whether the call was valid here, and
+/// whether a differentiable collective records it for backward. Fixed size, so the exchange
+/// is one small all_gather of int64s.
 struct CallDescriptor {
   static constexpr int kMaxDims = 6;  // more dims are folded into the last one's product
-  std::array<int64_t, 6 + kMaxDims> words{};
+  std::array<int64_t, 7 + kMaxDims> words{};
 };
 
 struct CommRequest {
