@@ -1,5 +1,7 @@
 // The world-size-1 backend: no communication library, every collective is the identity (a
 // copy for the out-of-place ones), completed before enqueue returns.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "distributed/backends.h"
