@@ -47,7 +47,6 @@ CommRequest request_for(CollectiveKind kind, ReduceOp op, int root, const Tensor
   r.check = check;
   r.local_error = refusal.error;
   r.descriptor = detail::describe_call(kind, op, root, t, !refusal.error);
-  if (t.defined()) r.shape = t.shape();
   return r;
 }
 

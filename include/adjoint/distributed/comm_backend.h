@@ -45,8 +45,6 @@ struct CommRequest {
   /// not an exception_ptr: the caller's thread and the backend's each throw their own copy
   /// (one exception object in flight on two threads at once is a data race).
   std::optional<Error> local_error;
-  /// The shape this rank passed, for messages ([] for an undefined tensor).
-  Shape shape;
 };
 
 class CommBackend {
@@ -58,7 +56,8 @@ class CommBackend {
   /// Queues the collective; requests run in submission order (the order every rank must
   /// call them in). The returned state is completed, with an error if it failed.
   virtual std::shared_ptr<WorkState> enqueue(CommRequest request) = 0;
-  /// Finishes what is queued and releases the transport. Called once, by finalize().
+  /// Finishes what is queued and releases the transport (MPI_Finalize if the backend started
+  /// MPI). finalize() calls it; a second call does nothing.
   virtual void shutdown() = 0;
   /// Ends every process of the job; prints `message` with the rank first.
   [[noreturn]] virtual void abort(const std::string& message, int code) = 0;
