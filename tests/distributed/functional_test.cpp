@@ -127,6 +127,20 @@ TEST(DifferentiableCollectives, DoubleBackwardThroughAllReduce) {
   expect_close(x.grad(), 2 * tan_(pg().rank(), s) * S, 1e-13);
 }
 
+TEST(DifferentiableCollectives, HessianVectorProductsBothWays) {
+  // L = sum_r <v_r, all_reduce(x^3)>: dL/dx_r = 3 x_r^2 S with S = sum_s v_s, and the Hessian
+  // is block diagonal: H t on rank r is 6 x_r t_r S. Forward over reverse runs the
+  // collectives' JVP rules inside backward; reverse over reverse their double backward.
+  const Shape s{5};
+  Tensor x = rank_input(pg().rank(), s);
+  Tensor t = tan_(pg().rank(), s);
+  Tensor v = cot(pg().rank(), s);
+  auto f = [&](const Tensor& xx) { return (dist::all_reduce(xx * xx * xx) * v).sum(); };
+  Tensor want = 6 * x * t * rank_sum(all_of(cot, s));
+  expect_close(hvp(f, x, t, HvpMode::ForwardOverReverse), want, 1e-12);
+  expect_close(hvp(f, x, t, HvpMode::ReverseOverReverse), want, 1e-12);
+}
+
 TEST(DifferentiableCollectives, GradcheckUnderAllRanks) {
   const int n = pg().world_size();
   Tensor x = rank_input(pg().rank(), {2, 3}, DType::Float64, 7);
