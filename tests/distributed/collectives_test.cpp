@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "distributed/backends.h"
 #include "distributed/dist_support.h"
 #include "support/expect.h"
 
@@ -271,6 +272,21 @@ TEST(ProcessGroupErrors, LocalRefusalsNameTheOpAndTheTensor) {
                {"[dist.broadcast]", "is not a rank of this group"});
   expect_error([&] { pg().all_gather(Tensor()); }, ErrorKind::Value, {"undefined"});
   expect_group_still_works();
+}
+
+// check_shapes = false: no descriptor exchange, so a refusal throws before anything is queued.
+// On the local backend (world size 1), which every process can build beside the default group.
+TEST(ProcessGroupWithoutChecks, RefusalsThrowAtOnceAndValidCallsWork) {
+  dist::ProcessGroup local(dist::detail::make_local_backend(), /*check_shapes=*/false);
+  EXPECT_EQ(local.world_size(), 1);
+  Tensor b = zeros({3}, DType::Bool);
+  expect_error([&] { local.all_reduce(b); }, ErrorKind::DType, {"[dist.all_reduce]", "cannot sum"});
+  Tensor x = rank_input(0, {2, 2});
+  expect_close(local.all_gather(x), x, 0);
+  expect_close(local.reduce_scatter_async(x, ReduceOp::Average).result(), x, 0);
+  Tensor y = x.clone();
+  local.all_reduce(y, ReduceOp::Max);
+  expect_close(y, x, 0);
 }
 
 TEST(ProcessGroupErrors, InitTwiceIsRefused) {
