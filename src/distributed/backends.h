@@ -2,6 +2,8 @@
 // stub that replaces it otherwise says so (chosen at link time, see CMakeLists.txt).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "adjoint/distributed/comm_backend.h"
@@ -17,5 +19,13 @@ std::unique_ptr<CommBackend> make_mpi_backend();
 bool mpi_built();
 /// Whether a launcher (mpirun, srun with PMI/PMIx) started this process.
 bool launched_by_mpi();
+
+/// The most elements (bytes for broadcast and all_gather) one MPI call moves; larger tensors
+/// go in pieces (Note [Counts past int] in mpi/mpi_backend.cpp). Tests lower it to reach the
+/// piecewise paths with small tensors; every rank must use the same value.
+inline std::atomic<int64_t>& max_count_per_call() {
+  static std::atomic<int64_t> limit{int64_t{1} << 30};
+  return limit;
+}
 
 }  // namespace adjoint::dist::detail

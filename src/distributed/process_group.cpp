@@ -2,7 +2,6 @@
 // the backend; the default group and its init/finalize. Backends only move bytes.
 #include "adjoint/distributed/process_group.h"
 
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -34,9 +33,6 @@ bool reducible(DType d, ReduceOp op) {
   if (d == DType::Bool) return false;
   return op != ReduceOp::Average || is_floating(d);
 }
-
-// MPI counts are int; larger tensors need chunking, which no caller needs yet.
-constexpr int64_t kMaxCount = INT_MAX;
 
 CommRequest request_for(CollectiveKind kind, ReduceOp op, int root, const Tensor& t,
                         Refusal& refusal, bool check) {
@@ -82,8 +78,6 @@ Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
     no.check(tensor.is_contiguous(), ErrorKind::Value, kind,
              "works in place on a contiguous tensor, got ", describe(tensor), " with strides ",
              tensor.strides(), " (reduce a contiguous copy and copy it back)");
-    no.check(tensor.numel() <= kMaxCount, ErrorKind::Value, kind, describe(tensor),
-             " has more than ", kMaxCount, " elements, more than one MPI call can take");
   }
   CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_);
   if (!no.error) {
@@ -107,9 +101,6 @@ Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
     no.check(tensor.is_contiguous(), ErrorKind::Value, kind,
              "works in place on a contiguous tensor, got ", describe(tensor), " with strides ",
              tensor.strides());
-    no.check(static_cast<int64_t>(tensor.nbytes()) <= kMaxCount, ErrorKind::Value, kind,
-             describe(tensor), " has more than ", kMaxCount,
-             " bytes, more than one MPI call can take");
   }
   CommRequest r = request_for(kind, ReduceOp::Sum, root, tensor, no, check_shapes_);
   if (!no.error) {
@@ -127,10 +118,6 @@ Work ProcessGroup::all_gather_async(const Tensor& tensor) {
   const auto kind = CollectiveKind::AllGather;
   Refusal no;
   no.check(tensor.defined(), ErrorKind::Value, kind, "the tensor is undefined");
-  if (tensor.defined())
-    no.check(static_cast<int64_t>(tensor.nbytes()) <= kMaxCount, ErrorKind::Value, kind,
-             describe(tensor), " has more than ", kMaxCount,
-             " bytes, more than one MPI call can take");
   CommRequest r = request_for(kind, ReduceOp::Sum, 0, tensor, no, check_shapes_);
   if (!no.error) {
     Shape out = tensor.dim() == 0 ? Shape{1} : tensor.shape();
@@ -154,9 +141,6 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& tensor, ReduceOp op) {
              op == ReduceOp::Average ? "" : " or int64");
     no.check(tensor.dim() >= 1 && tensor.size(0) % n == 0, ErrorKind::Shape, kind, "dim 0 of ",
              describe(tensor), " must be a multiple of the world size ", n);
-    no.check(tensor.numel() / n <= kMaxCount, ErrorKind::Value, kind, describe(tensor),
-             " gives each rank more than ", kMaxCount,
-             " elements, more than one MPI call can take");
   }
   CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_);
   if (!no.error) {

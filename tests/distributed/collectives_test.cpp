@@ -191,6 +191,35 @@ TEST(ReduceScatter, EachRankGetsItsBlockOfTheSum) {
   expect_close(pg().reduce_scatter(x, ReduceOp::Max), want_max.narrow(0, 2 * pg().rank(), 2), 0);
 }
 
+// Tensors past one MPI call's count go in pieces (Note [Counts past int]); a limit of 5
+// elements or bytes reaches those paths with small tensors. The local backend ignores it.
+TEST(LargeTensors, GoInPiecesWithTheSameResults) {
+  struct Limit {
+    int64_t saved = dist::detail::max_count_per_call().exchange(5);
+    ~Limit() { dist::detail::max_count_per_call() = saved; }
+  } limit;
+  const int n = pg().world_size(), me = pg().rank();
+  const Shape s{3 * n, 7};  // 21 n elements: not a multiple of the piece
+  auto xs = all_inputs(s, DType::Float64, 30);
+  Tensor x = rank_input(me, s, DType::Float64, 30);
+  Tensor sum = x.clone();
+  pg().all_reduce(sum);
+  expect_close(sum, rank_sum(xs), 1e-13);
+  Tensor mx = x.clone();
+  pg().all_reduce(mx, ReduceOp::Max);
+  Tensor want_max = xs[0];
+  for (const Tensor& t : xs) want_max = maximum(want_max, t);
+  expect_close(mx, want_max, 0);
+  Tensor b = x.clone();
+  pg().broadcast(b, n - 1);
+  expect_close(b, xs[n - 1], 0);
+  expect_close(pg().all_gather(x), cat(xs, 0), 0);
+  expect_close(pg().reduce_scatter(x, ReduceOp::Average), rank_sum(xs).narrow(0, 3 * me, 3) / n,
+               1e-13);
+  Tensor ints = rank_input(me, {11}, DType::Int64, 31);
+  expect_close(pg().all_gather(ints), cat(all_inputs({11}, DType::Int64, 31), 0), 0);
+}
+
 TEST(Barrier, BlockingAndAsync) {
   pg().barrier();
   dist::Work w = pg().barrier_async();

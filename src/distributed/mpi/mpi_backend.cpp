@@ -2,11 +2,12 @@
 // blocking MPI calls on a private communicator. See Note [MPI progress and threads].
 #include <mpi.h>
 
-#include <climits>
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -169,29 +170,65 @@ class MpiBackend final : public CommBackend {
       check_agreement(r, all, rank_);
     }
     if (r.local_error) throw Error(*r.local_error);
+    // Note [Counts past int]
+    // MPI counts are int, so a tensor of more than `limit` elements (bytes, for the byte moves)
+    // goes in pieces of at most `limit`: consecutive all-reduces and broadcasts; an all-gather
+    // as each rank broadcasting its block, and a reduce-scatter as a reduce of each rank's
+    // block to that rank. Every rank cuts the same pieces, since the shapes agree.
+    const int64_t limit = max_count_per_call().load();
+    auto pieces = [limit](int64_t total, auto&& move) {
+      for (int64_t at = 0; at < total; at += limit)
+        move(at, static_cast<int>(std::min(limit, total - at)));
+    };
+    char* out = static_cast<char*>(r.output.defined() ? r.output.raw_data() : nullptr);
     switch (r.kind) {
       case CollectiveKind::Barrier:
         MPI_Barrier(comm_);
         return;
       case CollectiveKind::Broadcast:
-        MPI_Bcast(r.output.raw_data(), static_cast<int>(r.output.nbytes()), MPI_BYTE, r.root,
-                  comm_);
+        pieces(static_cast<int64_t>(r.output.nbytes()),
+               [&](int64_t at, int n) { MPI_Bcast(out + at, n, MPI_BYTE, r.root, comm_); });
         return;
       case CollectiveKind::AllGather: {
-        const int bytes = static_cast<int>(r.input.nbytes());
-        MPI_Allgather(r.input.raw_data(), bytes, MPI_BYTE, r.output.raw_data(), bytes, MPI_BYTE,
-                      comm_);
+        const int64_t bytes = static_cast<int64_t>(r.input.nbytes());
+        if (bytes <= limit) {
+          MPI_Allgather(r.input.raw_data(), static_cast<int>(bytes), MPI_BYTE, out,
+                        static_cast<int>(bytes), MPI_BYTE, comm_);
+          return;
+        }
+        for (int q = 0; q < size_; ++q) {
+          char* block = out + q * bytes;
+          if (q == rank_) std::memcpy(block, r.input.raw_data(), static_cast<std::size_t>(bytes));
+          pieces(bytes, [&](int64_t at, int n) { MPI_Bcast(block + at, n, MPI_BYTE, q, comm_); });
+        }
         return;
       }
-      case CollectiveKind::AllReduce:
-        MPI_Allreduce(MPI_IN_PLACE, r.output.raw_data(), static_cast<int>(r.output.numel()),
-                      mpi_type(r.output.dtype()), mpi_op(r.op, r.output.dtype()), comm_);
+      case CollectiveKind::AllReduce: {
+        const int64_t item = static_cast<int64_t>(itemsize(r.output.dtype()));
+        const MPI_Datatype type = mpi_type(r.output.dtype());
+        const MPI_Op op = mpi_op(r.op, r.output.dtype());
+        pieces(r.output.numel(), [&](int64_t at, int n) {
+          MPI_Allreduce(MPI_IN_PLACE, out + at * item, n, type, op, comm_);
+        });
         break;
-      case CollectiveKind::ReduceScatter:
-        MPI_Reduce_scatter_block(r.input.raw_data(), r.output.raw_data(),
-                                 static_cast<int>(r.output.numel()), mpi_type(r.input.dtype()),
-                                 mpi_op(r.op, r.input.dtype()), comm_);
+      }
+      case CollectiveKind::ReduceScatter: {
+        const int64_t count = r.output.numel();
+        const int64_t item = static_cast<int64_t>(itemsize(r.input.dtype()));
+        const MPI_Datatype type = mpi_type(r.input.dtype());
+        const MPI_Op op = mpi_op(r.op, r.input.dtype());
+        const char* in = static_cast<const char*>(r.input.raw_data());
+        if (count <= limit) {
+          MPI_Reduce_scatter_block(in, out, static_cast<int>(count), type, op, comm_);
+          break;
+        }
+        for (int q = 0; q < size_; ++q)
+          pieces(count, [&](int64_t at, int n) {
+            MPI_Reduce(in + (q * count + at) * item, q == rank_ ? out + at * item : nullptr, n,
+                       type, op, q, comm_);
+          });
         break;
+      }
     }
     // MPI has no average: a sum divided here, by a plain loop. Kernels are not run on this
     // thread, so it never competes with the caller's thread pool.
