@@ -48,11 +48,16 @@ void check_grad(const Tensor& leaf, const Tensor& g) {
 std::optional<std::vector<Tensor>> reverse(const Program& p, const std::vector<Tensor>& inputs,
                                            const std::vector<Tensor>& outs) {
   std::vector<Tensor> diff_outs, cotangents, leaves;
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    if (!outs[i].requires_grad()) continue;
-    diff_outs.push_back(outs[i]);
-    cotangents.push_back(make_values(outs[i].shape(), outs[i].dtype(), 1, 77 + i));
-  }
+  // A cotangent for an expanded output of 2^40 elements is more memory than there is: its
+  // OutOfMemory error ends this input's backward, as any other Error does.
+  const bool made = run_expecting_errors([&] {
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      diff_outs.push_back(outs[i]);
+      cotangents.push_back(make_values(outs[i].shape(), outs[i].dtype(), 1, 77 + i));
+    }
+  });
+  if (!made) return std::nullopt;
   for (const Tensor& x : inputs)
     if (x.requires_grad() && x.is_leaf()) leaves.push_back(x);
   if (diff_outs.empty()) return std::nullopt;

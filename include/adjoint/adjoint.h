@@ -21,3 +21,4 @@
 #include "adjoint/tensor.h"
 #include "adjoint/threading.h"
 #include "adjoint/transforms.h"
+#include "adjoint/vmap.h"

@@ -37,9 +37,12 @@ struct AutogradMeta {
   int retain_hook_id = -1;
 };
 
+struct TensorImpl;
 namespace detail {
+struct BatchedValue;
 AutogradMeta* new_autograd_meta();
 void delete_autograd_meta(AutogradMeta* m);
+[[noreturn]] void throw_batched_data_access(const TensorImpl& t);
 struct AutogradMetaDeleter {
   void operator()(AutogradMeta* m) const { delete_autograd_meta(m); }
 };
@@ -66,6 +69,10 @@ struct TensorImpl {
   /// reference cycles] in src/autograd/saved_tensor.cpp). Atomic: threads may save one tensor.
   std::atomic<bool> saved_for_backward{false};
   std::unique_ptr<AutogradMeta, detail::AutogradMetaDeleter> autograd;  ///< null until needed
+  /// Set on a tensor seen inside vmap: its shape is the logical (per-example) shape and its
+  /// values live in the batched value it points at, so its own memory may not be read (data()
+  /// throws). See Note [Batched tensors] in src/vmap/batched.h.
+  std::shared_ptr<const detail::BatchedValue> batched;
 
   TensorImpl(std::shared_ptr<StorageImpl> s, Shape shp, Shape str, int64_t off, DType dt);
   /// A contiguous tensor at offset 0 (the hot path: strides computed in place).
@@ -75,6 +82,8 @@ struct TensorImpl {
     return *autograd;
   }
   void* data() const {
+    if (batched) [[unlikely]]
+      detail::throw_batched_data_access(*this);
     return static_cast<char*>(storage->data()) + offset * static_cast<int64_t>(itemsize(dtype));
   }
   /// Recomputes numel and the contiguity flag after shape or strides change.

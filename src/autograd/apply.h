@@ -37,6 +37,7 @@
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
 #include "core/op_scope.h"
+#include "vmap/batch_rule.h"
 
 namespace adjoint {
 
@@ -180,6 +181,30 @@ void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* e
   }
 }
 
+/// Runs op's batching rule on inputs batched at `level` and wraps the result at that level.
+template <class Op, class Inputs>
+Tensor run_batched(const Op& op, const Inputs& inputs, int level, std::vector<Tensor>& extras) {
+  const BatchArgs b(inputs, level);
+  Tensor phys;
+  if constexpr (requires(Saver & s) { op.vmap(b, s); }) {
+    Saver saver;
+    phys = op.vmap(b, saver);
+    extras = std::move(saver.tensors);
+  } else if constexpr (requires { op.vmap(b); }) {
+    phys = op.vmap(b);
+  } else if constexpr (batching_of<Op>() == Batching::Pointwise) {
+    constexpr std::size_t n = std::tuple_size_v<Inputs>;
+    const int64_t rank = b.max_logical_dim();
+    phys = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return apply(op, b.aligned(I, rank)...);
+    }
+    (std::make_index_sequence<n>{});
+  } else {
+    throw_no_batching_rule(Op::name);
+  }
+  return make_batched(std::move(phys), 0, level);
+}
+
 }  // namespace detail
 
 template <class Op>
@@ -252,11 +277,20 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   if (tls_mode.dual_visible != 0)
     for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
+  // An input batched by vmap sends the op to its batching rule (Note [Batched tensors]).
+  int batch_level = 0;
+  if (tls_mode.vmap_depth != 0) [[unlikely]]
+    batch_level = top_batch_level(inputs, Op::name);
+
   Saver saver;
   Tensor out;
   // Checkpointed regions log their ops and may replay kept results: see src/checkpoint.
   if (OpCache* cache = tls_op_cache) [[unlikely]] {
-    out = run_watched_op(*cache, op, saver.tensors, [&] { return run_forward(saver); });
+    out = run_watched_op(*cache, op, saver.tensors, [&] {
+      return batch_level ? run_batched(op, inputs, batch_level, saver.tensors) : run_forward(saver);
+    });
+  } else if (batch_level != 0) [[unlikely]] {
+    out = run_batched(op, inputs, batch_level, saver.tensors);
   } else {
     out = run_forward(saver);
   }

@@ -113,6 +113,7 @@ Tensor alias_without_history(const Tensor& t) {
       detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
   impl->is_view = src.is_view;
   impl->inference = src.inference;
+  impl->batched = src.batched;  // the same values below, without this level's history
   return Tensor(std::move(impl));
 }
 

@@ -6,6 +6,7 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/view_tracking.h"
+#include "vmap/batched.h"
 
 namespace adjoint {
 namespace {
@@ -144,6 +145,11 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
 Tensor Tensor::detach() const {
   ADJOINT_CHECK(defined(), Value, "detach", "called on an undefined tensor");
   const TensorImpl& src = *impl();
+  if (src.batched) [[unlikely]] {
+    // Inside vmap: the same example-wise value, detached at every level below too.
+    const detail::BatchedValue& b = *src.batched;
+    return detail::make_batched(b.value.detach(), b.bdim, b.level);
+  }
   auto out =
       detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
   out->is_view = true;

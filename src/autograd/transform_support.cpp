@@ -15,6 +15,7 @@ namespace {
 struct Alias {
   static constexpr const char* name = "alias";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return x.detach(); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }  // d/dx x = 1
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }

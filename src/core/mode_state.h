@@ -19,6 +19,9 @@ struct ModeState {
   /// Dual levels open, visible or not (DualLevel guards alive): dual_level_ids[0 .. open).
   int dual_levels_open = 0;
   uint64_t dual_level_ids[kMaxDualLevels] = {};
+  /// vmap levels open on this thread (src/vmap); zero means no op can see a batched tensor
+  /// (the hot-path test in apply<Op>).
+  int vmap_depth = 0;
 };
 
 // constinit: constant-initialised, so every access is a plain thread-local load, with no

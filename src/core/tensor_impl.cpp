@@ -182,6 +182,7 @@ T read_element(const TensorImpl& t, int64_t flat) {
 template <class T>
 T Tensor::item() const {
   const TensorImpl& t = checked(*this, "item");
+  if (t.batched) detail::throw_batched_data_access(t);
   ADJOINT_CHECK(t.numel == 1, Value, "item", "a tensor with ", t.numel,
                 " elements cannot be converted to a scalar (shape ", t.shape, ")");
   return read_element<T>(t, 0);
@@ -190,6 +191,7 @@ T Tensor::item() const {
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   const TensorImpl& t = checked(*this, "to_vector");
+  if (t.batched) detail::throw_batched_data_access(t);
   std::vector<T> out(t.numel);
   if (t.contiguous && t.dtype == dtype_of_v<T> && !std::is_same_v<T, bool>) {
     if constexpr (!std::is_same_v<T, bool>) {

@@ -18,6 +18,7 @@ namespace {
 struct ReluBackward {
   static constexpr const char* name = "relu_backward";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::ReluBackward, gy, y);
   }
@@ -38,6 +39,7 @@ struct ReluBackward {
 struct Relu {
   static constexpr const char* name = "relu";
   static constexpr Save save = Save::Output;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Relu, x); }
   // d/dx max(x, 0) = [x > 0] = [y > 0]
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return relu_backward(gy, c.output()); }
@@ -61,6 +63,7 @@ struct LeakyRelu : Pointwise<LeakyRelu> {
 struct SigmoidBackward {
   static constexpr const char* name = "sigmoid_backward";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::SigmoidBackward, gy, y);
   }
@@ -78,6 +81,7 @@ struct SigmoidBackward {
 struct Sigmoid {
   static constexpr const char* name = "sigmoid";
   static constexpr Save save = Save::Output;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sigmoid, x); }
   // d/dx sigmoid(x) = y (1 - y)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return sigmoid_backward(gy, c.output()); }
@@ -105,6 +109,7 @@ Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
 struct GeluBackward {
   static constexpr const char* name = "gelu_backward";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   GeluApproximation approximate;
   Tensor forward(const Tensor& gy, const Tensor& x) const {
     return kernels::binary(
@@ -127,6 +132,7 @@ struct GeluBackward {
 struct Gelu {
   static constexpr const char* name = "gelu";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   GeluApproximation approximate;
   Tensor forward(const Tensor& x) const {
     return kernels::unary(approximate == GeluApproximation::Tanh ? Unary::GeluTanh : Unary::GeluErf,

@@ -13,6 +13,7 @@ namespace {
 struct Add {
   static constexpr const char* name = "add";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Add, a, b);
   }
@@ -24,6 +25,7 @@ struct Add {
 struct Sub {
   static constexpr const char* name = "sub";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Sub, a, b);
   }
@@ -37,6 +39,7 @@ struct Sub {
 struct Mul {
   static constexpr const char* name = "mul";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Mul, a, b);
   }
@@ -53,6 +56,7 @@ struct Mul {
 struct Div {
   static constexpr const char* name = "div";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Div, a, b);
   }
@@ -71,6 +75,7 @@ struct Div {
 struct Pow {
   static constexpr const char* name = "pow";
   static constexpr Save save = Save::InputsAndOutput;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Pow, a, b);
   }
@@ -97,6 +102,7 @@ template <bool kMax>
 struct Extremum {
   static constexpr const char* name = kMax ? "maximum" : "minimum";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(kMax ? Binary::Maximum : Binary::Minimum, a, b);
   }
@@ -125,6 +131,7 @@ struct Extremum {
 struct Where {
   static constexpr const char* name = "where";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& cond, const Tensor& a, const Tensor& b) const {
     return kernels::where(cond, a, b);
   }
@@ -144,6 +151,7 @@ struct Where {
 struct AddScalar {
   static constexpr const char* name = "add";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::AddScalar, x, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }  // d(x + s) = dx
@@ -153,6 +161,7 @@ struct AddScalar {
 struct MulScalar {
   static constexpr const char* name = "mul";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::MulScalar, x, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy * s; }  // d(s x) = s dx
@@ -162,6 +171,7 @@ struct MulScalar {
 struct RSubScalar {
   static constexpr const char* name = "rsub";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RSubScalar, x, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return -gy; }  // d(s - x) = -dx
@@ -171,6 +181,7 @@ struct RSubScalar {
 struct RDivScalar {
   static constexpr const char* name = "rdiv";
   static constexpr Save save = Save::InputsAndOutput;
+  static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RDivScalar, x, s); }
   // d(s / x) = -s/x^2 dx = -(y / x) dx
@@ -188,13 +199,23 @@ std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b, const char* 
   return {cast_to(a, dt), cast_to(b, dt)};
 }
 
+// Comparisons and logical ops call kernels directly (nothing to differentiate); under vmap
+// they batch as pointwise ops (vmap/batch_rule.h).
 Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
   auto [x, y] = promote(a, b, op);
+  if (auto r = detail::batched_pointwise(
+          std::array<Tensor, 2>{x, y}, op,
+          [&](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); }))
+    return *r;
   return kernels::binary(kind, x, y);
 }
 
 Tensor compare(Unary kind, const Tensor& a, Scalar s) {
-  return kernels::unary(kind, cast_to(a, result_type(a, s)), s.to_double());
+  const Tensor x = cast_to(a, result_type(a, s));
+  if (auto r = detail::batched_pointwise(std::array<Tensor, 1>{x}, "compare",
+                                         [&](const Tensor& p) { return compare(kind, p, s); }))
+    return *r;
+  return kernels::unary(kind, x, s.to_double());
 }
 
 }  // namespace
@@ -306,7 +327,12 @@ Tensor lt(const Tensor& a, Scalar b) { return compare(Unary::LtScalar, a, b); }
 Tensor le(const Tensor& a, Scalar b) { return compare(Unary::LeScalar, a, b); }
 Tensor gt(const Tensor& a, Scalar b) { return compare(Unary::GtScalar, a, b); }
 Tensor ge(const Tensor& a, Scalar b) { return compare(Unary::GeScalar, a, b); }
-Tensor logical_not(const Tensor& x) { return kernels::unary(Unary::LogicalNot, x); }
+Tensor logical_not(const Tensor& x) {
+  if (auto r = detail::batched_pointwise(std::array<Tensor, 1>{x}, "logical_not",
+                                         [](const Tensor& p) { return logical_not(p); }))
+    return *r;
+  return kernels::unary(Unary::LogicalNot, x);
+}
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return compare(Binary::And, a, b, "logical_and");
 }

@@ -18,6 +18,7 @@ using kernels::Unary;
 /// Derived provides factor(const Ctx&) (static or member) computed from what it saved.
 template <class Derived>
 struct Pointwise {
+  static constexpr Batching batching = Batching::Pointwise;  // one rule: see vmap/batch_rule.h
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return gy * static_cast<const Derived*>(this)->factor(c);
   }

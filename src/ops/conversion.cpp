@@ -10,6 +10,7 @@ namespace {
 struct ToDtype {
   static constexpr const char* name = "to";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   DType dtype;
   Tensor forward(const Tensor& x) const { return kernels::cast(x, dtype); }
   // d/dx cast(x) = 1 (apply casts the gradient back to x's dtype).
@@ -20,6 +21,7 @@ struct ToDtype {
 struct Clone {
   static constexpr const char* name = "clone";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::cast(x, x.dtype()); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
@@ -39,6 +41,10 @@ struct Expand {
   // The VJP of broadcasting is summing back.
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return sum_to(gy, c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return expand(tx, shape); }
+  Tensor vmap(const BatchArgs& b) const {
+    return expand(b.aligned(0, static_cast<int64_t>(shape.size())),
+                  detail::with_batch_size(shape, b.size()));
+  }
 };
 
 struct SumTo {
@@ -57,6 +63,17 @@ struct SumTo {
   }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return expand(gy, c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return sum_to(tx, shape); }
+  // Batching: the logical leading dims are summed first, so that sum_to never reaches the batch.
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t lead = b.logical_dim(0) - static_cast<int64_t>(shape.size());
+    Tensor x = b[0];
+    if (lead > 0) {
+      std::vector<int64_t> dims;
+      for (int64_t i = 1; i <= lead; ++i) dims.push_back(i);
+      x = sum(x, dims);
+    }
+    return sum_to(x, detail::with_batch_size(shape, b.size()));
+  }
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/op_scope.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
+#include "vmap/batched.h"
 
 namespace adjoint {
 namespace {
@@ -117,6 +118,8 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
   OpScope scope("rand");
+  if (tls_mode.vmap_depth != 0) [[unlikely]]
+    return detail::draw_random(shape, "rand", [&](const Shape& s) { return rand(s, o, gen); });
   Tensor t = make_empty(shape, o.dtype());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -124,6 +127,8 @@ Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
 
 Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
   OpScope scope("randn");
+  if (tls_mode.vmap_depth != 0) [[unlikely]]
+    return detail::draw_random(shape, "randn", [&](const Shape& s) { return randn(s, o, gen); });
   Tensor t = make_empty(shape, o.dtype());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -131,6 +136,9 @@ Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   ADJOINT_CHECK(low < high, Value, "randint", "expected low < high, got [", low, ", ", high, ")");
+  if (tls_mode.vmap_depth != 0) [[unlikely]]
+    return detail::draw_random(shape, "randint",
+                               [&](const Shape& s) { return randint(low, high, s, gen); });
   OpScope scope("randint");
   Tensor t = make_empty(shape, DType::Int64);
   kernels::randint(t, low, high, gen_or_default(gen));

@@ -17,6 +17,17 @@ void check_index_dtype(const Tensor& index, const char* op) {
                 describe(index));
 }
 
+// A batched 1-d index [B, K] as a gather/scatter index of `shape` (whose dim `dim` has K
+// entries): idx[b, k] at every position with that b and k.
+Tensor index_along(const Tensor& idx, const Shape& shape, int64_t dim) {
+  Shape view(shape.size(), 1);
+  view[0] = idx.size(0);
+  view[dim] = idx.size(1);
+  Shape full = shape;
+  full[dim] = idx.size(1);
+  return idx.reshape(view).expand(full);
+}
+
 struct IndexSelect {
   static constexpr const char* name = "index_select";
   static constexpr Save save = Save::None;
@@ -32,6 +43,13 @@ struct IndexSelect {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
     return index_select(tx, dim, c.saved(0));
+  }
+  // Batching: a batched index picks different rows per example, which is a gather.
+  Tensor vmap(const BatchArgs& b, Saver& s) const {
+    s.save(b.logical(1));
+    if (!b.batched(1)) return apply(IndexSelect{dim + 1, op}, b[0], b[1]);
+    Tensor x = b.with_batch(0);
+    return gather(x, dim + 1, index_along(b[1], x.shape(), dim + 1));
   }
 };
 
@@ -50,6 +68,10 @@ struct Gather {
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
     return gather(tx, dim, c.saved(0));
   }
+  Tensor vmap(const BatchArgs& b, Saver& s) const {
+    s.save(b.logical(1));
+    return apply(Gather{dim + 1}, b.with_batch(0), b.with_batch(1));
+  }
 };
 
 struct ScatterAdd {
@@ -67,6 +89,10 @@ struct ScatterAdd {
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&, const Tensor& ts) const {
     return scatter_add(tx, dim, c.saved(0), ts);
   }
+  Tensor vmap(const BatchArgs& b, Saver& s) const {
+    s.save(b.logical(1));
+    return apply(ScatterAdd{dim + 1}, b.with_batch(0), b.with_batch(1), b.with_batch(2));
+  }
 };
 
 struct IndexAdd {
@@ -83,6 +109,13 @@ struct IndexAdd {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&, const Tensor& ts) const {
     return index_add(tx, dim, c.saved(0), ts);
+  }
+  // Batching: a batched index adds into different rows per example, which is a scatter_add.
+  Tensor vmap(const BatchArgs& b, Saver& s) const {
+    s.save(b.logical(1));
+    if (!b.batched(1)) return apply(IndexAdd{dim + 1}, b.with_batch(0), b[1], b.with_batch(2));
+    Tensor src = b.with_batch(2);
+    return scatter_add(b.with_batch(0), dim + 1, index_along(b[1], src.shape(), dim + 1), src);
   }
 };
 
@@ -191,7 +224,11 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (num_classes == -1) {
     ADJOINT_CHECK(!idx.empty(), Value, "one_hot",
                   "cannot infer the number of classes from an empty tensor; pass num_classes");
-    num_classes = *std::max_element(idx.begin(), idx.end()) + 1;
+    const int64_t top = *std::max_element(idx.begin(), idx.end());
+    // top + 1 classes: INT64_MAX has no successor (a signed overflow, found by fuzz_ops).
+    ADJOINT_CHECK(top < INT64_MAX, Value, "one_hot", "index ", top,
+                  " would need more than 2^63 - 1 classes");
+    num_classes = top + 1;
   }
   ADJOINT_CHECK(num_classes >= 0, Value, "one_hot", "num_classes must be -1 or >= 0, got ",
                 num_classes);

@@ -13,12 +13,20 @@
 #include "autograd/view_tracking.h"
 #include "core/scalar_convert.h"
 #include "ops/common.h"
+#include "vmap/batched.h"
 
 namespace adjoint {
 namespace {
 
 bool recording_with(const Tensor& self, const Tensor* other) {
   return is_grad_enabled() && (self.requires_grad() || (other && other->requires_grad()));
+}
+
+// Whether an operand is batched by vmap: the op then goes the out-of-place way and the result
+// is written through the physical values (vmap/batched.h write_batched).
+bool batched_with(const Tensor& self, const Tensor* other) {
+  return tls_mode.vmap_depth != 0 &&
+         (detail::batch_level(self) != 0 || (other && detail::batch_level(*other) != 0));
 }
 
 // Whether the op changes tangents: see Note [In-place ops on dual tensors].
@@ -133,7 +141,11 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
     update_tangents(self, &result);
     return self;
   }
-  kernels::copy_into(self, result);
+  if (tls_mode.vmap_depth != 0 && batched_with(self, &result)) [[unlikely]] {
+    detail::write_batched(self, result, op);
+  } else {
+    kernels::copy_into(self, result);
+  }
   bump(self);
   if (recording && result.requires_grad())
     detail::take_history(self, autograd::gradient_edge(result));
@@ -162,7 +174,7 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "add_");
-  if (recording_with(*this, &o) || dual_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
     return functional(*this, &o, "add_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
   check_inplace(*this, false, "add_");
@@ -171,7 +183,7 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "sub_");
-  if (recording_with(*this, &o) || dual_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
     return functional(*this, &o, "sub_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
   check_inplace(*this, false, "sub_");
@@ -179,14 +191,14 @@ Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
     return functional(*this, &o, "mul_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); });
   check_inplace(*this, false, "mul_");
   return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
     return functional(*this, &o, "div_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); });
   check_inplace(*this, false, "div_");
@@ -194,7 +206,7 @@ Tensor& Tensor::div_(const Tensor& o) {
   return direct_binary(*this, Binary::Div, o, "div_");
 }
 Tensor& Tensor::add_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
     return functional(*this, nullptr, "add_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); });
   check_inplace(*this, false, "add_");
@@ -206,14 +218,14 @@ Tensor& Tensor::sub_(Scalar o) {
   return add_(static_cast<int64_t>(0 - static_cast<uint64_t>(o.to_int())));
 }
 Tensor& Tensor::mul_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
     return functional(*this, nullptr, "mul_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
     return functional(*this, nullptr, "div_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
@@ -221,7 +233,7 @@ Tensor& Tensor::div_(Scalar o) {
   return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
     return functional(*this, nullptr, "clamp_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
@@ -254,6 +266,12 @@ Tensor& Tensor::fill_(Scalar v) {
     return commit(*this, value, true, "fill_");
   }
   if (recording) detach_();
+  if (batched_with(*this, nullptr)) [[unlikely]] {
+    detail::write_batched(*this, full_like(*this, v), "fill_");
+    bump(*this);
+    update_tangents(*this, nullptr);
+    return *this;
+  }
   kernels::fill(*this, v);
   bump(*this);
   update_tangents(*this, nullptr);  // a constant: a dual's tangent becomes zero
@@ -265,7 +283,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
   if (!recording) {
-    if (dual_with(*this, &src))
+    if (dual_with(*this, &src) || batched_with(*this, &src))
       return commit(*this, cast_to(adjoint::expand(src, shape()), dtype()), false, "copy_");
     kernels::copy_into(*this, src);
     bump(*this);

@@ -60,6 +60,12 @@ struct MatMul {
     return sum_defined(ta.defined() ? matmul(ta, c.input(1)) : Tensor(),
                        tb.defined() ? matmul(c.input(0), tb) : Tensor());
   }
+  // Batching: the operands have equal logical ranks (>= 2), so matmul's own broadcasting of
+  // batch dims takes an unbatched operand along.
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t r = b.max_logical_dim();
+    return matmul(b.aligned(0, r), b.aligned(1, r));
+  }
 };
 
 struct Dot {
@@ -77,6 +83,7 @@ struct Dot {
   Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
     return dot(ta, c.input(1)) + dot(c.input(0), tb);
   }
+  Tensor vmap(const BatchArgs& b) const { return sum(b.aligned(0, 1) * b.aligned(1, 1), {-1}); }
 };
 
 // y = x Wᵀ + b over the last dim of x (any rank >= 1); the bias may be undefined.
@@ -123,6 +130,20 @@ struct Linear {
     if (tx.defined()) t = linear(tx, c.input(1), tb);
     if (tw.defined()) t = tx.defined() ? t + linear(c.input(0), tw) : linear(c.input(0), tw, tb);
     return t.defined() ? t : tb.expand(c.output().shape());  // only the bias has a tangent
+  }
+  // Batching: x's batch dim is one more leading dim; batched weights (an ensemble) become a
+  // batched matmul.
+  Tensor vmap(const BatchArgs& b) const {
+    if (!b.batched(1) && !b.batched(2)) return apply(Linear{}, b[0], b[1], b[2]);
+    Tensor x = b.with_batch(0);
+    if (x.dim() == 2) x = x.unsqueeze(1);  // [B, in] -> [B, 1, in]
+    Shape xs = x.shape();
+    Tensor x3 = x.reshape({b.size(), -1, xs.back()});
+    Tensor y = matmul(x3, b.with_batch(1).transpose(-2, -1));
+    if (b[2].defined()) y = y + b.aligned(2, 2);
+    Shape out = b.with_batch(0).shape();
+    out.back() = y.shape().back();
+    return y.reshape(out);
   }
 };
 

@@ -55,6 +55,8 @@ struct Det {
     if (any_zero(c.output())) return (cofactors(c.input(0)) * ta).sum({-2, -1});
     return c.output() * diagonal(linalg::solve(c.input(0), ta)).sum({-1});
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 struct LogAbsDet {
@@ -68,6 +70,8 @@ struct LogAbsDet {
   Tensor jvp(const Ctx& c, const Tensor& ta) const {
     return diagonal(linalg::solve(c.input(0), ta)).sum({-1});
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 }  // namespace

@@ -51,6 +51,8 @@ struct Qr {
     const Tensor b_minus_omega = b.triu() + mT(b.tril(-1));
     return cat({cc - matmul(qq, b_minus_omega), matmul(b_minus_omega, rr)}, -2);
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 /// Throws unless the triangular R [..., k, k] of A's QR has every |R[i, i]| above

@@ -30,6 +30,8 @@ struct Solve {
     Tensor rhs = sum_defined(tb, ta.defined() ? -matmul(ta, c.output()) : Tensor());
     return rhs.defined() ? linalg::solve(c.input(0), rhs) : zeros_like(c.output());
   }
+  // Batching: both operands get the batch dim (their logical batch dims already agree).
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b.with_batch(0), b.with_batch(1)); }
 };
 
 // A X = B for triangular A; only the triangle LAPACK reads (strict when unit) takes gradient.
@@ -56,6 +58,8 @@ struct SolveTriangular {
     return rhs.defined() ? linalg::solve_triangular(c.input(0), rhs, upper, unit)
                          : zeros_like(c.output());
   }
+  // Batching: both operands get the batch dim (their logical batch dims already agree).
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b.with_batch(0), b.with_batch(1)); }
 };
 
 // Note [Symmetric inputs]
@@ -86,6 +90,8 @@ struct Cholesky {
     Tensor both = mT(linalg::solve_triangular(l, mT(left), /*upper=*/false));
     return matmul(l, phi(both));
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 }  // namespace

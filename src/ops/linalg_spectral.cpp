@@ -71,6 +71,8 @@ struct Eigh {
     Tensor dv = matmul(v, inverse_gaps(w) * p);
     return cat({dv, diagonal(p).unsqueeze(-2)}, -2);
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 // The eigenvalues alone: the rules recompute the eigenvectors with eigh (so that double
@@ -89,6 +91,8 @@ struct Eigvalsh {
     const Tensor v = linalg::eigh(c.input(0)).eigenvectors;
     return diagonal(matmul(matmul(mT(v), sym(ta)), v));
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 // A = U diag(S) Vh (reduced), packed [..., k, m + 1 + n]: Uᵀ, then S as a column, then Vh.
@@ -153,6 +157,8 @@ struct Svd {
     }
     return cat({mT(du), diagonal(pm).unsqueeze(-1), mT(dv)}, -1);
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 // The singular values alone; like Eigvalsh, the rules recompute U and Vh with svd.
@@ -170,6 +176,8 @@ struct Svdvals {
     const linalg::SvdResult r = linalg::svd(c.input(0));
     return diagonal(matmul(matmul(mT(r.u), ta), mT(r.vh)));
   }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
 }  // namespace

@@ -68,6 +68,15 @@ struct CrossEntropyBackward {
         r.keep,
         (r.p - r.onehot) * t_g.unsqueeze(1) + softmax_backward(t_x, r.p, 1) * g.unsqueeze(1), 0.0);
   }
+  // Batching: the examples' rows are rows of one bigger problem.
+  Tensor vmap(const BatchArgs& b) const {
+    const Tensor x = b.with_batch(1);
+    const int64_t rows = x.size(0) * x.size(1), classes = x.size(2);
+    const Tensor t = b.with_batch(2).reshape({rows});
+    kernels::check_class_targets(t, classes, ignore_index, name);
+    Tensor r = apply(*this, b.with_batch(0).reshape({rows}), x.reshape({rows, classes}), t);
+    return r.reshape(x.shape());
+  }
 };
 
 struct CrossEntropy {
@@ -108,6 +117,16 @@ struct CrossEntropy {
     Tensor total = sum(per_row);
     return reduction == Reduction::Mean ? total * scale : total;
   }
+  // Batching: per-row losses of all examples' rows at once. Only Reduction::None comes here:
+  // cross_entropy() reduces batched losses with ops, since each example has its own count of
+  // rows that are not ignored.
+  Tensor vmap(const BatchArgs& b) const {
+    const Tensor x = b.with_batch(0);
+    const int64_t rows = x.size(0) * x.size(1), classes = x.size(2);
+    Tensor r = apply(CrossEntropy{Reduction::None, ignore_index}, x.reshape({rows, classes}),
+                     b.with_batch(1).reshape({rows}));
+    return r.reshape({x.size(0), x.size(1)});
+  }
 };
 
 // Checks shared by cross_entropy and nll_loss: input [N, C] with target [N], or [C] with a
@@ -137,6 +156,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     Tensor r = cross_entropy(logits.unsqueeze(0), target.reshape({1}), reduction, ignore_index);
     return reduction == Reduction::None ? r.reshape({}) : r;
   }
+  if (reduction != Reduction::None && tls_mode.vmap_depth != 0 &&
+      (detail::batch_level(logits) != 0 || detail::batch_level(target) != 0)) {
+    // Under vmap each example reduces its own rows (see CrossEntropy's batching rule).
+    Tensor per_row = cross_entropy(logits, target, Reduction::None, ignore_index);
+    if (reduction == Reduction::Sum) return sum(per_row);
+    return sum(per_row) / sum(ne(target, ignore_index)).to(per_row.dtype());
+  }
   return apply(CrossEntropy{reduction, ignore_index}, to_floating(logits), target);
 }
 
@@ -150,7 +176,9 @@ Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Te
   ADJOINT_CHECK(
       target.dtype() == DType::Int64 && target.dim() == 1 && target.size(0) == logits.size(0),
       Shape, op, "expected int64 targets [", logits.size(0), "], got ", describe(target));
-  kernels::check_class_targets(target, logits.size(1), ignore_index, op);
+  // (a batched target is checked by the batching rule, on its values)
+  if (detail::batch_level(target) == 0)
+    kernels::check_class_targets(target, logits.size(1), ignore_index, op);
   const Shape rows{logits.size(0)};
   Tensor g = cast_to(g_in, logits.dtype());
   if (g.shape() != rows) {

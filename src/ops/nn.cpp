@@ -36,6 +36,14 @@ struct SoftmaxBackward {
     return softmax_backward(t_gy, y, dim) + t_y * (gy - sum(gy * y, {dim}, true)) -
            y * sum(gy * t_y, {dim}, true);
   }
+  // Batching: gy and y broadcast, so the pointwise alignment with dim moved past the batch.
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t r = b.max_logical_dim();
+    if (r == 0)  // logical 0-d: one element along the softmax dim
+      return apply(SoftmaxBackward{1}, b.with_batch(0).unsqueeze(1), b.with_batch(1).unsqueeze(1))
+          .squeeze(1);
+    return apply(SoftmaxBackward{dim + 1}, b.aligned(0, r), b.aligned(1, r));
+  }
 };
 
 // log_softmax_backward(gy, y) = gy - exp(y) sum(gy) along dim in one kernel.
@@ -61,6 +69,14 @@ struct LogSoftmaxBackward {
     const Tensor p = exp(c.input(1));
     return t_gy - p * (sum_gy(c, t_gy) + t_y * sum_gy(c, c.input(0)));
   }
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t r = b.max_logical_dim();
+    if (r == 0)  // logical 0-d: one element along the softmax dim
+      return apply(LogSoftmaxBackward{1}, b.with_batch(0).unsqueeze(1),
+                   b.with_batch(1).unsqueeze(1))
+          .squeeze(1);
+    return apply(LogSoftmaxBackward{dim + 1}, b.aligned(0, r), b.aligned(1, r));
+  }
 };
 
 // The fused softmax gradients: gy is converted to y's dtype, and dim is wrapped against the
@@ -80,6 +96,11 @@ struct Softmax {
   // dx = y * (gy - sum(gy * y)) along dim (the softmax Jacobian is diag(y) - y yᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return softmax_backward(gy, c.output(), dim); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
+  // Batching: dim moves past the batch dim (a logical 0-d input is one element along it).
+  Tensor vmap(const BatchArgs& b) const {
+    if (b.logical_dim(0) == 0) return apply(Softmax{1}, b[0].unsqueeze(1)).squeeze(1);
+    return apply(Softmax{dim + 1}, b[0]);
+  }
 };
 
 // softmax(masked_fill(x, mask, -inf)): the output is 0 at masked entries, so softmax's own
@@ -97,6 +118,10 @@ struct MaskedSoftmax {
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
     return softmax_backward(tx, c.output(), dim);
   }
+  // Batching: the mask broadcasts to x, so x carries the batch dim whichever is batched.
+  Tensor vmap(const BatchArgs& b) const {
+    return apply(MaskedSoftmax{dim + 1}, b.with_batch(0), b.aligned(1, b.logical_dim(0)));
+  }
 };
 
 struct LogSoftmax {
@@ -110,6 +135,11 @@ struct LogSoftmax {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const {
     return tx - sum(exp(c.output()) * tx, {dim}, true);
+  }
+  // Batching: dim moves past the batch dim (a logical 0-d input is one element along it).
+  Tensor vmap(const BatchArgs& b) const {
+    if (b.logical_dim(0) == 0) return apply(LogSoftmax{1}, b[0].unsqueeze(1)).squeeze(1);
+    return apply(LogSoftmax{dim + 1}, b[0]);
   }
 };
 
@@ -173,6 +203,19 @@ struct LayerNormBackward {
     return t_a * (g - avg(g) - xh * b) +
            a * (tg - avg(tg) - txh * b - xh * (avg(tg * xh) + avg(g * txh)));
   }
+  // Batching: per-example weights fold into the cotangent (the kernel uses g = gy w).
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t r = b.logical_dim(1);
+    Tensor gy = b.with_batch(0), w = b[2];
+    if (b.batched(2)) {
+      gy = gy * b.aligned(2, r);
+      w = Tensor();
+    }
+    Tensor mean = b.batched(3) ? b[3] : b.with_batch(3);
+    Tensor rstd = b.batched(4) ? b[4] : b.with_batch(4);
+    return apply(LayerNormBackward{detail::shift_dims(norm_dims)}, gy, b.with_batch(1), w, mean,
+                 rstd);
+  }
 };
 
 // Note [Layer norm statistics in backward]
@@ -235,6 +278,23 @@ struct LayerNorm {
     if (tw.defined()) t = t + xhat * tw;
     if (tb.defined()) t = t + tb;
     return t;
+  }
+  // Batching: the batch dim is one more leading dim; per-example weights (batched w or b)
+  // scale a normalisation without them. The VJP's mean and rstd are saved as ops give them.
+  Tensor vmap(const BatchArgs& b, Saver& s) const {
+    LayerNorm ln{detail::shift_dims(norm_dims), {0}, eps};
+    for (int64_t d : lead_dims) ln.lead_dims.push_back(d + 1);
+    const Tensor& x = b[0];
+    Tensor mu = mean(x, ln.norm_dims, true);
+    s.save(detail::make_batched(mu, 0, b.level()));
+    s.save(detail::make_batched(rsqrt(mean((x - mu).square(), ln.norm_dims, true) + eps), 0,
+                                b.level()));
+    if (!b.batched(1) && !b.batched(2)) return apply(ln, x, b[1], b[2]);
+    const int64_t r = b.logical_dim(0);
+    Tensor y = apply(ln, x, Tensor(), Tensor());
+    if (b[1].defined()) y = y * b.aligned(1, r);
+    if (b[2].defined()) y = y + b.aligned(2, r);
+    return y;
   }
 };
 

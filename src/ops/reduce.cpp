@@ -51,6 +51,11 @@ struct Sum {
     return expand_reduced(gy, c.input_shape(0), dims, keepdim);
   }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return sum(tx, dims, keepdim); }
+  // Batching: the same reduction over the dims past the batch dim.
+  Tensor vmap(const BatchArgs& b) const {
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Sum{r.dims, r.keepdim}, r.x);
+  }
 };
 
 }  // namespace

@@ -44,6 +44,10 @@ struct Extremum {
     return expand_reduced(gy, c.input_shape(0), dims, keepdim) * weights(c);
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sum(tx * weights(c), dims, keepdim); }
+  Tensor vmap(const BatchArgs& b) const {
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Extremum{r.dims, r.keepdim}, r.x);
+  }
 };
 
 template <bool kMax>
@@ -86,6 +90,17 @@ std::pair<Tensor, Tensor> extremum_along(const Tensor& x, int64_t dim, bool keep
 Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const char* op = kind == ArgReduce::ArgMax ? "argmax" : "argmin";
   ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
+  if (const int level = tls_mode.vmap_depth ? detail::top_batch_level({&x, 1}, op) : 0) {
+    // Batched: the same reduction past the batch dim (over each example's flattened values
+    // without a dim).
+    const Tensor phys = detail::batch_front(x, level);
+    Tensor r = dim ? arg_extremum(kind, phys, wrap_dim(*dim, x.dim(), op) + 1, keepdim)
+                   : arg_extremum(kind, phys.reshape({phys.size(0), -1}), 1, false);
+    if (!dim && keepdim)
+      r = r.reshape(
+          detail::with_batch_size(Shape(static_cast<std::size_t>(x.dim()), 1), phys.size(0)));
+    return detail::make_batched(r, 0, level);
+  }
   if (dim) return kernels::arg_reduce(kind, x, wrap_dim(*dim, x.dim(), op), keepdim);
   // No dim: the index into the flattened input (kept as all-ones dims with keepdim).
   ADJOINT_CHECK(x.numel() != 0, Shape, op, "cannot reduce an empty input ", describe(x));

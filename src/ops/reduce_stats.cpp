@@ -53,7 +53,8 @@ struct Prod {
   // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Zero-safe prod gradient].
   Tensor partials(const Ctx& c) const {
     const Tensor& x = c.input(0);
-    const bool has_zero = eq(x, 0).sum().item<int64_t>() > 0;
+    // (a batched x cannot be read: the zero-safe way is right for every example)
+    const bool has_zero = detail::batch_level(x) != 0 || eq(x, 0).sum().item<int64_t>() > 0;
     if (!has_zero) return keep(c.output(), c.input_shape(0), dims, keepdim) / x;
     Tensor nonzero = ne(x, 0);
     Tensor safe = where(nonzero, x, 1.0);
@@ -69,6 +70,10 @@ struct Prod {
     return keep(gy, c.input_shape(0), dims, keepdim) * partials(c);
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sum(tx * partials(c), dims, keepdim); }
+  Tensor vmap(const BatchArgs& b) const {
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Prod{r.dims, r.keepdim}, r.x);
+  }
 };
 
 // The Euclidean norm sqrt(sum(x^2)). Float32 inputs are squared and summed in float64 so that
@@ -97,6 +102,10 @@ struct Norm2 {
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const {
     return over_norm(sum(c.input(0) * tx, dims, keepdim), c.output());
+  }
+  Tensor vmap(const BatchArgs& b) const {
+    const detail::BatchedReduction r = detail::batched_reduction(b, dims, keepdim);
+    return apply(Norm2{r.dims, r.keepdim}, r.x);
   }
 };
 

@@ -60,6 +60,11 @@ struct SliceScatter {
   // d/dsrc scatter(src) = the slice of the cotangent.
   Tensor vjp(const Ctx&, const Tensor& gy) const;
   Tensor jvp(const Ctx&, const Tensor& ts) const;
+  Tensor vmap(const BatchArgs& b) const {
+    SliceSpec s = spec;
+    ++s.dim;
+    return apply(SliceScatter{detail::with_batch_size(shape, b.size()), s}, b[0]);
+  }
 };
 
 struct Slice {
@@ -72,6 +77,11 @@ struct Slice {
     return apply(SliceScatter{c.input_shape(0), spec}, gy);
   }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return apply(Slice{spec}, tx); }
+  Tensor vmap(const BatchArgs& b) const {
+    SliceSpec s = spec;
+    ++s.dim;
+    return apply(Slice{s}, b[0]);
+  }
 };
 
 Tensor SliceScatter::vjp(const Ctx&, const Tensor& gy) const { return apply(Slice{spec}, gy); }
@@ -96,6 +106,7 @@ struct Select {
     return apply(SliceScatter{c.input_shape(0), {dim, index, 1, 1}}, gy.unsqueeze(dim));
   }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return apply(Select{dim, index}, tx); }
+  Tensor vmap(const BatchArgs& b) const { return apply(Select{dim + 1, index}, b[0]); }
 };
 
 // cat: copies each input into its stretch of the output along dim.
@@ -129,6 +140,12 @@ struct Cat {
     return grads;
   }
   Tensor jvp(const Ctx&, const std::vector<Tensor>& ts) const { return cat(ts, dim); }
+  // Batching: every input gets the batch dim (unbatched ones broadcast to it).
+  Tensor vmap(const BatchArgs& b) const {
+    std::vector<Tensor> xs;
+    for (std::size_t i = 0; i < b.count(); ++i) xs.push_back(b.with_batch(i));
+    return apply_list(Cat{dim + 1}, xs);
+  }
 };
 
 // split and chunk make one tensor per piece. A dim expanded to 2^40 split into ones would

@@ -13,6 +13,7 @@ namespace {
 struct Neg {
   static constexpr const char* name = "neg";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Neg, x); }
   // d/dx (-x) = -1
   Tensor vjp(const Ctx&, const Tensor& gy) const { return -gy; }
@@ -30,6 +31,7 @@ struct Exp : Pointwise<Exp> {
 struct Log {
   static constexpr const char* name = "log";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log, x); }
   // d/dx log(x) = 1/x
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / c.input(0); }
@@ -39,6 +41,7 @@ struct Log {
 struct Log1p {
   static constexpr const char* name = "log1p";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log1p, x); }
   // d/dx log(1 + x) = 1/(1 + x)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / (c.input(0) + 1); }
@@ -56,6 +59,7 @@ struct Expm1 : Pointwise<Expm1> {
 struct Sqrt {
   static constexpr const char* name = "sqrt";
   static constexpr Save save = Save::Output;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sqrt, x); }
   // d/dx sqrt(x) = 1 / (2 sqrt(x))
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / (c.output() * 2); }
@@ -81,6 +85,7 @@ struct Abs : Pointwise<Abs> {
 struct Sign {
   static constexpr const char* name = "sign";
   static constexpr Save save = Save::None;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sign, x); }
   // d/dx sign(x) = 0 almost everywhere
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy * 0; }
@@ -116,6 +121,7 @@ struct Tan : Pointwise<Tan> {
 struct TanhBackward {
   static constexpr const char* name = "tanh_backward";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::TanhBackward, gy, y);
   }
@@ -133,6 +139,7 @@ struct TanhBackward {
 struct Tanh {
   static constexpr const char* name = "tanh";
   static constexpr Save save = Save::Output;
+  static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Tanh, x); }
   // d/dx tanh(x) = 1 - tanh(x)^2
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return tanh_backward(gy, c.output()); }
@@ -158,6 +165,7 @@ struct Square : Pointwise<Square> {
 struct PowScalar {
   static constexpr const char* name = "pow";
   static constexpr Save save = Save::Inputs;
+  static constexpr Batching batching = Batching::Pointwise;
   double p;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::PowScalar, x, p); }
   // d/dx x^p = p x^(p-1)
@@ -174,6 +182,7 @@ struct PowScalar {
 struct RPowScalar {
   static constexpr const char* name = "pow";
   static constexpr Save save = Save::Output;
+  static constexpr Batching batching = Batching::Pointwise;
   double base;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RPowScalar, x, base); }
   // d/dx b^x = b^x log(b)

@@ -41,6 +41,9 @@ struct View {
   }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
+  Tensor vmap(const BatchArgs& b) const {
+    return reshape(b[0], detail::with_batch_size(shape, b.size()));
+  }
 };
 
 struct Permute {
@@ -62,6 +65,11 @@ struct Permute {
   }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy.permute(inverse()); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.permute(dims); }
+  Tensor vmap(const BatchArgs& b) const {
+    std::vector<int64_t> d{0};
+    for (int64_t i : dims) d.push_back(i + 1);
+    return apply(Permute{d}, b[0]);
+  }
 };
 
 // squeeze/unsqueeze: insert or drop size-1 dims, keeping the other strides.
@@ -72,6 +80,10 @@ struct Restride {
   Tensor forward(const Tensor& x) const { return make_view(x, shape, strides, x.storage_offset()); }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
+  // Batching: squeeze and unsqueeze keep the order of elements, so a reshape of the batch.
+  Tensor vmap(const BatchArgs& b) const {
+    return reshape(b[0], detail::with_batch_size(shape, b.size()));
+  }
 };
 
 }  // namespace

@@ -259,6 +259,12 @@ TEST(OneHot, ValuesAgainstLoop) {
   expect_error([] { one_hot(ints({})); }, ErrorKind::Value, {"one_hot"});
 }
 
+TEST(OneHot, LargestIndexHasNoSuccessorClass) {
+  // Found by fuzz_ops: the class count max + 1 overflowed (UB) for an index of INT64_MAX.
+  expect_error([] { one_hot(ints({INT64_MAX})); }, ErrorKind::Value, {"one_hot", "2^63"});
+  EXPECT_EQ(one_hot(ints({2, 0})).shape(), Shape({2, 3}));  // inferred classes: max + 1
+}
+
 TEST(Triangle, ValuesAgainstLoops) {
   Tensor x = randn64({2, 3, 4}, 12);
   std::vector<double> xv = x.to_vector<double>();

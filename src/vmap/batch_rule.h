@@ -1,0 +1,144 @@
+// Batching rules: how apply<Op> runs an op whose inputs are batched (Note [Batched tensors] in
+// batched.h). A rule sits in the op struct beside forward, vjp and jvp:
+//
+//   Tensor vmap(const BatchArgs& b) const;                // or vmap(const BatchArgs&, Saver&)
+//
+// It gets the physical inputs with the batch dim in front ([B, *logical]; unbatched inputs as
+// they are) and returns the physical output with the batch dim in front, computed with ops, so
+// that whatever is below the vmap (an outer grad, jvp or vmap) sees them. A rule that saves
+// extra tensors for the op's VJP saves logical (wrapped) ones with the Saver.
+//
+// Pointwise and broadcasting ops share one rule: `static constexpr Batching batching =
+// Batching::Pointwise` aligns every batched input to the largest logical rank ([B, 1, .., *s])
+// so that ordinary broadcasting does the rest, and runs the op itself on the physical values.
+// An op with neither is an error naming it, never a silent loop.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <utility>
+
+#include "adjoint/tensor.h"
+#include "vmap/batched.h"
+
+namespace adjoint {
+
+enum class Batching : uint8_t { Rule, Pointwise };
+
+template <class Op, class... Ts>
+Tensor apply(Op op, const Ts&... xs);
+
+/// The inputs of an op as its batching rule sees them.
+class BatchArgs {
+ public:
+  template <class Inputs>
+  BatchArgs(const Inputs& inputs, int level) : level_(level), size_(detail::level_size(level)) {
+    x_.reserve(inputs.size());
+    for (const Tensor& t : inputs) {
+      const bool b = detail::batch_level(t) == level;
+      batched_.push_back(b);
+      logical_dims_.push_back(t.defined() ? t.dim() : 0);
+      x_.push_back(b ? detail::batch_front(t, level) : t);
+    }
+  }
+
+  std::size_t count() const { return x_.size(); }
+  /// Input i: [B, *logical] when batched, else as given.
+  const Tensor& operator[](std::size_t i) const { return x_[i]; }
+  bool batched(std::size_t i) const { return batched_[i]; }
+  int64_t logical_dim(std::size_t i) const { return logical_dims_[i]; }
+  int64_t size() const { return size_; }
+  int level() const { return level_; }
+  int64_t max_logical_dim() const {
+    int64_t r = 0;
+    for (int64_t d : logical_dims_) r = std::max(r, d);
+    return r;
+  }
+  /// Input i with `rank` logical dims right-aligned after the batch dim ([B, 1, .., *s]);
+  /// unbatched inputs as given (they broadcast from the right).
+  Tensor aligned(std::size_t i, int64_t rank) const;
+  /// Input i as [B, *logical], unbatched ones expanded (no copy).
+  Tensor with_batch(std::size_t i) const;
+  /// Input i as the op saw it (batched inputs wrapped again): what a rule saves for the VJP.
+  Tensor logical(std::size_t i) const;
+  /// A logical dim of input i as a physical dim of with_batch(i) (wraps negatives).
+  int64_t phys_dim(std::size_t i, int64_t logical) const;
+
+ private:
+  int level_;
+  int64_t size_;
+  std::vector<Tensor> x_;
+  std::vector<bool> batched_;
+  std::vector<int64_t> logical_dims_;
+};
+
+namespace detail {
+
+[[noreturn]] void throw_no_batching_rule(const char* op);
+
+template <class Op>
+constexpr Batching batching_of() {
+  if constexpr (requires { Op::batching; }) {
+    return Op::batching;
+  } else {
+    return Batching::Rule;
+  }
+}
+
+}  // namespace detail
+}  // namespace adjoint
+
+namespace adjoint::detail {
+
+/// Logical dims as physical ones, past the batch dim in front.
+inline std::vector<int64_t> shift_dims(std::vector<int64_t> dims) {
+  for (int64_t& d : dims) ++d;
+  return dims;
+}
+/// What a reduction over logical `dims` (empty: all) reduces physically: the input, its dims
+/// past the batch dim, and keepdim. A logical 0-d input gets a dim of one to reduce, so that
+/// the batch dim is never reduced.
+struct BatchedReduction {
+  Tensor x;
+  std::vector<int64_t> dims;
+  bool keepdim;
+};
+inline BatchedReduction batched_reduction(const BatchArgs& b, const std::vector<int64_t>& dims,
+                                          bool keepdim) {
+  if (b.logical_dim(0) == 0) return {b[0].unsqueeze(1), {1}, false};
+  if (!dims.empty()) return {b[0], shift_dims(dims), keepdim};
+  std::vector<int64_t> all;
+  for (int64_t d = 1; d <= b.logical_dim(0); ++d) all.push_back(d);
+  return {b[0], all, keepdim};
+}
+
+/// A logical shape with the batch size in front.
+inline Shape with_batch_size(Shape shape, int64_t size) {
+  shape.insert(0, size);
+  return shape;
+}
+
+}  // namespace adjoint::detail
+
+namespace adjoint::detail {
+
+/// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
+/// an input is batched, fn on the aligned physical values, wrapped; else nothing (the caller
+/// runs as usual). One test of the mode flags when no vmap is open.
+template <std::size_t N, class F>
+std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op,
+                                        F&& fn) {
+  if (tls_mode.vmap_depth == 0) [[likely]]
+    return std::nullopt;
+  const int level = top_batch_level(inputs, op);
+  if (level == 0) return std::nullopt;
+  const BatchArgs b(inputs, level);
+  const int64_t r = b.max_logical_dim();
+  Tensor phys = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b.aligned(I, r)...); }
+  (std::make_index_sequence<N>{});
+  return make_batched(std::move(phys), 0, level);
+}
+
+}  // namespace adjoint::detail

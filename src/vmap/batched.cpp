@@ -1,0 +1,140 @@
+#include "vmap/batched.h"
+
+#include <algorithm>
+
+#include "adjoint/detail/pool.h"
+#include "adjoint/error.h"
+#include "adjoint/ops.h"
+#include "core/op_scope.h"
+
+namespace adjoint::detail {
+
+namespace {
+thread_local int next_level_id = 0;
+}  // namespace
+
+std::vector<VmapLevel>& vmap_levels() {
+  thread_local std::vector<VmapLevel> levels;
+  return levels;
+}
+
+VmapLevelGuard::VmapLevelGuard(int64_t size, Randomness randomness) : id_(++next_level_id) {
+  vmap_levels().push_back(VmapLevel{id_, size, randomness});
+  ++tls_mode.vmap_depth;
+}
+
+VmapLevelGuard::~VmapLevelGuard() {
+  vmap_levels().pop_back();
+  --tls_mode.vmap_depth;
+}
+
+Tensor make_batched(Tensor value, int64_t bdim, int level) {
+  Shape logical = value.shape();
+  logical.erase(static_cast<std::size_t>(bdim));
+  const TensorImpl& phys = *value.impl();
+  auto impl = make_pooled<TensorImpl>(phys.storage, logical, phys.dtype);
+  impl->is_view = phys.is_view;
+  impl->inference = phys.inference;
+  impl->batched = std::make_shared<const BatchedValue>(BatchedValue{std::move(value), bdim, level});
+  return Tensor(std::move(impl));
+}
+
+int top_batch_level(std::span<const Tensor> inputs, const char* op) {
+  int top = 0;
+  for (const Tensor& x : inputs) top = std::max(top, batch_level(x));
+  if (top == 0) return 0;
+  const auto& levels = vmap_levels();
+  const bool open =
+      std::any_of(levels.begin(), levels.end(), [top](const VmapLevel& l) { return l.id == top; });
+  ADJOINT_CHECK(open, Value, op,
+                "got a tensor batched by a vmap that has already returned (it escaped the "
+                "function being vmapped, for example through a captured variable)");
+  return top;
+}
+
+int64_t level_size(int level) {
+  for (const VmapLevel& l : vmap_levels())
+    if (l.id == level) return l.size;
+  throw Error(ErrorKind::Value, "vmap", "internal: level is not open");
+}
+
+Tensor move_dim(const Tensor& x, int64_t from, int64_t to) {
+  if (from == to) return x;
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != from) order.push_back(d);
+  order.insert(order.begin() + to, from);
+  return permute(x, order);
+}
+
+Tensor batch_front(const Tensor& t, int level) {
+  const BatchedValue* b = batched_of(t);
+  if (!b || b->level != level) return t;
+  return move_dim(b->value, b->bdim, 0);
+}
+
+namespace {
+Tensor draw_at(std::size_t depth, const Shape& shape, const char* op,
+               const std::function<Tensor(const Shape&)>& draw) {
+  if (depth == 0) {
+    // The factory itself, without coming back here.
+    struct NoVmap {
+      int depth = tls_mode.vmap_depth;
+      NoVmap() { tls_mode.vmap_depth = 0; }
+      ~NoVmap() { tls_mode.vmap_depth = depth; }
+    } no_vmap;
+    return draw(shape);
+  }
+  const VmapLevel level = vmap_levels()[depth - 1];
+  switch (level.randomness) {
+    case Randomness::Same:
+      return draw_at(depth - 1, shape, op, draw);
+    case Randomness::Different: {
+      Shape batch = shape;
+      batch.insert(0, level.size);
+      return make_batched(draw_at(depth - 1, batch, op, draw), 0, level.id);
+    }
+    case Randomness::Error:
+      break;
+  }
+  throw Error(ErrorKind::Value, op,
+              str(op,
+                  " inside vmap: random values would be ambiguous; pass VmapOptions with "
+                  "randomness = Randomness::Different (each example draws its own) or "
+                  "Randomness::Same (every example sees the same)"));
+}
+}  // namespace
+
+Tensor draw_random(const Shape& shape, const char* op,
+                   const std::function<Tensor(const Shape&)>& draw) {
+  return draw_at(vmap_levels().size(), shape, op, draw);
+}
+
+void write_batched(const Tensor& self, const Tensor& value, const char* op) {
+  const int level = std::max(batch_level(self), batch_level(value));
+  ADJOINT_CHECK(batch_level(self) == level, Value, op, "vmap: in-place ", op,
+                " would write a batched value into ", describe(self),
+                ", which is not batched (every example would overwrite the same memory); use the "
+                "out-of-place op, or make the tensor batched too");
+  Tensor target = batch_front(self, level);
+  target.copy_(batch_front(value, level));
+}
+
+void throw_batched_data_access(const TensorImpl& t) {
+  const auto& levels = vmap_levels();
+  const int level = t.batched->level;
+  if (std::none_of(levels.begin(), levels.end(), [&](const VmapLevel& l) { return l.id == level; }))
+    throw Error(ErrorKind::Value, current_op("vmap"),
+                str("got a tensor batched by a vmap that has already returned (logical shape ",
+                    t.shape, ", ", t.dtype,
+                    "): it escaped the function being vmapped, for example through a captured "
+                    "variable"));
+  throw Error(ErrorKind::NotImplemented, current_op("vmap"),
+              str("vmap: this op has no batching rule, so it cannot run on a batched tensor "
+                  "(logical shape ",
+                  t.shape, ", ", t.dtype,
+                  "); reading the values of a batched tensor (item, to_vector, data_ptr) is not "
+                  "possible inside vmap either"));
+}
+
+}  // namespace adjoint::detail
