@@ -1,6 +1,6 @@
 # adjoint: the README's commands.
 #   make demo    install missing Debian packages, build Release, train the default small GPT
-#   make test    same setup, then every test through ctest
+#   make test    same setup, then every test through ctest (the mpi label under mpirun -np 2)
 #   make bench   build the benchmark and the libtorch reference, run them side by side
 #   make asan    AddressSanitizer + UndefinedBehaviorSanitizer build running the suite, then
 #                a short run of each fuzz target (ASAN_FUZZ_SECONDS each)

@@ -4,7 +4,11 @@
 #   scripts/install-deps.sh [extra-package ...]
 set -euo pipefail
 
-PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev python3 "$@")
+# libopenmpi-dev and openmpi-bin: the MPI backend of adjoint::dist and mpirun for the tests
+# labelled mpi. They are needed when CMake configures (FindMPI), so they are installed with the
+# build's packages; a build without them still works, on one process (docs/distributed.md).
+PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev python3
+      libopenmpi-dev openmpi-bin "$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,162 @@
+// Descriptors and the agreement check run before each collective when the group checks
+// shapes. See Note [Agreeing on a call].
+#include "distributed/call_check.h"
+
+#include <sstream>
+
+#include "distributed/call_tag.h"
+
+#include "adjoint/error.h"
+
+namespace adjoint::dist {
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Average:
+      return "average";
+    case ReduceOp::Max:
+      return "max";
+  }
+  return "?";
+}
+
+std::string to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::AllReduce:
+      return "all_reduce";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+    case CollectiveKind::AllGather:
+      return "all_gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::Barrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+namespace detail {
+
+// Note [Agreeing on a call]
+// MPI matches collectives by order alone: if rank 0 all-reduces [2, 3] floats while rank 1
+// all-reduces [3] doubles, MPI reads past a buffer or waits forever. So, unless the group was
+// started with check_shapes = false, every collective first all-gathers a fixed-size
+// descriptor (valid?, kind, op, root, dtype, shape) and only moves data when all agree. Every
+// rank sees the same descriptors, so every rank reaches the same verdict and raises (no rank
+// is left waiting). A rank whose call was invalid locally (a bad dtype, say) still takes
+// part in the exchange for that reason, and then rethrows its own error.
+//
+// Note [Tagging a differentiable call]
+// A differentiable collective's backward is a collective too, run only on the ranks that
+// recorded the forward. If rank 0's input requires grad and rank 1's does not, rank 0's
+// backward waits forever for rank 1. So the differentiable collectives tag their forward call
+// (ScopedCallTag, set around the one ProcessGroup call that the forward makes, on the same
+// thread) and the tag is part of the descriptor: a disagreement is an Autograd error on every
+// rank at forward time.
+namespace {
+enum Word { kValid, kKind, kOp, kRoot, kDType, kNdim, kTag, kDim0 };
+
+std::string shape_of(const CallDescriptor& d) {
+  const auto& w = d.words;
+  if (w[kDType] < 0) return "an undefined tensor";
+  std::ostringstream os;
+  os << '[';
+  const int64_t nd = std::min<int64_t>(w[kNdim], CallDescriptor::kMaxDims);
+  for (int64_t i = 0; i < nd; ++i) os << (i ? ", " : "") << w[kDim0 + i];
+  if (w[kNdim] > CallDescriptor::kMaxDims) os << " (" << w[kNdim] << " dims, the rest folded)";
+  os << "] (" << to_string(static_cast<DType>(w[kDType])) << ')';
+  return os.str();
+}
+
+// "rank 0 X, rank 1 Y" for the first few ranks (a long job lists eight and a count).
+template <class F>
+std::string per_rank(const std::vector<CallDescriptor>& all, F&& what) {
+  std::ostringstream os;
+  const std::size_t shown = std::min<std::size_t>(all.size(), 8);
+  for (std::size_t r = 0; r < shown; ++r)
+    os << (r ? ", " : "") << "rank " << r << ' ' << what(all[r]);
+  if (shown < all.size()) os << ", ... (" << all.size() << " ranks)";
+  return os.str();
+}
+}  // namespace
+
+std::string op_name(CollectiveKind kind) { return "dist." + to_string(kind); }
+
+CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const Tensor& t,
+                             bool valid) {
+  CallDescriptor d;
+  auto& w = d.words;
+  w[kValid] = valid ? 1 : 0;
+  w[kKind] = static_cast<int64_t>(kind);
+  // Fields a collective ignores stay zero, so that they cannot disagree.
+  w[kOp] = kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter
+               ? static_cast<int64_t>(op)
+               : 0;
+  w[kRoot] = kind == CollectiveKind::Broadcast ? root : 0;
+  w[kDType] = -1;
+  w[kTag] = current_call_tag();
+  if (kind != CollectiveKind::Barrier && t.defined()) {
+    w[kDType] = static_cast<int64_t>(t.dtype());
+    w[kNdim] = t.dim();
+    for (int64_t i = 0; i < t.dim(); ++i) {
+      const int64_t slot = std::min<int64_t>(i, CallDescriptor::kMaxDims - 1);
+      w[kDim0 + slot] = i <= slot ? t.size(i) : w[kDim0 + slot] * t.size(i);
+    }
+  }
+  return d;
+}
+
+void check_agreement(const CommRequest& request, const std::vector<CallDescriptor>& all, int rank) {
+  const std::string name = op_name(request.kind);
+  if (request.local_error) throw Error(*request.local_error);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    ADJOINT_CHECK(all[r].words[kValid] == 1, Value, name, "rank ", r, " refused its ",
+                  to_string(static_cast<CollectiveKind>(all[r].words[kKind])),
+                  " call (its error is reported there); this rank (", rank, ") passed ",
+                  shape_of(all[rank]));
+  auto differs = [&](int word) {
+    for (const CallDescriptor& d : all)
+      if (d.words[word] != all[0].words[word]) return true;
+    return false;
+  };
+  ADJOINT_CHECK(!differs(kKind), Value, name,
+                "ranks called different collectives at the same point: ",
+                per_rank(all, [](const CallDescriptor& d) {
+                  return to_string(static_cast<CollectiveKind>(d.words[kKind]));
+                }));
+  ADJOINT_CHECK(!differs(kTag), Autograd, name,
+                "ranks disagree on recording the call for backward: ",
+                per_rank(all,
+                         [](const CallDescriptor& d) {
+                           switch (d.words[kTag]) {
+                             case kPlainCall:
+                               return "called the process group directly";
+                             case kNotRecorded:
+                               return "did not record it (no input needs grad)";
+                             default:
+                               return "recorded it";
+                           }
+                         }),
+                "; backward would wait forever on the ranks that recorded it. Every rank's input "
+                "must agree on requires_grad (and grad mode)");
+  ADJOINT_CHECK(!differs(kOp), Value, name,
+                "ranks passed different reduce ops: ", per_rank(all, [](const CallDescriptor& d) {
+                  return to_string(static_cast<ReduceOp>(d.words[kOp]));
+                }));
+  ADJOINT_CHECK(!differs(kRoot), Value, name,
+                "ranks passed different roots: ", per_rank(all, [](const CallDescriptor& d) {
+                  return std::to_string(d.words[kRoot]);
+                }));
+  ADJOINT_CHECK(!differs(kDType), DType, name,
+                "ranks passed different dtypes: ", per_rank(all, shape_of));
+  bool shape_differs = differs(kNdim);
+  for (int i = 0; i < CallDescriptor::kMaxDims; ++i) shape_differs |= differs(kDim0 + i);
+  ADJOINT_CHECK(!shape_differs, Shape, name,
+                "ranks passed different shapes: ", per_rank(all, shape_of));
+}
+
+}  // namespace detail
+}  // namespace adjoint::dist
