@@ -259,6 +259,16 @@ TEST(OneHot, ValuesAgainstLoop) {
   expect_error([] { one_hot(ints({})); }, ErrorKind::Value, {"one_hot"});
 }
 
+TEST(IndexAdd, NothingToAddReturnsAtOnceWhateverTheOuterCount) {
+  // Found by fuzz_ops: a [2^40, 0] input along dim 1 looped over 2^40 empty rows (a hang).
+  const Shape s{1LL << 40, 0};
+  Tensor r = index_add(zeros(s, DType::Int64), 1, ints({}), zeros(s, DType::Int64));
+  EXPECT_EQ(r.shape(), s);
+  Tensor x = iota({2, 3});
+  Tensor r2 = index_add(x, 1, ints({}), zeros({2, 0}, DType::Float64));  // no index: a copy
+  EXPECT_EQ(r2.to_vector<double>(), x.to_vector<double>());
+}
+
 TEST(OneHot, LargestIndexHasNoSuccessorClass) {
   // Found by fuzz_ops: the class count max + 1 overflowed (UB) for an index of INT64_MAX.
   expect_error([] { one_hot(ints({INT64_MAX})); }, ErrorKind::Value, {"one_hot", "2^63"});

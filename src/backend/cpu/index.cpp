@@ -181,6 +181,9 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   Tensor out = cast(x, x.dtype());
   Tensor srcc = contiguous_copy(source);
   const Split3 s(xl.shape, d);
+  // Nothing to add: return before the loops, whose outer count alone may be 2^40 (a
+  // [2^40, 0] input along dim 1 was a hang found by fuzz_ops).
+  if (k == 0 || s.inner == 0 || s.outer == 0) return out;
   const int64_t* ip = idx.data_ptr<int64_t>();
   dispatch_all(x.dtype(), op, [&]<class T>() {
     T* o = static_cast<T*>(out.raw_data());
