@@ -193,12 +193,8 @@ Tensor run_batched(const Op& op, const Inputs& inputs, int level, std::vector<Te
   } else if constexpr (requires { op.vmap(b); }) {
     phys = op.vmap(b);
   } else if constexpr (batching_of<Op>() == Batching::Pointwise) {
-    constexpr std::size_t n = std::tuple_size_v<Inputs>;
-    const int64_t rank = b.max_logical_dim();
-    phys = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return apply(op, b.aligned(I, rank)...);
-    }
-    (std::make_index_sequence<n>{});
+    phys = pointwise_on_batch<std::tuple_size_v<Inputs>>(
+        b, [&](const auto&... xs) { return apply(op, xs...); });
   } else {
     throw_no_batching_rule(Op::name);
   }
@@ -285,14 +281,14 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   Saver saver;
   Tensor out;
   // Checkpointed regions log their ops and may replay kept results: see src/checkpoint.
+  auto forward = [&] {
+    return batch_level != 0 ? run_batched(op, inputs, batch_level, saver.tensors)
+                            : run_forward(saver);
+  };
   if (OpCache* cache = tls_op_cache) [[unlikely]] {
-    out = run_watched_op(*cache, op, saver.tensors, [&] {
-      return batch_level ? run_batched(op, inputs, batch_level, saver.tensors) : run_forward(saver);
-    });
-  } else if (batch_level != 0) [[unlikely]] {
-    out = run_batched(op, inputs, batch_level, saver.tensors);
+    out = run_watched_op(*cache, op, saver.tensors, forward);
   } else {
-    out = run_forward(saver);
+    out = forward();
   }
 
   // A view op's output views its input's base (Note [Views and in-place ops]).

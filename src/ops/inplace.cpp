@@ -141,7 +141,7 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
     update_tangents(self, &result);
     return self;
   }
-  if (tls_mode.vmap_depth != 0 && batched_with(self, &result)) [[unlikely]] {
+  if (batched_with(self, &result)) [[unlikely]] {
     detail::write_batched(self, result, op);
   } else {
     kernels::copy_into(self, result);

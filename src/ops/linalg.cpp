@@ -135,14 +135,11 @@ struct Linear {
   // batched matmul.
   Tensor vmap(const BatchArgs& b) const {
     if (!b.batched(1) && !b.batched(2)) return apply(Linear{}, b[0], b[1], b[2]);
-    Tensor x = b.with_batch(0);
-    if (x.dim() == 2) x = x.unsqueeze(1);  // [B, in] -> [B, 1, in]
-    Shape xs = x.shape();
-    Tensor x3 = x.reshape({b.size(), -1, xs.back()});
-    Tensor y = matmul(x3, b.with_batch(1).transpose(-2, -1));
+    const Tensor x = b.with_batch(0);  // [B, ..., in] -> [B, rows, in] @ [B, in, out]
+    Tensor y = matmul(x.reshape({b.size(), -1, x.size(-1)}), b.with_batch(1).transpose(-2, -1));
     if (b[2].defined()) y = y + b.aligned(2, 2);
-    Shape out = b.with_batch(0).shape();
-    out.back() = y.shape().back();
+    Shape out = x.shape();
+    out.back() = y.size(-1);
     return y.reshape(out);
   }
 };

@@ -12,6 +12,7 @@
 #include "adjoint/implicit.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
+#include "scientific/solution_list.h"
 
 namespace adjoint {
 namespace {
@@ -95,13 +96,13 @@ Tensor newton(const RootSpec& s, const MatVec& g) {
 
 LinearOperator jacobian_op(ImplicitFn G) {  // (u, {x, p...}) -> ∂G/∂x u
   return [G](const Tensor& u, const std::vector<Tensor>& q) {
-    const std::vector<Tensor> p(q.begin() + 1, q.end());
+    const std::vector<Tensor> p = detail::params_of(q);
     return jvp([&](const Tensor& v) { return G(v, p); }, q[0], u).tangents;
   };
 }
 LinearOperator jacobian_t_op(ImplicitFn G) {  // (u, {x, p...}) -> (∂G/∂x)ᵀ u
   return [G](const Tensor& u, const std::vector<Tensor>& q) {
-    const std::vector<Tensor> p(q.begin() + 1, q.end());
+    const std::vector<Tensor> p = detail::params_of(q);
     return vjp([&](const Tensor& v) { return G(v, p); }, q[0]).pullback(u);
   };
 }
@@ -109,11 +110,11 @@ LinearOperator jacobian_t_op(ImplicitFn G) {  // (u, {x, p...}) -> (∂G/∂x)�
 // The same two products for the untraced Krylov iterations, with G traced once per solve:
 // the transpose by pulling back one recorded graph, the Jacobian by one jvp per product.
 MatVec bound_jacobian_t(const ImplicitFn& G, const std::vector<Tensor>& q) {
-  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  const std::vector<Tensor> p = detail::params_of(q);
   return vjp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
 }
 MatVec bound_jacobian(const ImplicitFn& G, const std::vector<Tensor>& q) {
-  const std::vector<Tensor> p(q.begin() + 1, q.end());
+  const std::vector<Tensor> p = detail::params_of(q);
   return jvp_matvec([G, p](const Tensor& v) { return G(v, p); }, q[0]);
 }
 
@@ -150,9 +151,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     ADJOINT_CHECK(res <= tol && std::isfinite(res), Value, s.op, "did not converge in ",
                   s.options.max_iters, " iterations: residual ", res, " > tolerance ", tol, " for ",
                   describe_all(s.x0, params));
-    std::vector<Tensor> save{x};
-    save.insert(save.end(), params.begin(), params.end());
-    ctx.save_for_backward(save);
+    ctx.save_for_backward(detail::with_solution(x, params));
     ctx.saved_data["spec"] = spec;
     return x;
   }
@@ -161,7 +160,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     auto spec = std::any_cast<std::shared_ptr<const RootSpec>>(ctx.saved_data.at("spec"));
     const std::vector<Tensor> q = ctx.get_saved();  // {x, params...}
     const Tensor x = q[0];
-    const std::vector<Tensor> params(q.begin() + 1, q.end());
+    const std::vector<Tensor> params = detail::params_of(q);
     const Tensor w = linear_solve(jacobian_t_op(spec->G), g[0], q, solve_options(*spec, true));
     auto r = vjp([&](const std::vector<Tensor>& p) { return spec->G(x, p); }, params);
     std::vector<Tensor> gp = r.pullback(w);
@@ -175,7 +174,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     auto spec = std::any_cast<std::shared_ptr<const RootSpec>>(ctx.saved_data.at("spec"));
     const std::vector<Tensor> q = ctx.get_saved();
     const Tensor x = q[0];
-    const std::vector<Tensor> params(q.begin() + 1, q.end());
+    const std::vector<Tensor> params = detail::params_of(q);
     for (std::size_t i = 0; i < t.size(); ++i)
       if (!t[i].defined()) t[i] = zeros_like(params[i]);
     const Tensor rhs =

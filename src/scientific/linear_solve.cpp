@@ -9,6 +9,7 @@
 #include "adjoint/implicit.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
+#include "scientific/solution_list.h"
 
 namespace adjoint {
 namespace {
@@ -40,9 +41,7 @@ struct LinearSolveFn : Function<LinearSolveFn> {
                                          : [&](const Tensor& u) { return spec->A(u, params); };
     Tensor x = spec->options.method == KrylovMethod::CG ? cg(mv, b, spec->options.krylov)
                                                         : gmres(mv, b, spec->options.krylov);
-    std::vector<Tensor> save{x};
-    save.insert(save.end(), params.begin(), params.end());
-    ctx.save_for_backward(save);
+    ctx.save_for_backward(detail::with_solution(x, params));
     ctx.saved_data["spec"] = spec;
     return x;
   }
@@ -52,7 +51,7 @@ struct LinearSolveFn : Function<LinearSolveFn> {
     auto spec = std::any_cast<std::shared_ptr<const SolveSpec>>(ctx.saved_data.at("spec"));
     std::vector<Tensor> saved = ctx.get_saved();
     const Tensor x = saved[0];
-    const std::vector<Tensor> params(saved.begin() + 1, saved.end());
+    const std::vector<Tensor> params = detail::params_of(saved);
     LinearSolveOptions transposed = spec->options;
     transposed.transpose = spec->A;  // (Aᵀ)ᵀ = A, so a second backward needs no vjp of a vjp
     transposed.bind = spec->options.bind_transpose;
@@ -77,7 +76,7 @@ struct LinearSolveFn : Function<LinearSolveFn> {
     auto spec = std::any_cast<std::shared_ptr<const SolveSpec>>(ctx.saved_data.at("spec"));
     std::vector<Tensor> saved = ctx.get_saved();
     const Tensor x = saved[0];
-    const std::vector<Tensor> params(saved.begin() + 1, saved.end());
+    const std::vector<Tensor> params = detail::params_of(saved);
     Tensor rhs = t[0].defined() ? t[0] : zeros_like(x);
     if (!params.empty()) {
       std::vector<Tensor> tp(t.begin() + 1, t.end());

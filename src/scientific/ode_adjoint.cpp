@@ -13,6 +13,7 @@
 #include "adjoint/ops.h"
 #include "autograd/transform_support.h"
 #include "scientific/ode_adjoint.h"
+#include "scientific/solution_list.h"
 
 namespace adjoint::ode_detail {
 namespace {
@@ -31,7 +32,7 @@ Field augmented(const AdjointSpec& s, const std::vector<Tensor>& params) {
     Tensor y = z[0].detach().requires_grad_(true);
     std::vector<Tensor> inputs{y};
     for (const Tensor& p : params) inputs.push_back(p.detach().requires_grad_(true));
-    const std::vector<Tensor> ps(inputs.begin() + 1, inputs.end());
+    const std::vector<Tensor> ps = detail::params_of(inputs);
     Tensor dy = s.f(t, y, ps);
     ADJOINT_CHECK(dy.defined() && dy.shape() == y.shape() && dy.dtype() == y.dtype(), Shape,
                   "odeint", "the vector field must return a tensor shaped like y ", describe(y),
@@ -64,9 +65,7 @@ struct OdeAdjointFn : Function<OdeAdjointFn> {
     Counts n;
     Tensor ys = stack(solve_plain(spec->f, y0, spec->times, params, spec->options, n), 0);
     if (spec->options.stats) *spec->options.stats = OdeStats{n.steps, n.rejected, n.evals, 0, 0, 0};
-    std::vector<Tensor> save{ys};
-    save.insert(save.end(), params.begin(), params.end());
-    ctx.save_for_backward(save);
+    ctx.save_for_backward(detail::with_solution(ys, params));
     ctx.saved_data["spec"] = spec;
     return ys;
   }
@@ -79,7 +78,7 @@ struct OdeAdjointFn : Function<OdeAdjointFn> {
     const AdjointSpec& s = *spec;
     const std::vector<Tensor> saved = ctx.get_saved();
     const Tensor ys = saved[0].detach();
-    const std::vector<Tensor> params(saved.begin() + 1, saved.end());
+    const std::vector<Tensor> params = detail::params_of(saved);
     const Tensor& g = grads[0];
     const std::size_t T = s.times.size();
     const Field field = augmented(s, params);

@@ -23,10 +23,6 @@ Tensor BatchArgs::logical(std::size_t i) const {
   return batched_[i] ? detail::make_batched(x_[i], 0, level_) : x_[i];
 }
 
-int64_t BatchArgs::phys_dim(std::size_t i, int64_t logical) const {
-  return wrap_dim(logical, logical_dims_[i], "vmap") + 1;
-}
-
 namespace detail {
 
 void throw_no_batching_rule(const char* op) {

@@ -63,8 +63,6 @@ class BatchArgs {
   Tensor with_batch(std::size_t i) const;
   /// Input i as the op saw it (batched inputs wrapped again): what a rule saves for the VJP.
   Tensor logical(std::size_t i) const;
-  /// A logical dim of input i as a physical dim of with_batch(i) (wraps negatives).
-  int64_t phys_dim(std::size_t i, int64_t logical) const;
 
  private:
   int level_;
@@ -127,6 +125,18 @@ namespace adjoint::detail {
 /// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
 /// an input is batched, fn on the aligned physical values, wrapped; else nothing (the caller
 /// runs as usual). One test of the mode flags when no vmap is open.
+/// fn (a pointwise op of N inputs) on the inputs aligned to their largest logical rank: the
+/// physical result of the shared Pointwise rule.
+template <std::size_t N, class F>
+Tensor pointwise_on_batch(const BatchArgs& b, F&& fn) {
+  const int64_t rank = b.max_logical_dim();
+  return [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b.aligned(I, rank)...); }
+  (std::make_index_sequence<N>{});
+}
+
+/// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
+/// an input is batched, fn on the aligned physical values, wrapped; else nothing (the caller
+/// runs as usual). One test of the mode flags when no vmap is open.
 template <std::size_t N, class F>
 std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op,
                                         F&& fn) {
@@ -134,11 +144,7 @@ std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, con
     return std::nullopt;
   const int level = top_batch_level(inputs, op);
   if (level == 0) return std::nullopt;
-  const BatchArgs b(inputs, level);
-  const int64_t r = b.max_logical_dim();
-  Tensor phys = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b.aligned(I, r)...); }
-  (std::make_index_sequence<N>{});
-  return make_batched(std::move(phys), 0, level);
+  return make_batched(pointwise_on_batch<N>(BatchArgs(inputs, level), fn), 0, level);
 }
 
 }  // namespace adjoint::detail

@@ -39,23 +39,36 @@ Tensor make_batched(Tensor value, int64_t bdim, int level) {
   return Tensor(std::move(impl));
 }
 
+namespace {
+const VmapLevel* open_level(int id) {
+  for (const VmapLevel& l : vmap_levels())
+    if (l.id == id) return &l;
+  return nullptr;
+}
+
+[[noreturn]] void throw_escaped(const char* op, const TensorImpl& t) {
+  throw Error(ErrorKind::Value, op,
+              str("got a tensor batched by a vmap that has already returned (logical shape ",
+                  t.shape, ", ", t.dtype,
+                  "): it escaped the function being vmapped, for example through a captured "
+                  "variable"));
+}
+}  // namespace
+
 int top_batch_level(std::span<const Tensor> inputs, const char* op) {
-  int top = 0;
-  for (const Tensor& x : inputs) top = std::max(top, batch_level(x));
-  if (top == 0) return 0;
-  const auto& levels = vmap_levels();
-  const bool open =
-      std::any_of(levels.begin(), levels.end(), [top](const VmapLevel& l) { return l.id == top; });
-  ADJOINT_CHECK(open, Value, op,
-                "got a tensor batched by a vmap that has already returned (it escaped the "
-                "function being vmapped, for example through a captured variable)");
-  return top;
+  const Tensor* top = nullptr;
+  for (const Tensor& x : inputs)
+    if (batch_level(x) > (top ? batch_level(*top) : 0)) top = &x;
+  if (!top) return 0;
+  const int level = batch_level(*top);
+  if (!open_level(level)) throw_escaped(op, *top->impl());
+  return level;
 }
 
 int64_t level_size(int level) {
-  for (const VmapLevel& l : vmap_levels())
-    if (l.id == level) return l.size;
-  throw Error(ErrorKind::Value, "vmap", "internal: level is not open");
+  const VmapLevel* l = open_level(level);
+  ADJOINT_CHECK(l != nullptr, Internal, "vmap", "level ", level, " is not open");
+  return l->size;
 }
 
 Tensor move_dim(const Tensor& x, int64_t from, int64_t to) {
@@ -121,14 +134,7 @@ void write_batched(const Tensor& self, const Tensor& value, const char* op) {
 }
 
 void throw_batched_data_access(const TensorImpl& t) {
-  const auto& levels = vmap_levels();
-  const int level = t.batched->level;
-  if (std::none_of(levels.begin(), levels.end(), [&](const VmapLevel& l) { return l.id == level; }))
-    throw Error(ErrorKind::Value, current_op("vmap"),
-                str("got a tensor batched by a vmap that has already returned (logical shape ",
-                    t.shape, ", ", t.dtype,
-                    "): it escaped the function being vmapped, for example through a captured "
-                    "variable"));
+  if (!open_level(t.batched->level)) throw_escaped(current_op("vmap"), t);
   throw Error(ErrorKind::NotImplemented, current_op("vmap"),
               str("vmap: this op has no batching rule, so it cannot run on a batched tensor "
                   "(logical shape ",

@@ -222,8 +222,7 @@ TEST(Vmap, Randomness) {
 }
 
 TEST(Vmap, InPlaceWrites) {
-  // Into a batched tensor: works, and the caller's memory sees it when the tensor is the
-  // argument itself.
+  // Into a batched tensor (a clone of the argument): works, example by example.
   Tensor x = rnd({4, 3}, 32);
   const Tensor before = x.clone();
   Tensor r = vmap([](const Tensor& row) {
