@@ -54,6 +54,9 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   ADJOINT_CHECK(!requires_grad || is_floating(dtype()), DType, "requires_grad_",
                 "only floating-point tensors can require gradients, got ", describe(*this));
   impl()->meta().requires_grad = requires_grad;
+  // A view made a leaf stops following its base (Note [Views and in-place ops]): a history
+  // regenerated from the base could reach the leaf's own AccumulateGrad, a reference cycle.
+  if (requires_grad) impl()->view_base.reset();
   return *this;
 }
 

@@ -23,6 +23,10 @@ namespace adjoint::detail {
 // per new history. As in PyTorch, while recording it is an error to modify in place a view of
 // a leaf that requires grad, a view whose elements overlap in memory (expand), and a view
 // taken in no-grad mode of a base that requires grad.
+// A view that requires_grad_() makes a leaf stops being tracked: it is the base of the views
+// taken of it from then on, and in-place changes of its old base change its value but do not
+// give it a history (PyTorch would, turning the leaf into a non-leaf whose history can reach
+// the leaf's own AccumulateGrad: a reference cycle).
 
 /// Marks `out`, the output of a view op on `input`, as a view of input's base.
 void track_view(const Tensor& out, const Tensor& input);

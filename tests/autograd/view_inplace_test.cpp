@@ -246,6 +246,30 @@ TEST(ViewInplace, InplaceThroughAViewOnATensorANodeSavedDoesNotLeak) {
   EXPECT_TRUE(modified.expired());
 }
 
+TEST(ViewInplace, AViewMadeALeafThatRequiresGradIsItsViewsBase) {
+  // requires_grad_() on a view of a tensor that needs no grad makes a leaf of its own: its
+  // views must not be modified in place while recording (as for any leaf that requires grad),
+  // and in place on the old base does not give the leaf a history (which would reach its own
+  // AccumulateGrad, a reference cycle). Found by fuzz_ops as a leak.
+  std::weak_ptr<TensorImpl> leaf_impl;
+  {
+    Tensor base = tensor({1.0, 2.0, 3.0, 4.0}, DType::Float64);
+    Tensor leaf = base.reshape({2, 2}).transpose(0, 1);
+    leaf.requires_grad_();
+    leaf_impl = leaf.impl_ptr();
+    expect_error([&] { leaf.narrow(-1, 0, 1).clamp_(2.0, 3.0); }, ErrorKind::Autograd,
+                 {"clamp_", "leaf tensor that requires grad"});
+    // base's new history reaches AccumulateGrad(leaf); the leaf sees the new values and
+    // stays a leaf
+    base.add_((leaf * 2.0).reshape({-1}));
+    EXPECT_TRUE(leaf.is_leaf());
+    expect_values(leaf.detach().contiguous().reshape({-1}), {3, 7, 8, 12});
+    (leaf * leaf).sum().backward();
+    expect_values(leaf.grad().contiguous().reshape({-1}), {6, 14, 16, 24});
+  }
+  EXPECT_TRUE(leaf_impl.expired());
+}
+
 TEST(ViewInplace, InplaceUpdatesInALoopKeepValidSavesAndFreeTheGraph) {
   // h = h + w * h written in place, with the product taken of a clone (so nothing stale is
   // saved): every save stays valid, backward works, and afterwards the whole graph is freed.
