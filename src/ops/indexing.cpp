@@ -28,6 +28,14 @@ Tensor index_along(const Tensor& idx, const Shape& shape, int64_t dim) {
   return idx.reshape(view).expand(full);
 }
 
+// Whether some input is logically 0-d: such an op indexes dim 0 of a scalar, which the
+// physical batch dim would shift out of range, so its rule loops over the examples.
+bool has_scalar(const BatchArgs& b) {
+  for (std::size_t i = 0; i < b.count(); ++i)
+    if (b[i].defined() && b.logical_dim(i) == 0) return true;
+  return false;
+}
+
 struct IndexSelect {
   static constexpr const char* name = "index_select";
   static constexpr Save save = Save::None;
@@ -47,6 +55,8 @@ struct IndexSelect {
   // Batching: a batched index picks different rows per example, which is a gather.
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     s.save(b.logical(1));
+    if (has_scalar(b))
+      return detail::each_example(b, [&](const auto& xs) { return apply(*this, xs[0], xs[1]); });
     if (!b.batched(1)) return apply(IndexSelect{dim + 1, op}, b[0], b[1]);
     Tensor x = b.with_batch(0);
     return gather(x, dim + 1, index_along(b[1], x.shape(), dim + 1));
@@ -70,6 +80,8 @@ struct Gather {
   }
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     s.save(b.logical(1));
+    if (has_scalar(b))
+      return detail::each_example(b, [&](const auto& xs) { return apply(*this, xs[0], xs[1]); });
     return apply(Gather{dim + 1}, b.with_batch(0), b.with_batch(1));
   }
 };
@@ -91,6 +103,9 @@ struct ScatterAdd {
   }
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     s.save(b.logical(1));
+    if (has_scalar(b))
+      return detail::each_example(
+          b, [&](const auto& xs) { return apply(*this, xs[0], xs[1], xs[2]); });
     return apply(ScatterAdd{dim + 1}, b.with_batch(0), b.with_batch(1), b.with_batch(2));
   }
 };
@@ -113,6 +128,9 @@ struct IndexAdd {
   // Batching: a batched index adds into different rows per example, which is a scatter_add.
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     s.save(b.logical(1));
+    if (has_scalar(b))
+      return detail::each_example(
+          b, [&](const auto& xs) { return apply(*this, xs[0], xs[1], xs[2]); });
     if (!b.batched(1)) return apply(IndexAdd{dim + 1}, b.with_batch(0), b[1], b.with_batch(2));
     Tensor src = b.with_batch(2);
     return scatter_add(b.with_batch(0), dim + 1, index_along(b[1], src.shape(), dim + 1), src);

@@ -136,7 +136,9 @@ struct Linear {
   Tensor vmap(const BatchArgs& b) const {
     if (!b.batched(1) && !b.batched(2)) return apply(Linear{}, b[0], b[1], b[2]);
     const Tensor x = b.with_batch(0);  // [B, ..., in] -> [B, rows, in] @ [B, in, out]
-    Tensor y = matmul(x.reshape({b.size(), -1, x.size(-1)}), b.with_batch(1).transpose(-2, -1));
+    int64_t rows = 1;                  // counted, not inferred: -1 is ambiguous when in = 0
+    for (int64_t d = 1; d + 1 < x.dim(); ++d) rows *= x.size(d);
+    Tensor y = matmul(x.reshape({b.size(), rows, x.size(-1)}), b.with_batch(1).transpose(-2, -1));
     if (b[2].defined()) y = y + b.aligned(2, 2);
     Shape out = x.shape();
     out.back() = y.size(-1);

@@ -23,9 +23,9 @@ Tensor per_matrix(const Tensor& x) { return x.unsqueeze(-1).unsqueeze(-1); }
 // A (zero when the rank is below n - 1), as PyTorch's linalg_det_backward does. It is written
 // with svd, so double backward works where svd's rules do (distinct singular values).
 
-/// Whether some entry of det is exactly zero (read off the data).
+/// Whether some entry of det is exactly zero (read off the data; under vmap, of any example).
 bool any_zero(const Tensor& det) {
-  for (double d : det.detach().to(DType::Float64).to_vector<double>())
+  for (double d : detail::all_examples(det.detach()).to(DType::Float64).to_vector<double>())
     if (d == 0) return true;
   return false;
 }
@@ -37,8 +37,9 @@ Tensor cofactors(const Tensor& a) {
   // π_i = prod_j t_ij with t_ij = s_j off the diagonal and 1 on it.
   const Tensor id = linalg_detail::eye_like(a, n);
   const Tensor others = (r.s.unsqueeze(-2) * (1.0 - id) + id).prod({-1});
-  // det(U) det(Vh) = ±1 is piecewise constant: computed on the data, with no history.
-  const Tensor orientation = kernels::lu_det(r.u, "det").sign * kernels::lu_det(r.vh, "det").sign;
+  // det(U) det(Vh) = ±1 is piecewise constant: taken with no history (through det's forward,
+  // which batches under vmap).
+  const Tensor orientation = sign(linalg::det(r.u.detach()) * linalg::det(r.vh.detach()));
   return per_matrix(orientation) * matmul(r.u * others.unsqueeze(-2), r.vh);
 }
 
@@ -86,7 +87,8 @@ Tensor det(const Tensor& A) {
 SlogdetResult slogdet(const Tensor& A) {
   linalg_detail::check_square(A, "slogdet");
   // The sign comes from a second LU of the data, with no history: it is piecewise constant.
-  Tensor sign = kernels::lu_det(A, "slogdet").sign;
+  Tensor sign = detail::on_all_examples(
+      A.detach(), [](const Tensor& a) { return kernels::lu_det(a, "slogdet").sign; });
   return {sign, apply(LogAbsDet{}, A)};
 }
 

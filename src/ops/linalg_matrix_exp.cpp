@@ -33,7 +33,9 @@ constexpr double kPade13[] = {64764752532480000.0,
 /// no history: s is piecewise constant in A.
 int squarings(const Tensor& a) {
   if (a.numel() == 0) return 0;
-  const Tensor col_sums = a.detach().abs().sum({-2}).amax({-1}).to(DType::Float64);
+  // Under vmap, every example's matrices (the same s for the whole batch).
+  const Tensor col_sums =
+      detail::all_examples(a.detach()).abs().sum({-2}).amax({-1}).to(DType::Float64);
   int s = 0;
   for (double norm : col_sums.to_vector<double>()) {
     if (!std::isfinite(norm) || norm <= kTheta13) continue;

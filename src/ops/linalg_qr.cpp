@@ -62,7 +62,9 @@ struct Qr {
 void check_full_rank(const Tensor& r, const Tensor& a, const char* op) {
   const int64_t k = r.size(-1);
   if (k == 0) return;
-  const Tensor d = linalg_detail::diagonal(r.detach()).abs().to(DType::Float64);
+  // Under vmap, every example's matrices.
+  const Tensor d =
+      linalg_detail::diagonal(detail::all_examples(r.detach())).abs().to(DType::Float64);
   const std::vector<double> v = d.to_vector<double>();
   const double eps = a.dtype() == DType::Float32 ? 1.1920929e-07 : 2.220446049250313e-16;
   const double scale = static_cast<double>(std::max(a.size(-2), a.size(-1))) * eps;

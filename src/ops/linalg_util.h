@@ -82,7 +82,8 @@ inline Tensor diag_embed(const Tensor& v) { return v.unsqueeze(-1) * eye_like(v,
 /// [Packed outputs] in linalg_spectral.cpp.
 inline bool all_zero(const Tensor& t) {
   if (t.numel() == 0) return true;
-  if (ne(t.detach(), 0).sum().item<int64_t>() != 0) return false;
+  // Under vmap, zero in every example (else the full rule runs for all of them).
+  if (ne(detail::all_examples(t.detach()), 0).sum().item<int64_t>() != 0) return false;
   const Tensor tangent = t.tangent();
   return !tangent.defined() || all_zero(tangent);
 }

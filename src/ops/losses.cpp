@@ -176,9 +176,7 @@ Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Te
   ADJOINT_CHECK(
       target.dtype() == DType::Int64 && target.dim() == 1 && target.size(0) == logits.size(0),
       Shape, op, "expected int64 targets [", logits.size(0), "], got ", describe(target));
-  // (a batched target is checked by the batching rule, on its values)
-  if (detail::batch_level(target) == 0)
-    kernels::check_class_targets(target, logits.size(1), ignore_index, op);
+  kernels::check_class_targets(detail::all_examples(target), logits.size(1), ignore_index, op);
   const Shape rows{logits.size(0)};
   Tensor g = cast_to(g_in, logits.dtype());
   if (g.shape() != rows) {
@@ -196,14 +194,15 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
     return reduction == Reduction::None ? r.reshape({}) : r;
   }
   const int64_t classes = log_probs.size(1);
-  kernels::check_class_targets(target, classes, ignore_index, "nll_loss");
+  kernels::check_class_targets(detail::all_examples(target), classes, ignore_index, "nll_loss");
   // loss_i = -log_probs[i, target_i]: the gradient is -1 at the target, 0 elsewhere
   Tensor picked = where(target_mask(target, classes, ignore_index), to_floating(log_probs), 0.0);
   Tensor per_row = -sum(picked, {1});
   if (reduction != Reduction::Mean) return reduce_loss(per_row, reduction);
-  const int64_t valid = sum(ne(target, ignore_index)).item<int64_t>();
-  // NaN (0 / 0) when every row is ignored, as PyTorch
-  return sum(per_row) * (valid > 0 ? 1.0 / static_cast<double>(valid) : kNaN);
+  // A tensor, not a number: under vmap each example counts its own rows. NaN (0 / 0) when
+  // every row is ignored, as PyTorch.
+  const Tensor valid = sum(ne(target, ignore_index)).to(per_row.dtype());
+  return sum(per_row) / valid;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -68,34 +68,18 @@ Tensor extremum_dims(const Tensor& x, const std::vector<int64_t>& dims, bool kee
   return apply(Extremum<kMax, false>{d, keepdim}, x);
 }
 
-template <bool kMax>
-std::pair<Tensor, Tensor> extremum_along(const Tensor& x, int64_t dim, bool keepdim) {
-  const char* op = kMax ? "max" : "min";
-  ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
-  const int64_t d = wrap_dim(dim, x.dim(), op);
-  if (x.dim() > 0) check_nonempty(x, {d}, op);
-  const ArgReduce kind = kMax ? ArgReduce::ArgMax : ArgReduce::ArgMin;
-  if (x.dim() == 0) return {x.clone(), kernels::arg_reduce(kind, x, d, keepdim)};
-  // values = x at the index along dim, so the gradient reaches the selected element only
-  // (gather's VJP scatters it there).
-  Tensor index = kernels::arg_reduce(kind, x, d, true);
-  Tensor values = gather(x, d, index);
-  if (!keepdim) {
-    values = values.squeeze(d);
-    index = index.squeeze(d);
-  }
-  return {values, index};
-}
-
 Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const char* op = kind == ArgReduce::ArgMax ? "argmax" : "argmin";
   ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
   if (const int level = tls_mode.vmap_depth ? detail::top_batch_level({&x, 1}, op) : 0) {
     // Batched: the same reduction past the batch dim (over each example's flattened values
     // without a dim).
-    const Tensor phys = detail::batch_front(x, level);
-    Tensor r = dim ? arg_extremum(kind, phys, wrap_dim(*dim, x.dim(), op) + 1, keepdim)
-                   : arg_extremum(kind, phys.reshape({phys.size(0), -1}), 1, false);
+    // A logical 0-d input gets a dim of one to reduce, so the batch dim is never reduced.
+    const Tensor phys =
+        x.dim() == 0 ? detail::batch_front(x, level).unsqueeze(1) : detail::batch_front(x, level);
+    Tensor r =
+        dim ? arg_extremum(kind, phys, wrap_dim(*dim, x.dim(), op) + 1, keepdim && x.dim() > 0)
+            : arg_extremum(kind, phys.reshape({phys.size(0), -1}), 1, false);
     if (!dim && keepdim)
       r = r.reshape(
           detail::with_batch_size(Shape(static_cast<std::size_t>(x.dim()), 1), phys.size(0)));
@@ -107,6 +91,25 @@ Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim,
   Tensor flat = x.detach().reshape({x.numel()});
   Tensor r = kernels::arg_reduce(kind, flat, 0, false);
   return keepdim ? reshape_fresh(r, Shape(static_cast<std::size_t>(x.dim()), 1)) : r;
+}
+
+template <bool kMax>
+std::pair<Tensor, Tensor> extremum_along(const Tensor& x, int64_t dim, bool keepdim) {
+  const char* op = kMax ? "max" : "min";
+  ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  if (x.dim() > 0) check_nonempty(x, {d}, op);
+  const ArgReduce kind = kMax ? ArgReduce::ArgMax : ArgReduce::ArgMin;
+  if (x.dim() == 0) return {x.clone(), arg_extremum(kind, x, d, keepdim)};
+  // values = x at the index along dim, so the gradient reaches the selected element only
+  // (gather's VJP scatters it there). arg_extremum and gather both batch under vmap.
+  Tensor index = arg_extremum(kind, x, d, true);
+  Tensor values = gather(x, d, index);
+  if (!keepdim) {
+    values = values.squeeze(d);
+    index = index.squeeze(d);
+  }
+  return {values, index};
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "adjoint/implicit.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
+#include "scientific/per_example.h"
 #include "scientific/solution_list.h"
 
 namespace adjoint {
@@ -25,7 +26,9 @@ struct RootSpec {
   Tensor x0;
 };
 
-double norm_all(const Tensor& a) { return std::sqrt((a * a).sum().item<double>()); }
+using detail::for_all;
+using detail::norm_of;
+using detail::worst;
 
 // Unset tolerances by x0's dtype (float32 cannot meet float64's).
 double rtol_of(const RootSpec& s) {
@@ -50,46 +53,55 @@ Tensor checked_call(const RootSpec& s, const ImplicitFn& fn, const Tensor& x,
   return y;
 }
 
-// Plain iteration x <- f(x) until the step is within tolerance.
+// Plain iteration x <- f(x) until the step is within tolerance, per example (Note [Solvers
+// under vmap] in per_example.h: a converged example keeps its x).
 Tensor iterate(const RootSpec& s, const MatVec& f) {
   Tensor x = s.x0.detach();
+  Tensor moving = ones({}, DType::Bool);
   for (int64_t it = 0; it < s.options.max_iters; ++it) {
     Tensor next = f(x);
-    const double step = norm_all(next - x);
-    x = next;
-    if (step <= atol_of(s) + rtol_of(s) * norm_all(x)) break;
+    const Tensor step = norm_of(next - x);
+    x = where(moving, next, x);
+    moving = logical_and(moving, gt(step, norm_of(next) * rtol_of(s) + atol_of(s)));
+    if (for_all(logical_not(moving))) break;
   }
   return x;
 }
 
-// Newton-GMRES: J δ = -g(x) with J u by forward mode, then a backtracking line search on |g|.
+// Newton-GMRES: J δ = -g(x) with J u by forward mode, then a backtracking line search on |g|,
+// per example (a converged example stops; each has its own step length t).
 Tensor newton(const RootSpec& s, const MatVec& g) {
   Tensor x = s.x0.detach();
   Tensor r = g(x);
-  double rn = norm_all(r);
-  const double tol = atol_of(s) + rtol_of(s) * rn;
+  Tensor rn = norm_of(r);
+  const Tensor tol = rn * rtol_of(s) + atol_of(s);
   KrylovOptions inner = s.options.linear.krylov;
-  inner.atol = std::max(inner.atol.value_or(0.0), 0.1 * tol);
-  for (int64_t it = 0; it < s.options.max_iters && rn > tol; ++it) {
+  const double tightest = detail::all_examples(tol).min().item<double>();
+  inner.atol = std::max(inner.atol.value_or(0.0), 0.1 * tightest);
+  Tensor moving = gt(rn, tol);
+  for (int64_t it = 0; it < s.options.max_iters && !for_all(logical_not(moving)); ++it) {
     Tensor delta;
     try {
       delta = gmres(jvp_matvec(g, x), -r, inner);
     } catch (const Error&) {
       break;  // a singular Jacobian: the residual check after the solve reports it
     }
-    double t = 1;
+    Tensor t = ones_like(rn);
+    Tensor searching = moving;
     for (;;) {
       Tensor xn = x + delta * t;
       Tensor rn_t = g(xn);
-      const double n = norm_all(rn_t);
-      if (n <= (1 - 1e-4 * t) * rn || t < 1e-4) {
-        x = xn;
-        r = rn_t;
-        rn = n;
-        break;
-      }
-      t *= 0.5;
+      const Tensor n = norm_of(rn_t);
+      const Tensor accept =
+          logical_and(searching, logical_or(le(n, (1 - t * 1e-4) * rn), lt(t, 1e-4)));
+      x = where(accept, xn, x);
+      r = where(accept, rn_t, r);
+      rn = where(accept, n, rn);
+      searching = logical_and(searching, logical_not(accept));
+      if (for_all(logical_not(searching))) break;
+      t = where(searching, t * 0.5, t);
     }
+    moving = logical_and(moving, gt(rn, tol));
   }
   return x;
 }
@@ -138,7 +150,7 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     const RootSpec& s = *spec;
     const bool fp = static_cast<bool>(s.f);
     const MatVec fn = [&](const Tensor& x) { return checked_call(s, fp ? s.f : s.G, x, params); };
-    const double r0 = fp ? 0.0 : norm_all(fn(s.x0));
+    const Tensor r0 = fp ? Tensor() : norm_of(fn(s.x0));
     Tensor x = s.options.solver ? s.options.solver(fn, s.x0) : fp ? iterate(s, fn) : newton(s, fn);
     ADJOINT_CHECK(x.defined() && x.shape() == s.x0.shape() && x.dtype() == s.x0.dtype(), Shape,
                   s.op, "the solver returned ",
@@ -146,10 +158,11 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
                   describe(s.x0));
     // The solution is checked whatever produced it: an unconverged x would give gradients of
     // the wrong point without any sign.
-    const double res = norm_all(checked_call(s, s.G, x, params));
-    const double tol = atol_of(s) + rtol_of(s) * (fp ? norm_all(x) : r0);
-    ADJOINT_CHECK(res <= tol && std::isfinite(res), Value, s.op, "did not converge in ",
-                  s.options.max_iters, " iterations: residual ", res, " > tolerance ", tol, " for ",
+    // Per example; NaN and inf fail the comparison.
+    const Tensor res = norm_of(checked_call(s, s.G, x, params));
+    const Tensor tol = (fp ? norm_of(x) : r0) * rtol_of(s) + atol_of(s);
+    ADJOINT_CHECK(for_all(le(res, tol)), Value, s.op, "did not converge in ", s.options.max_iters,
+                  " iterations: residual ", worst(res), " > tolerance ", worst(tol), " for ",
                   describe_all(s.x0, params));
     ctx.save_for_backward(detail::with_solution(x, params));
     ctx.saved_data["spec"] = spec;

@@ -10,13 +10,18 @@
 #include "adjoint/implicit.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
+#include "scientific/per_example.h"
 
 namespace adjoint {
 namespace {
 
-// Inner products accumulate in double whatever the dtype: the tolerances are absolute.
-double dot_all(const Tensor& a, const Tensor& b) { return (a * b).sum().item<double>(); }
-double norm_all(const Tensor& a) { return std::sqrt(dot_all(a, a)); }
+using detail::for_all;
+using detail::norm_of;
+using detail::or_one;
+using detail::worst;
+
+// Per example (Note [Solvers under vmap] in per_example.h).
+Tensor inner(const Tensor& a, const Tensor& b) { return (a * b).sum(); }
 
 void check_system(const char* op, const Tensor& b, const Tensor& x0, const KrylovOptions& o) {
   ADJOINT_CHECK(b.defined(), Value, op, "the right-hand side b is undefined");
@@ -37,19 +42,20 @@ Tensor apply_op(const char* op, const MatVec& A, const Tensor& u) {
   return v;
 }
 
-// The stopping test |r| <= max(rtol |b|, atol), with unset tolerances by b's dtype.
-double tolerance(const KrylovOptions& o, const Tensor& b) {
+// The stopping test |r| <= max(rtol |b|, atol) per example, with unset tolerances by b's
+// dtype.
+Tensor tolerance(const KrylovOptions& o, const Tensor& b) {
   const bool f64 = b.dtype() == DType::Float64;
   const double rtol = o.rtol.value_or(f64 ? 1e-10 : 1e-5);
   const double atol = o.atol.value_or(f64 ? 1e-14 : 1e-7);
-  return std::max(rtol * norm_all(b), atol);
+  return clamp(norm_of(b) * rtol, atol, std::nullopt);
 }
 
-[[noreturn]] void not_converged(const char* op, int64_t iters, double res, double tol,
+[[noreturn]] void not_converged(const char* op, int64_t iters, const Tensor& res, const Tensor& tol,
                                 const Tensor& b) {
   throw Error(ErrorKind::Value, op,
-              detail::str("did not converge in ", iters, " matrix-vector products: residual ", res,
-                          " > tolerance ", tol, " for b ", describe(b),
+              detail::str("did not converge in ", iters, " matrix-vector products: residual ",
+                          worst(res), " > tolerance ", worst(tol), " for b ", describe(b),
                           " (raise max_iters or loosen rtol/atol)"));
 }
 
@@ -60,24 +66,26 @@ Tensor cg(const MatVec& A, const Tensor& b, const KrylovOptions& o, const Tensor
   check_system(op, b, x0, o);
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward;
-  const double tol = tolerance(o, b);
+  const Tensor tol = tolerance(o, b);
   Tensor x = x0.defined() ? x0.detach().clone() : zeros_like(b);
   Tensor r = x0.defined() ? b - apply_op(op, A, x) : b.detach().clone();
   Tensor p = r;
-  double rs = dot_all(r, r);
+  Tensor rs = inner(r, r);
   for (int64_t it = 0;; ++it) {
-    if (std::sqrt(rs) <= tol) return x;
-    if (it >= o.max_iters) not_converged(op, it, std::sqrt(rs), tol, b);
+    // The examples still moving; the converged ones take steps of zero.
+    const Tensor active = gt(sqrt(rs), tol);
+    if (for_all(logical_not(active))) return x;
+    if (it >= o.max_iters) not_converged(op, it, sqrt(rs), tol, b);
     Tensor ap = apply_op(op, A, p);
-    const double pap = dot_all(p, ap);
-    ADJOINT_CHECK(pap > 0 && std::isfinite(pap), Value, op,
-                  "the operator is not positive definite (pᵀAp = ", pap, " at iteration ", it,
-                  ") for b ", describe(b), "; use gmres for general systems");
-    const double alpha = rs / pap;
+    const Tensor pap = where(active, inner(p, ap), 1.0);
+    ADJOINT_CHECK(for_all(logical_and(gt(pap, 0.0), lt(pap, INFINITY))), Value, op,
+                  "the operator is not positive definite (pᵀAp <= 0 at iteration ", it, ") for b ",
+                  describe(b), "; use gmres for general systems");
+    const Tensor alpha = where(active, rs / pap, 0.0);
     x = x + p * alpha;
     r = r - ap * alpha;
-    const double rs_new = dot_all(r, r);
-    p = r + p * (rs_new / rs);
+    const Tensor rs_new = inner(r, r);
+    p = r + p * where(active, rs_new / or_one(rs), 0.0);
     rs = rs_new;
   }
 }
@@ -87,7 +95,7 @@ Tensor gmres(const MatVec& A, const Tensor& b, const KrylovOptions& o, const Ten
   check_system(op, b, x0, o);
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward;
-  const double tol = tolerance(o, b);
+  const Tensor tol = tolerance(o, b);
   Tensor x = x0.defined() ? x0.detach().clone() : zeros_like(b);
   const int64_t m = o.restart;
   int64_t iters = 0;
@@ -95,46 +103,55 @@ Tensor gmres(const MatVec& A, const Tensor& b, const KrylovOptions& o, const Ten
     // Each restart starts from the true residual, so rounding in the rotations cannot fake
     // convergence.
     Tensor r = iters == 0 && !x0.defined() ? b.detach() : b - apply_op(op, A, x);
-    const double beta = norm_all(r);
-    if (beta <= tol) return x;
+    const Tensor beta = norm_of(r);
+    if (for_all(le(beta, tol))) return x;
     if (iters >= o.max_iters) not_converged(op, iters, beta, tol, b);
-    std::vector<Tensor> V{r / beta};
-    // H is (m + 1) x m upper Hessenberg, kept already rotated to upper triangular.
-    std::vector<std::vector<double>> H(m + 1, std::vector<double>(m, 0.0));
-    std::vector<double> cs(m, 0.0), sn(m, 0.0), g(m + 1, 0.0);
+    std::vector<Tensor> V{r / or_one(beta)};
+    // H is (m + 1) x m upper Hessenberg, kept already rotated to upper triangular; its
+    // entries, the rotations and g are per example.
+    const Tensor zero = zeros_like(beta);
+    std::vector<std::vector<Tensor>> H(m + 1, std::vector<Tensor>(m, zero));
+    std::vector<Tensor> cs(m, zero), sn(m, zero), g(m + 1, zero);
+    std::vector<Tensor> active;  // active[k]: the example had not converged before column k
     g[0] = beta;
+    Tensor moving = gt(beta, tol);
     int64_t k = 0;
     while (k < m && iters < o.max_iters) {
       Tensor w = apply_op(op, A, V[k]);
       ++iters;
       for (int64_t i = 0; i <= k; ++i) {  // modified Gram-Schmidt
-        H[i][k] = dot_all(w, V[i]);
+        H[i][k] = inner(w, V[i]);
         w = w - V[i] * H[i][k];
       }
-      const double h_next = norm_all(w);
+      const Tensor h_next = norm_of(w);
       for (int64_t i = 0; i < k; ++i) {  // earlier rotations on the new column
-        const double t = cs[i] * H[i][k] + sn[i] * H[i + 1][k];
+        const Tensor t = cs[i] * H[i][k] + sn[i] * H[i + 1][k];
         H[i + 1][k] = -sn[i] * H[i][k] + cs[i] * H[i + 1][k];
         H[i][k] = t;
       }
-      const double d = std::hypot(H[k][k], h_next);
-      cs[k] = d > 0 ? H[k][k] / d : 1.0;
-      sn[k] = d > 0 ? h_next / d : 0.0;
+      const Tensor d = sqrt(H[k][k] * H[k][k] + h_next * h_next);
+      const Tensor has_d = gt(d, 0.0);
+      cs[k] = where(has_d, H[k][k] / or_one(d), 1.0);
+      sn[k] = where(has_d, h_next / or_one(d), 0.0);
       H[k][k] = d;
       g[k + 1] = -sn[k] * g[k];
       g[k] = cs[k] * g[k];
+      active.push_back(moving);
       ++k;
       // A lucky breakdown (h_next = 0) means x is exact in this space.
-      if (std::abs(g[k]) <= tol || h_next <= 1e-300) break;
-      V.push_back(w / h_next);
+      moving = logical_and(moving, logical_and(gt(abs(g[k]), tol), gt(h_next, 1e-300)));
+      if (for_all(logical_not(moving))) break;
+      V.push_back(w / or_one(h_next));
     }
-    // Back substitution for y in H[:k, :k] y = g[:k], then x += V y.
-    std::vector<double> y(k, 0.0);
+    // Back substitution for y in H[:k, :k] y = g[:k] over each example's own columns (the
+    // later ones get y = 0), then x += V y.
+    std::vector<Tensor> y(k, zero);
     for (int64_t i = k - 1; i >= 0; --i) {
-      double s = g[i];
-      for (int64_t j = i + 1; j < k; ++j) s -= H[i][j] * y[j];
-      ADJOINT_CHECK(H[i][i] != 0, Value, op, "the operator is singular for b ", describe(b));
-      y[i] = s / H[i][i];
+      Tensor s = g[i];
+      for (int64_t j = i + 1; j < k; ++j) s = s - H[i][j] * y[j];
+      ADJOINT_CHECK(for_all(logical_or(logical_not(active[i]), ne(H[i][i], 0.0))), Value, op,
+                    "the operator is singular for b ", describe(b));
+      y[i] = where(active[i], s / or_one(H[i][i]), 0.0);
     }
     for (int64_t i = 0; i < k; ++i) x = x + V[i] * y[i];
   }

@@ -25,6 +25,16 @@ Tensor BatchArgs::logical(std::size_t i) const {
 
 namespace detail {
 
+Tensor on_all_examples(const Tensor& x, const std::function<Tensor(const Tensor&)>& fn) {
+  std::vector<int> levels;  // innermost (highest) first, as all_examples peels them
+  for (const BatchedValue* b = batched_of(x); b; b = batched_of(b->value))
+    levels.push_back(b->level);
+  Tensor r = fn(all_examples(x));
+  // all_examples put the lowest level's batch dim first: wrap from there upwards.
+  for (auto it = levels.rbegin(); it != levels.rend(); ++it) r = make_batched(r, 0, *it);
+  return r;
+}
+
 void throw_no_batching_rule(const char* op) {
   throw Error(ErrorKind::NotImplemented, op,
               str("vmap: ", op,

@@ -17,9 +17,11 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <utility>
 
+#include "adjoint/ops.h"
 #include "adjoint/tensor.h"
 #include "vmap/batched.h"
 
@@ -111,6 +113,44 @@ inline BatchedReduction batched_reduction(const BatchArgs& b, const std::vector<
   for (int64_t d = 1; d <= b.logical_dim(0); ++d) all.push_back(d);
   return {b[0], all, keepdim};
 }
+
+/// The slow rule, for corners that a rule does not cover (a logical 0-d input of an indexing
+/// op): fn on each example's inputs (batched ones indexed along the batch dim, the others as
+/// given), the results stacked along a new batch dim in front. Ops all the way down, so outer
+/// transforms see it; a loop over the batch, so only for corners (functorch's fallback).
+template <class F>
+Tensor each_example(const BatchArgs& b, F&& fn) {
+  std::vector<Tensor> xs(b.count());
+  auto example = [&](int64_t k) {
+    for (std::size_t i = 0; i < b.count(); ++i) xs[i] = b.batched(i) ? b[i].select(0, k) : b[i];
+    return fn(xs);
+  };
+  if (b.size() == 0) {  // the result's shape from a stand-in example
+    for (std::size_t i = 0; i < b.count(); ++i) {
+      const Tensor& x = b[i];
+      if (!b.batched(i)) {
+        xs[i] = x;
+        continue;
+      }
+      Shape one = x.shape();
+      one[0] = 1;
+      xs[i] = zeros(one, x.dtype()).select(0, 0);
+    }
+    const Tensor y = fn(xs);
+    Shape none = y.shape();
+    none.insert(0, 0);
+    return zeros(none, y.dtype());
+  }
+  std::vector<Tensor> outs;
+  outs.reserve(static_cast<std::size_t>(b.size()));
+  for (int64_t k = 0; k < b.size(); ++k) outs.push_back(example(k));
+  return stack(outs, 0);
+}
+
+/// fn (a computation without history on plain tensors with batch-like leading dims, such as a
+/// LAPACK kernel) on every example of x at once (all_examples), the result wrapped again at
+/// x's levels.
+Tensor on_all_examples(const Tensor& x, const std::function<Tensor(const Tensor&)>& fn);
 
 /// A logical shape with the batch size in front.
 inline Shape with_batch_size(Shape shape, int64_t size) {

@@ -80,6 +80,12 @@ Tensor move_dim(const Tensor& x, int64_t from, int64_t to) {
   return permute(x, order);
 }
 
+Tensor all_examples(Tensor t) {
+  // Each level's value is a tensor of the level below (batched there, or physical).
+  while (const BatchedValue* b = batched_of(t)) t = move_dim(b->value, b->bdim, 0);
+  return t;
+}
+
 Tensor batch_front(const Tensor& t, int level) {
   const BatchedValue* b = batched_of(t);
   if (!b || b->level != level) return t;

@@ -80,6 +80,13 @@ int top_batch_level(std::span<const Tensor> inputs, const char* op);
 /// The size of the batch of an open level.
 int64_t level_size(int level);
 
+/// Every example's values at once: t without its vmap wrappers (the innermost physical
+/// tensor; t itself when not batched). For code that reads values to check them (a target in
+/// range) or to decide how to compute (a norm bound, a singularity test, convergence): the
+/// check then holds for every example, and the decision is taken for the batch as a whole.
+/// The batch dims (one per level) come first, then the logical dims.
+Tensor all_examples(Tensor t);
+
 /// t's physical value with the batch dim of `level` moved to the front, if t is batched at
 /// that level; else t itself.
 Tensor batch_front(const Tensor& t, int level);
