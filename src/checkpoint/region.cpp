@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"  // alias_with_history
 #include "checkpoint/stats.h"
 
 namespace adjoint::detail {
@@ -97,9 +98,13 @@ Region::~Region() {
 }
 
 std::vector<Tensor> Region::run(const std::vector<Tensor>& inputs) {
-  // Saved under the hooks active now: see Note [Checkpointed regions].
+  // Saved under the hooks active now: see Note [Checkpointed regions]. Each as an alias with
+  // the history it has now: fn may modify an input in place and give it a history through
+  // nodes that hold this region, which must not then hold that history (a reference cycle;
+  // the version check still catches the change).
   inputs_.reserve(inputs.size());
-  for (const Tensor& x : inputs) inputs_.emplace_back(x, false);
+  for (const Tensor& x : inputs)
+    inputs_.emplace_back(x.defined() ? alias_with_history(x) : x, false);
   if (options_.preserve_rng_state) rng_ = RngSnapshot::capture(options_.generators);
   checkpoint_counters().regions++;
   std::vector<Tensor> outs;

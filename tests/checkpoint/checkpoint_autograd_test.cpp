@@ -121,6 +121,31 @@ TEST(CheckpointAutograd, InputModifiedInPlaceBeforeBackward) {
                 "saved at version 0", "is now at version 1"});
 }
 
+TEST(CheckpointAutograd, InputGivenAHistoryInPlaceInsideTheFunctionDoesNotLeak) {
+  // The function writes a tensor that requires grad into its input: the input's new history
+  // reaches nodes that hold the region, which held the input (a reference cycle found by
+  // fuzz_ops). Backward is the version error; the graph must still be freed.
+  Tensor w = tensor({1.5}, DType::Float64).requires_grad_(true);
+  std::weak_ptr<Node> node, input_history;
+  {
+    Tensor x = zeros({1}, DType::Float64);
+    Tensor y = checkpoint(
+        [&](const std::vector<Tensor>& xs) {
+          Tensor in = xs[0];
+          in.copy_(sqrt(w));
+          return exp(in) * w;
+        },
+        {x});
+    node = y.grad_fn();
+    input_history = x.grad_fn();
+    ASSERT_FALSE(input_history.expired());
+    expect_error([&] { y.sum().backward(); }, ErrorKind::Autograd,
+                 {"CheckpointBackward", "modified by an in-place operation"});
+  }
+  EXPECT_TRUE(node.expired());
+  EXPECT_TRUE(input_history.expired());
+}
+
 TEST(CheckpointAutograd, OutputModifiedInPlaceBeforeBackward) {
   Tensor x = randn({3}, DType::Float64).requires_grad_(true);
   Tensor y = checkpoint([](const std::vector<Tensor>& xs) { return tanh(xs[0]); }, {x});
