@@ -63,6 +63,12 @@ Jacobian jacfwd_lists(const ListFn& f, const std::vector<Tensor>& primals,
                       const std::vector<int>& argnums);
 Jacobian hessian_lists(const ListFn& f, const std::vector<Tensor>& primals,
                        const std::vector<int>& argnums);
+/// jacrev and jacfwd one row (column) at a time instead of one vmap over all of them: the
+/// oracle of the vectorized ones in the tests, and the baseline of bench's `jacobian`.
+Jacobian jacrev_loop_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                           const std::vector<int>& argnums, Unused unused);
+Jacobian jacfwd_loop_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                           const std::vector<int>& argnums);
 std::vector<Tensor> hvp_lists(const ListFn& f, const std::vector<Tensor>& primals,
                               const std::vector<Tensor>& tangents, HvpMode mode);
 /// Checks argnums against the number of arguments (`all`: every argument).

@@ -3,6 +3,7 @@
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "adjoint/vmap.h"
 #include "transforms/common.h"
 
 namespace adjoint::detail {
@@ -40,6 +41,70 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> jvp_lists(const ListFn& f,
 
 Jacobian jacfwd_lists(const ListFn& f, const std::vector<Tensor>& primals,
                       const std::vector<int>& argnums) {
+  const char* op = "jacfwd";
+  for (int a : argnums) check_differentiable(primals[a], a, op);
+  // columns[a][o]: output o's tangents for the one-hot tangents of argument a, all columns at
+  // once as a vmap batch (the rows of the identity), with the batch dim last.
+  std::vector<std::vector<Tensor>> columns;
+  for (int a : argnums) {
+    const Tensor& x = primals[a];
+    const int64_t n = x.numel();
+    if (n == 0) {
+      columns.emplace_back();
+      continue;
+    }
+    const Tensor basis =
+        eye(n, std::nullopt, x.dtype()).reshape(concat_shapes(Shape{n}, x.shape()));
+    columns.push_back(vmap_lists(
+        [&](const std::vector<Tensor>& e) {
+          DualLevel level;
+          std::vector<Tensor> xs = primals;
+          xs[a] = make_dual(x, e[0]);
+          std::vector<Tensor> ys = f(xs);
+          check_floating_outputs(ys, op);
+          std::vector<Tensor> ts;
+          for (const Tensor& y : ys) ts.push_back(output_tangent(y));
+          return ts;
+        },
+        {basis}, {0}, {-1}, VmapOptions{}));
+  }
+  // The outputs' shapes: from the columns, or (no argument has elements) from one call.
+  std::vector<Shape> out_shapes;
+  std::vector<DType> out_dtypes;
+  for (const auto& cols : columns) {
+    if (cols.empty()) continue;
+    for (const Tensor& c : cols) {
+      Shape s = c.shape();
+      s.erase(s.size() - 1);
+      out_shapes.push_back(s);
+      out_dtypes.push_back(c.dtype());
+    }
+    break;
+  }
+  if (out_shapes.empty()) {
+    const std::vector<Tensor> ys = f(primals);
+    check_floating_outputs(ys, op);
+    for (const Tensor& y : ys) {
+      out_shapes.push_back(y.shape());
+      out_dtypes.push_back(y.dtype());
+    }
+  }
+  Jacobian jac(out_shapes.size());
+  for (std::size_t o = 0; o < out_shapes.size(); ++o) {
+    for (std::size_t a = 0; a < argnums.size(); ++a) {
+      const Shape shape = concat_shapes(out_shapes[o], primals[argnums[a]].shape());
+      const auto& cols = columns[a];
+      if (!cols.empty())
+        ADJOINT_CHECK(cols.size() == out_shapes.size(), Value, op, "the function returned ",
+                      cols.size(), " outputs, then ", out_shapes.size());
+      jac[o].push_back(cols.empty() ? zeros(shape, out_dtypes[o]) : cols[o].reshape(shape));
+    }
+  }
+  return jac;
+}
+
+Jacobian jacfwd_loop_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                           const std::vector<int>& argnums) {
   const char* op = "jacfwd";
   for (int a : argnums) check_differentiable(primals[a], a, op);
   // columns[o][a]: the JVPs of output o with one-hot tangents on argument a, one per element.

@@ -12,6 +12,7 @@
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "adjoint/vmap.h"
 #include "autograd/transform_support.h"
 #include "transforms/common.h"
 
@@ -116,6 +117,45 @@ VjpLists vjp_lists(const ListFn& f, const std::vector<Tensor>& primals, const ch
 
 Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
                       const std::vector<int>& argnums, Unused unused) {
+  const char* op = "jacrev";
+  Traced t = trace(f, primals, argnums, op);
+  check_floating_outputs(t.outputs, op);
+  std::vector<bool> used(argnums.size(), false);
+  Jacobian jac(t.outputs.size());
+  for (std::size_t o = 0; o < t.outputs.size(); ++o) {
+    const Tensor& y = t.outputs[o];
+    const int64_t m = y.numel();
+    if (m == 0) {
+      for (int a : argnums)
+        jac[o].push_back(zeros(concat_shapes(y.shape(), primals[a].shape()), primals[a].dtype()));
+      continue;
+    }
+    // All rows at once: one backward with the one-hot cotangents as a vmap batch (each row
+    // of the identity is e_r); the graph is kept until the last output.
+    const bool last = o + 1 == t.outputs.size();
+    const Tensor basis =
+        eye(m, std::nullopt, y.dtype()).reshape(concat_shapes(Shape{m}, y.shape()));
+    const std::vector<Tensor> rows = vmap_lists(
+        [&](const std::vector<Tensor>& e) {
+          std::vector<Tensor> g = gradients(t, {y}, {e[0]}, !last);
+          for (std::size_t a = 0; a < argnums.size(); ++a) {
+            used[a] = used[a] || g[a].defined();
+            if (!g[a].defined()) g[a] = zeros_like(primals[argnums[a]]);
+          }
+          return g;
+        },
+        {basis}, {0}, {0}, VmapOptions{});
+    for (std::size_t a = 0; a < argnums.size(); ++a)
+      jac[o].push_back(rows[a].reshape(concat_shapes(y.shape(), primals[argnums[a]].shape())));
+  }
+  for (std::size_t a = 0; a < argnums.size(); ++a)
+    if (!used[a] && unused == Unused::Error)
+      zero_or_throw(primals[argnums[a]], argnums[a], unused, op);
+  return jac;
+}
+
+Jacobian jacrev_loop_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                           const std::vector<int>& argnums, Unused unused) {
   const char* op = "jacrev";
   Traced t = trace(f, primals, argnums, op);
   check_floating_outputs(t.outputs, op);
