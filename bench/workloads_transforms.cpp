@@ -6,6 +6,7 @@
 //   jacobian  f: R^n -> R^m, f(x) = tanh(W2 tanh(W1 x)) with 256 hidden units, its full
 //             Jacobian by jacrev (m backward passes) and jacfwd (n forward passes) for
 //             (n, m) = (8, 256), (64, 64), (256, 8): where each mode wins.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -142,7 +143,10 @@ void jacobian(const Opts& o, Json& j) {
     auto f = [&](const Tensor& z) {
       return adjoint::tanh(adjoint::matmul(w2, adjoint::tanh(adjoint::matmul(w1, z))));
     };
-    Samples rev, fwd;
+    // The loops over rows (columns) that jacrev (jacfwd) vectorizes with vmap, as a user
+    // without vmap writes them.
+    auto list_f = [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{f(a[0])}; };
+    Samples rev, fwd, rev_loop, fwd_loop;
     double max_diff = 0;
     for (int s = 0; s < o.warmup + o.steps; ++s) {
       const auto t0 = Clock::now();
@@ -150,10 +154,19 @@ void jacobian(const Opts& o, Json& j) {
       const auto t1 = Clock::now();
       Tensor jf = adjoint::jacfwd(f)(x);
       const auto t2 = Clock::now();
-      if (s + 1 == o.warmup + o.steps) max_diff = (jr - jf).abs().max().item<double>();
+      Tensor jrl = adjoint::detail::jacrev_loop_lists(list_f, {x}, {0}, adjoint::Unused::Zero)[0][0];
+      const auto t3 = Clock::now();
+      Tensor jfl = adjoint::detail::jacfwd_loop_lists(list_f, {x}, {0})[0][0];
+      const auto t4 = Clock::now();
+      if (s + 1 == o.warmup + o.steps)
+        max_diff = std::max({(jr - jf).abs().max().item<double>(),
+                             (jr - jrl).abs().max().item<double>(),
+                             (jf - jfl).abs().max().item<double>()});
       if (s >= o.warmup) {
         rev.add(ms(t0, t1));
         fwd.add(ms(t1, t2));
+        rev_loop.add(ms(t2, t3));
+        fwd_loop.add(ms(t3, t4));
         total.add(ms(t0, t2));
       }
     }
@@ -164,6 +177,9 @@ void jacobian(const Opts& o, Json& j) {
     j.num("jacrev_ms" + tag, rev.median());
     j.num("jacfwd_ms" + tag, fwd.median());
     j.num("jacrev_over_jacfwd" + tag, rev.median() / fwd.median());
+    j.num("jacrev_loop_ms" + tag, rev_loop.median());
+    j.num("jacfwd_loop_ms" + tag, fwd_loop.median());
+    j.num("jacrev_over_loop" + tag, rev.median() / rev_loop.median());
     j.num("max_abs_diff" + tag, max_diff);
   }
   common_fields(j, o, total);

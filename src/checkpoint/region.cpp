@@ -101,10 +101,13 @@ std::vector<Tensor> Region::run(const std::vector<Tensor>& inputs) {
   // Saved under the hooks active now: see Note [Checkpointed regions]. Each as an alias with
   // the history it has now: fn may modify an input in place and give it a history through
   // nodes that hold this region, which must not then hold that history (a reference cycle;
-  // the version check still catches the change).
+  // the version check still catches the change). A leaf that requires grad stays itself, so
+  // that the recomputation sees a leaf as the first run did (in-place ops on it are refused
+  // the same way, and it cannot take a history).
   inputs_.reserve(inputs.size());
   for (const Tensor& x : inputs)
-    inputs_.emplace_back(x.defined() ? alias_with_history(x) : x, false);
+    inputs_.emplace_back(
+        x.defined() && !(x.is_leaf() && x.requires_grad()) ? alias_with_history(x) : x, false);
   if (options_.preserve_rng_state) rng_ = RngSnapshot::capture(options_.generators);
   checkpoint_counters().regions++;
   std::vector<Tensor> outs;
