@@ -154,14 +154,15 @@ void jacobian(const Opts& o, Json& j) {
       const auto t1 = Clock::now();
       Tensor jf = adjoint::jacfwd(f)(x);
       const auto t2 = Clock::now();
-      Tensor jrl = adjoint::detail::jacrev_loop_lists(list_f, {x}, {0}, adjoint::Unused::Zero)[0][0];
+      Tensor jrl =
+          adjoint::detail::jacrev_loop_lists(list_f, {x}, {0}, adjoint::Unused::Zero)[0][0];
       const auto t3 = Clock::now();
       Tensor jfl = adjoint::detail::jacfwd_loop_lists(list_f, {x}, {0})[0][0];
       const auto t4 = Clock::now();
       if (s + 1 == o.warmup + o.steps)
-        max_diff = std::max({(jr - jf).abs().max().item<double>(),
-                             (jr - jrl).abs().max().item<double>(),
-                             (jf - jfl).abs().max().item<double>()});
+        max_diff =
+            std::max({(jr - jf).abs().max().item<double>(), (jr - jrl).abs().max().item<double>(),
+                      (jf - jfl).abs().max().item<double>()});
       if (s >= o.warmup) {
         rev.add(ms(t0, t1));
         fwd.add(ms(t1, t2));

@@ -63,6 +63,14 @@ struct MatMul {
   // Batching: the operands have equal logical ranks (>= 2), so matmul's own broadcasting of
   // batch dims takes an unbatched operand along.
   Tensor vmap(const BatchArgs& b) const {
+    // A shared matrix times a batch of matrices (jacrev's batched cotangents meet the
+    // weights this way): the batch goes into the columns, one GEMM instead of B.
+    if (!b.batched(0) && b[0].dim() == 2 && b.batched(1) && b.logical_dim(1) == 2) {
+      const Tensor& x = b[1];  // [B, k, n]
+      const int64_t batch = x.size(0), k = x.size(1), n = x.size(2);
+      const Tensor cols = matmul(b[0], x.permute({1, 0, 2}).reshape({k, batch * n}));
+      return cols.reshape({b[0].size(0), batch, n}).permute({1, 0, 2});
+    }
     const int64_t r = b.max_logical_dim();
     return matmul(b.aligned(0, r), b.aligned(1, r));
   }
