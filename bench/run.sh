@@ -3,7 +3,7 @@
 # side by side: for each workload, adjoint and libtorch alternate REPS times with the same
 # thread count. Prints every JSON line, then a table of medians and adjoint/libtorch ratios.
 #   bench/run.sh [BUILD_DIR]      (default build)
-# Environment: REPS=3 THREADS=2 WORKLOADS="op-overhead mlp deep-mlp hvp jacobian ode-adjoint gpt-tiny", BENCH_ARGS (extra flags
+# Environment: REPS=3 THREADS=2 WORKLOADS="op-overhead mlp deep-mlp hvp jacobian per-sample-grads ode-adjoint gpt-tiny", BENCH_ARGS (extra flags
 # for both binaries, e.g. "--steps 10"), TORCH_BUILD=/tmp/torch-ref-build, OUT=results file.
 set -euo pipefail
 
@@ -12,7 +12,7 @@ BUILD=${1:-build}
 case "$BUILD" in /*) ;; *) BUILD="$REPO/$BUILD" ;; esac
 REPS=${REPS:-3}
 THREADS=${THREADS:-2}
-WORKLOADS=${WORKLOADS:-op-overhead mlp deep-mlp hvp jacobian ode-adjoint gpt-tiny}
+WORKLOADS=${WORKLOADS:-op-overhead mlp deep-mlp hvp jacobian per-sample-grads ode-adjoint gpt-tiny}
 # Workloads the libtorch reference does not have: adjoint runs alone.
 ADJOINT_ONLY=" jacobian ode-adjoint "
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
