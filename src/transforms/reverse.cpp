@@ -115,8 +115,14 @@ VjpLists vjp_lists(const ListFn& f, const std::vector<Tensor>& primals, const ch
   return r;
 }
 
-Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
-                      const std::vector<int>& argnums, Unused unused) {
+namespace {
+
+// jacrev with the rows of each output's Jacobian made by `rows_of(y, last, vjp)`: for each
+// argument, the m rows [m, *argument shape], from vjp(cotangent, retain_graph), which gives
+// one VJP per argument (zeros where unused). The graph is kept until the last output.
+template <class RowsOf>
+Jacobian jacrev_by(const ListFn& f, const std::vector<Tensor>& primals,
+                   const std::vector<int>& argnums, Unused unused, RowsOf rows_of) {
   const char* op = "jacrev";
   Traced t = trace(f, primals, argnums, op);
   check_floating_outputs(t.outputs, op);
@@ -124,27 +130,20 @@ Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
   Jacobian jac(t.outputs.size());
   for (std::size_t o = 0; o < t.outputs.size(); ++o) {
     const Tensor& y = t.outputs[o];
-    const int64_t m = y.numel();
-    if (m == 0) {
+    if (y.numel() == 0) {
       for (int a : argnums)
         jac[o].push_back(zeros(concat_shapes(y.shape(), primals[a].shape()), primals[a].dtype()));
       continue;
     }
-    // All rows at once: one backward with the one-hot cotangents as a vmap batch (each row
-    // of the identity is e_r); the graph is kept until the last output.
-    const bool last = o + 1 == t.outputs.size();
-    const Tensor basis =
-        eye(m, std::nullopt, y.dtype()).reshape(concat_shapes(Shape{m}, y.shape()));
-    const std::vector<Tensor> rows = vmap_lists(
-        [&](const std::vector<Tensor>& e) {
-          std::vector<Tensor> g = gradients(t, {y}, {e[0]}, !last);
-          for (std::size_t a = 0; a < argnums.size(); ++a) {
-            used[a] = used[a] || g[a].defined();
-            if (!g[a].defined()) g[a] = zeros_like(primals[argnums[a]]);
-          }
-          return g;
-        },
-        {basis}, {0}, {0}, VmapOptions{});
+    auto vjp = [&](const Tensor& cotangent, bool retain) {
+      std::vector<Tensor> g = gradients(t, {y}, {cotangent}, retain);
+      for (std::size_t a = 0; a < argnums.size(); ++a) {
+        used[a] = used[a] || g[a].defined();
+        if (!g[a].defined()) g[a] = zeros_like(primals[argnums[a]]);
+      }
+      return g;
+    };
+    const std::vector<Tensor> rows = rows_of(y, o + 1 == t.outputs.size(), vjp);
     for (std::size_t a = 0; a < argnums.size(); ++a)
       jac[o].push_back(rows[a].reshape(concat_shapes(y.shape(), primals[argnums[a]].shape())));
   }
@@ -154,37 +153,36 @@ Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
   return jac;
 }
 
+}  // namespace
+
+Jacobian jacrev_lists(const ListFn& f, const std::vector<Tensor>& primals,
+                      const std::vector<int>& argnums, Unused unused) {
+  // All rows at once: one backward with the one-hot cotangents (the identity's rows) as a
+  // vmap batch.
+  return jacrev_by(f, primals, argnums, unused, [](const Tensor& y, bool last, auto& vjp) {
+    const int64_t m = y.numel();
+    const Tensor basis =
+        eye(m, std::nullopt, y.dtype()).reshape(concat_shapes(Shape{m}, y.shape()));
+    return vmap_lists([&](const std::vector<Tensor>& e) { return vjp(e[0], !last); }, {basis}, {0},
+                      {0}, VmapOptions{});
+  });
+}
+
 Jacobian jacrev_loop_lists(const ListFn& f, const std::vector<Tensor>& primals,
                            const std::vector<int>& argnums, Unused unused) {
-  const char* op = "jacrev";
-  Traced t = trace(f, primals, argnums, op);
-  check_floating_outputs(t.outputs, op);
-  std::vector<bool> used(argnums.size(), false);
-  Jacobian jac(t.outputs.size());
-  for (std::size_t o = 0; o < t.outputs.size(); ++o) {
-    const Tensor& y = t.outputs[o];
+  // Row r is the VJP with the one-hot cotangent e_r.
+  return jacrev_by(f, primals, argnums, unused, [](const Tensor& y, bool last, auto& vjp) {
     const int64_t m = y.numel();
-    std::vector<std::vector<Tensor>> rows(argnums.size());
-    // Row r of the Jacobian is the VJP with the one-hot cotangent e_r; the graph is kept
-    // until the last row.
+    std::vector<std::vector<Tensor>> per_arg;
     for (int64_t r = 0; r < m; ++r) {
-      const bool last = o + 1 == t.outputs.size() && r + 1 == m;
-      std::vector<Tensor> g = gradients(t, {y}, {one_hot_like(y, r)}, !last);
-      for (std::size_t a = 0; a < argnums.size(); ++a) {
-        used[a] = used[a] || g[a].defined();
-        rows[a].push_back(g[a].defined() ? g[a] : zeros_like(primals[argnums[a]]));
-      }
+      std::vector<Tensor> g = vjp(one_hot_like(y, r), !(last && r + 1 == m));
+      per_arg.resize(g.size());
+      for (std::size_t a = 0; a < g.size(); ++a) per_arg[a].push_back(g[a]);
     }
-    for (std::size_t a = 0; a < argnums.size(); ++a) {
-      const Tensor& x = primals[argnums[a]];
-      const Shape shape = concat_shapes(y.shape(), x.shape());
-      jac[o].push_back(m == 0 ? zeros(shape, x.dtype()) : stack(rows[a], 0).reshape(shape));
-    }
-  }
-  for (std::size_t a = 0; a < argnums.size(); ++a)
-    if (!used[a] && unused == Unused::Error)
-      zero_or_throw(primals[argnums[a]], argnums[a], unused, op);
-  return jac;
+    std::vector<Tensor> rows;
+    for (const auto& gs : per_arg) rows.push_back(stack(gs, 0));
+    return rows;
+  });
 }
 
 }  // namespace adjoint::detail
