@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "adjoint/error.h"
+#include "adjoint/mixed_precision.h"
 
 namespace adjoint::detail {
 namespace {
@@ -155,3 +156,14 @@ void bfloat16_to_float(const BFloat16* in, float* out, int64_t n, ConvertPath pa
 }
 
 }  // namespace adjoint::detail
+
+namespace adjoint {
+
+std::string half_conversion_path() {
+  return std::string(detail::to_string(detail::default_half_path()));
+}
+std::string bfloat16_conversion_path() {
+  return std::string(detail::to_string(detail::default_bfloat16_path()));
+}
+
+}  // namespace adjoint
