@@ -53,12 +53,16 @@ inline constexpr std::array<DTypeInfo, 6> kDTypeTable = {{
 #undef ADJOINT_DTYPE_ROW
 }};
 
+// The rows indexed by enumerator value, so that a lookup (is_floating, itemsize, ... on the
+// per-op path) is one load.
+inline constexpr std::array<DTypeInfo, kDTypeTable.size()> kDTypeByEnum = [] {
+  std::array<DTypeInfo, kDTypeTable.size()> by_enum{};
+  for (const DTypeInfo& row : kDTypeTable) by_enum[static_cast<std::size_t>(row.dtype)] = row;
+  return by_enum;
+}();
+
 /// The table row of a dtype.
-constexpr const DTypeInfo& dtype_info(DType d) {
-  for (const DTypeInfo& row : kDTypeTable)
-    if (row.dtype == d) return row;
-  return kDTypeTable[0];  // unreachable for a valid enumerator
-}
+constexpr const DTypeInfo& dtype_info(DType d) { return kDTypeByEnum[static_cast<std::size_t>(d)]; }
 
 std::size_t itemsize(DType dtype);
 std::string_view to_string(DType dtype);

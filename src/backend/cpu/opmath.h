@@ -4,6 +4,7 @@
 
 #include "adjoint/dtype.h"
 #include "adjoint/tensor.h"
+#include "adjoint/tensor_impl.h"
 #include "backend/kernels.h"
 
 namespace adjoint::kernels {
@@ -18,7 +19,11 @@ namespace adjoint::kernels {
 // by the 16-bit dtypes. Data-movement kernels (copy, fill, where, index_select, gather) handle the
 // 16-bit types natively, and the bfloat16 matmul has its own kernel (gemm_bf16.cpp).
 
-inline bool is_reduced(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()); }
+// Read off the impl: this check runs at every kernel entry, float32 ones included.
+inline bool is_reduced(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  return impl && is_reduced_float(impl->dtype);
+}
 
 /// t converted to its opmath dtype (float32) if it is float16 or bfloat16, else t itself.
 inline Tensor widen(const Tensor& t) {
