@@ -3,6 +3,7 @@
 // called after a CPUID check; their tails run the portable scalar code, which gives the same bits.
 #include "core/half_convert.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "adjoint/error.h"
@@ -11,17 +12,39 @@
 namespace adjoint::detail {
 namespace {
 
-bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return has;
+// CPUID and XGETBV read directly (GCC's __builtin_cpu_supports knows these features, clang 14's,
+// used by the fuzz build, does not): the instruction sets, and the OS saving their registers.
+struct CpuFeatures {
+  bool f16c = false;
+  bool avx512_bf16 = false;
+};
+
+CpuFeatures detect_cpu() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave) return f;
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool zmm_saved = (xcr0_lo & 0xe6u) == 0xe6u;  // and the AVX-512 state
+  f.f16c = avx && f16c && ymm_saved;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return f;
+  const bool bf16 = a & (1u << 5);
+  f.avx512_bf16 = avx512f && avx512bw && avx512vl && bf16 && zmm_saved;
+  return f;
 }
 
-bool cpu_has_avx512_bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
+const CpuFeatures& cpu() {
+  static const CpuFeatures features = detect_cpu();
+  return features;
 }
+
+bool cpu_has_f16c() { return cpu().f16c; }
+bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
 
 void float_to_half_portable(const float* in, Half* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i].bits = float_to_half_bits(in[i]);

@@ -10,7 +10,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "adjoint/error.h"
@@ -196,6 +198,24 @@ TEST(HalfConvert, UnsupportedPathIsAnError) {
   float x = 1;
   Half h;
   EXPECT_THROW(float_to_half(&x, &h, 1, ConvertPath::Avx512Bf16), Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The CPUID detection agrees with the kernel's view of the CPU (/proc/cpuinfo's flags), so the
+// SIMD paths above really ran where the CPU has them.
+TEST(HalfConvert, DetectionMatchesProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line) && line.rfind("flags", 0) != 0) {
+  }
+  if (line.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags line";
+  auto has = [&](const std::string& flag) { return line.find(" " + flag) != std::string::npos; };
+  EXPECT_EQ(convert_path_supported(ConvertPath::F16C), has("f16c") && has("avx"));
+  EXPECT_EQ(convert_path_supported(ConvertPath::Avx512Bf16),
+            has("avx512_bf16") && has("avx512bw") && has("avx512vl"));
 }
 
 }  // namespace
