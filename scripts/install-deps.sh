@@ -7,8 +7,10 @@ set -euo pipefail
 # libopenmpi-dev and openmpi-bin: the MPI backend of adjoint::dist and mpirun for the tests
 # labelled mpi. They are needed when CMake configures (FindMPI), so they are installed with the
 # build's packages; a build without them still works, on one process (docs/distributed.md).
+# libdnnl-dev: oneDNN, for bfloat16 matmuls on CPUs with AVX512-BF16 or AMX (optional at build
+# time: without it bfloat16 products widen to float32; docs/mixed-precision.md).
 PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev python3
-      libopenmpi-dev openmpi-bin "$@")
+      libopenmpi-dev openmpi-bin libdnnl-dev "$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -15,6 +15,7 @@
 #include "adjoint/implicit.h"
 #include "adjoint/linalg.h"
 #include "adjoint/memory.h"
+#include "adjoint/mixed_precision.h"
 #include "adjoint/odeint.h"
 #include "adjoint/offload.h"
 #include "adjoint/ops.h"

@@ -1,47 +1,96 @@
-// Element types and PyTorch's type promotion. Adding a storage type (float16, bfloat16) means
-// a new enumerator, its traits below and a case in the dispatch helpers of src/core/dispatch.h.
+// Element types and PyTorch's type promotion, all driven by one table (Note [The dtype table]):
+// adding a storage type (an fp8 one day) means a C++ storage type, a row of that table and a
+// case in DType; the dispatch helpers of src/core/dispatch.h follow from the table.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string_view>
 
+#include "adjoint/half.h"
+
 namespace adjoint {
 
-enum class DType : uint8_t { Bool, Int64, Float32, Float64 };
+// The enumerators' values are stable (new ones go last); promotion reads the table's rank,
+// never the enumerator order.
+enum class DType : uint8_t { Bool, Int64, Float32, Float64, Float16, BFloat16 };
 
 inline constexpr DType kDefaultFloat = DType::Float32;
+
+enum class DTypeKind : uint8_t { Bool, Integral, Floating };
+
+// Note [The dtype table]
+// One row per dtype: enumerator, C++ storage type, name, size, kind, promotion rank, the dtype
+// kernels compute in ("opmath": float32 for the 16-bit floats, itself otherwise), machine
+// epsilon (0 for non-floating types) and the significant digits printing shows. promote_types
+// takes the higher rank; two dtypes of equal rank (float16 and bfloat16, which neither holds)
+// promote to the lowest-ranked dtype above both (float32), as PyTorch's promote_types does.
+#define ADJOINT_FORALL_DTYPES(X)                                                   \
+  X(Bool, bool, "bool", 1, Bool, 0, Bool, 0.0, 1)                                  \
+  X(Int64, int64_t, "int64", 8, Integral, 1, Int64, 0.0, 19)                       \
+  X(Float16, ::adjoint::Half, "float16", 2, Floating, 2, Float32, 0x1p-10, 4)      \
+  X(BFloat16, ::adjoint::BFloat16, "bfloat16", 2, Floating, 2, Float32, 0x1p-7, 4) \
+  X(Float32, float, "float32", 4, Floating, 3, Float32, 0x1p-23, 5)                \
+  X(Float64, double, "float64", 8, Floating, 4, Float64, 0x1p-52, 8)
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  std::size_t itemsize;
+  DTypeKind kind;
+  int rank;      ///< promotion rank
+  DType opmath;  ///< the dtype kernels compute in
+  double eps;    ///< machine epsilon: the gap between 1 and the next value (0 if not floating)
+  int digits;    ///< significant digits operator<< prints
+};
+
+inline constexpr std::array<DTypeInfo, 6> kDTypeTable = {{
+#define ADJOINT_DTYPE_ROW(E, T, NAME, SIZE, KIND, RANK, OPMATH, EPS, DIGITS) \
+  {DType::E, NAME, SIZE, DTypeKind::KIND, RANK, DType::OPMATH, EPS, DIGITS},
+    ADJOINT_FORALL_DTYPES(ADJOINT_DTYPE_ROW)
+#undef ADJOINT_DTYPE_ROW
+}};
+
+// The rows indexed by enumerator value, so that a lookup (is_floating, itemsize, ... on the
+// per-op path) is one load.
+inline constexpr std::array<DTypeInfo, kDTypeTable.size()> kDTypeByEnum = [] {
+  std::array<DTypeInfo, kDTypeTable.size()> by_enum{};
+  for (const DTypeInfo& row : kDTypeTable) by_enum[static_cast<std::size_t>(row.dtype)] = row;
+  return by_enum;
+}();
+
+/// The table row of a dtype.
+constexpr const DTypeInfo& dtype_info(DType d) { return kDTypeByEnum[static_cast<std::size_t>(d)]; }
 
 std::size_t itemsize(DType dtype);
 std::string_view to_string(DType dtype);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
-inline constexpr bool is_floating(DType d) { return d == DType::Float32 || d == DType::Float64; }
-inline constexpr bool is_integral(DType d) { return d == DType::Int64 || d == DType::Bool; }
+constexpr bool is_floating(DType d) { return dtype_info(d).kind == DTypeKind::Floating; }
+constexpr bool is_integral(DType d) { return dtype_info(d).kind != DTypeKind::Floating; }
+/// The dtype kernels compute in: float32 for float16 and bfloat16, the dtype itself otherwise.
+constexpr DType opmath_dtype(DType d) { return dtype_info(d).opmath; }
+/// A floating dtype stored narrower than it computes (float16, bfloat16).
+constexpr bool is_reduced_float(DType d) { return is_floating(d) && opmath_dtype(d) != d; }
+/// Machine epsilon of a floating dtype (2^-10 for float16, 2^-7 for bfloat16, ...).
+constexpr double dtype_eps(DType d) { return dtype_info(d).eps; }
 
-/// The smallest dtype that holds both (PyTorch's promote_types): bool < int64 < float32 < float64.
+/// The smallest dtype that holds both (PyTorch's promote_types): bool < int64 < {float16,
+/// bfloat16} < float32 < float64, and float16 with bfloat16 gives float32.
 DType promote_types(DType a, DType b);
 
-/// Maps a C++ type to its DType (bool, int64_t, float, double).
+/// Maps a C++ storage type to its DType (bool, int64_t, Half, BFloat16, float, double).
 template <class T>
 struct dtype_of;
-template <>
-struct dtype_of<bool> {
-  static constexpr DType value = DType::Bool;
-};
-template <>
-struct dtype_of<int64_t> {
-  static constexpr DType value = DType::Int64;
-};
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::Float32;
-};
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = DType::Float64;
-};
+#define ADJOINT_DTYPE_OF(E, T, ...)          \
+  template <>                                \
+  struct dtype_of<T> {                       \
+    static constexpr DType value = DType::E; \
+  };
+ADJOINT_FORALL_DTYPES(ADJOINT_DTYPE_OF)
+#undef ADJOINT_DTYPE_OF
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 

@@ -1,8 +1,8 @@
 // A Scalar converted to the element type of a tensor, as PyTorch converts the value of fill_,
 // full and masked_fill: an integer type truncates fractions but refuses NaN, infinities and
 // values outside its range (a C++ cast of those is undefined behaviour, in practice INT64_MIN);
-// float32 refuses finite values beyond its range (inf and NaN are kept); bool takes any value,
-// nonzero being true.
+// float32, float16 and bfloat16 refuse finite values that round to an infinity (inf and NaN are
+// kept); bool takes any value, nonzero being true.
 #pragma once
 
 #include <cfloat>
@@ -38,6 +38,13 @@ T scalar_to(Scalar value, const char* op) {
     if (std::isfinite(v) && std::abs(v) > FLT_MAX) [[unlikely]]
       throw_scalar_overflow(value, DType::Float32, op);
     return static_cast<float>(v);
+  } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    // Through float32, as PyTorch converts a double to at::Half and at::BFloat16.
+    const double v = floating ? value.to_double() : static_cast<double>(value.to_int());
+    const T r(static_cast<float>(v));
+    if (std::isfinite(v) && std::isinf(static_cast<float>(r))) [[unlikely]]
+      throw_scalar_overflow(value, dtype_of_v<T>, op);
+    return r;
   } else {
     static_assert(std::is_same_v<T, double>);
     return floating ? value.to_double() : static_cast<double>(value.to_int());

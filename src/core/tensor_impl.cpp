@@ -168,8 +168,10 @@ T read_element(const TensorImpl& t, int64_t flat) {
     flat /= t.shape[d];
   }
   return dispatch_all(t.dtype, "read", [&]<class S>() {
-    const S v = static_cast<S*>(t.storage->data())[t.offset + offset];
-    if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<S>) {
+    const auto v = static_cast<opmath_t<S>>(static_cast<S*>(t.storage->data())[t.offset + offset]);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      return T(static_cast<float>(v));
+    } else if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<opmath_t<S>>) {
       // As kernels::cast: NaN, inf and |v| >= 2^63 read as INT64_MIN, not an undefined cast.
       return detail::fits_int64(static_cast<double>(v)) ? static_cast<T>(v) : INT64_MIN;
     } else {
@@ -211,6 +213,8 @@ ADJOINT_INSTANTIATE(bool)
 ADJOINT_INSTANTIATE(int64_t)
 ADJOINT_INSTANTIATE(float)
 ADJOINT_INSTANTIATE(double)
+ADJOINT_INSTANTIATE(Half)
+ADJOINT_INSTANTIATE(BFloat16)
 #undef ADJOINT_INSTANTIATE
 
 std::string describe(const Tensor& t) {

@@ -25,7 +25,7 @@ struct FileDTypeInfo {
 
 inline constexpr FileDTypeInfo kFileDTypes[] = {
     {FileDType::F64, "F64", 8, DType::Float64}, {FileDType::F32, "F32", 4, DType::Float32},
-    {FileDType::F16, "F16", 2, DType::Float32}, {FileDType::BF16, "BF16", 2, DType::Float32},
+    {FileDType::F16, "F16", 2, DType::Float16}, {FileDType::BF16, "BF16", 2, DType::BFloat16},
     {FileDType::I64, "I64", 8, DType::Int64},   {FileDType::I32, "I32", 4, DType::Int64},
     {FileDType::I16, "I16", 2, DType::Int64},   {FileDType::I8, "I8", 1, DType::Int64},
     {FileDType::U8, "U8", 1, DType::Int64},     {FileDType::BOOL, "BOOL", 1, DType::Bool},
@@ -49,6 +49,10 @@ inline std::optional<FileDTypeInfo> file_dtype_for(DType dtype) {
       return kFileDTypes[0];
     case DType::Float32:
       return kFileDTypes[1];
+    case DType::Float16:
+      return kFileDTypes[2];
+    case DType::BFloat16:
+      return kFileDTypes[3];
     case DType::Int64:
       return kFileDTypes[4];
     case DType::Bool:

@@ -226,34 +226,9 @@ T load_le(const unsigned char* p) {
   return v;
 }
 
-// IEEE half to float, exactly (every half is a float).
-float half_to_float(uint16_t h) {
-  const int exp = (h >> 10) & 0x1f;
-  const int mant = h & 0x3ff;
-  float mag;
-  if (exp == 0) {
-    mag = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    mag = mant == 0 ? std::numeric_limits<float>::infinity()
-                    : std::numeric_limits<float>::quiet_NaN();
-  } else {
-    mag = std::ldexp(static_cast<float>(mant + 1024), exp - 25);
-  }
-  return (h & 0x8000) ? -mag : mag;
-}
-
-// Converts `n` elements of a file dtype adjoint lacks into the (wider) tensor storage.
+// Converts `n` elements of an integer file dtype adjoint lacks (I32, I16, I8, U8) into int64.
 void widen(detail::FileDType from, const unsigned char* src, const Tensor& out, int64_t n) {
   using detail::FileDType;
-  if (out.dtype() == DType::Float32) {
-    float* dst = out.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t bits = load_le<uint16_t>(src + 2 * i);
-      dst[i] = from == FileDType::BF16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16)
-                                       : half_to_float(bits);
-    }
-    return;
-  }
   int64_t* dst = out.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     switch (from) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "core/dispatch.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -267,11 +268,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   const DType dt = result_type(a, b);
-  // PyTorch wraps the number in a tensor and casts it, so a float32 result of
+  // PyTorch wraps the number in a tensor and casts it, so a float32 (or 16-bit) result of
   // where(c, x, 1e300) holds inf where full() would refuse the value: go through float64
   // then (only then: the common case stays one 0-d tensor).
   const double v = b.to_double();
-  if (dt == DType::Float32 && b.is_floating() && std::isfinite(v) && std::abs(v) > FLT_MAX)
+  if (is_floating(dt) && dt != DType::Float64 && b.is_floating() && std::isfinite(v) &&
+      dispatch_floating(dt, "where", [&]<class T>() {
+        return std::isinf(static_cast<opmath_t<T>>(static_cast<T>(static_cast<opmath_t<T>>(v))));
+      }))
     return where(cond, a, scalar_tensor(b, DType::Float64).to(dt));
   return where(cond, a, scalar_tensor(b, dt));
 }

@@ -8,6 +8,7 @@
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "backend/kernels.h"
+#include "core/dispatch.h"
 #include "core/op_scope.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
@@ -94,10 +95,9 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   kernels::arange(t, start, step);
   if (steps > 1) {  // hit `end` exactly, as torch.linspace does
-    if (o.dtype() == DType::Float32)
-      t.data_ptr<float>()[steps - 1] = static_cast<float>(end);
-    else
-      t.data_ptr<double>()[steps - 1] = end;
+    dispatch_floating(o.dtype(), "linspace", [&]<class T>() {
+      t.data_ptr<T>()[steps - 1] = static_cast<T>(static_cast<opmath_t<T>>(end));
+    });
   }
   return finish(std::move(t), o);
 }

@@ -66,7 +66,7 @@ void check_full_rank(const Tensor& r, const Tensor& a, const char* op) {
   const Tensor d =
       linalg_detail::diagonal(detail::all_examples(r.detach())).abs().to(DType::Float64);
   const std::vector<double> v = d.to_vector<double>();
-  const double eps = a.dtype() == DType::Float32 ? 1.1920929e-07 : 2.220446049250313e-16;
+  const double eps = dtype_eps(a.dtype());
   const double scale = static_cast<double>(std::max(a.size(-2), a.size(-1))) * eps;
   for (std::size_t b = 0; b * k < v.size(); ++b) {
     double top = 0;

@@ -15,8 +15,9 @@ inline Tensor mT(const Tensor& x) { return x.transpose(-2, -1); }
 /// Throws unless x is a float32 or float64 tensor with at least two dims.
 inline void check_matrix(const Tensor& x, const char* op, const char* what = "A") {
   ADJOINT_CHECK(x.defined(), Value, op, what, " is an undefined tensor");
-  ADJOINT_CHECK(is_floating(x.dtype()), DType, op, what, " must be float32 or float64, got ",
-                describe(x));
+  // LAPACK has no 16-bit routines (nor does torch.linalg on CPU).
+  ADJOINT_CHECK(is_floating(x.dtype()) && !is_reduced_float(x.dtype()), DType, op, what,
+                " must be float32 or float64, got ", describe(x));
   ADJOINT_CHECK(x.dim() >= 2, Shape, op, what,
                 " must be a matrix or a batch of matrices [..., m, n], got ", describe(x));
 }

@@ -35,7 +35,7 @@ void print_value(std::ostream& os, const Values& vals, int64_t i, DType dt) {
     os << (vals.reals[i] != 0 ? "true" : "false");
   } else {
     std::ostringstream s;
-    s << std::setprecision(dt == DType::Float64 ? 8 : 5) << vals.reals[i];
+    s << std::setprecision(dtype_info(dt).digits) << vals.reals[i];  // digits: the dtype table
     os << s.str();
   }
 }

@@ -76,7 +76,7 @@ struct Prod {
   }
 };
 
-// The Euclidean norm sqrt(sum(x^2)). Float32 inputs are squared and summed in float64 so that
+// The Euclidean norm sqrt(sum(x^2)). Narrower inputs are squared and summed in float64 so that
 // values above 1e19 do not overflow.
 struct Norm2 {
   static constexpr const char* name = "norm";
@@ -84,7 +84,7 @@ struct Norm2 {
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
   Tensor forward(const Tensor& x) const {
-    Tensor wide = x.dtype() == DType::Float32 ? kernels::cast(x, DType::Float64) : x;
+    Tensor wide = x.dtype() != DType::Float64 ? kernels::cast(x, DType::Float64) : x;
     Tensor sq = kernels::unary(Unary::Square, wide);
     Tensor n =
         kernels::unary(Unary::Sqrt, kernels::reduce(kernels::Reduce::Sum, sq, dims, keepdim));

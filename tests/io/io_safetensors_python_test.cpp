@@ -4,6 +4,7 @@
 // for Python's `safetensors` package, which Debian 12 does not ship.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,6 +44,10 @@ const char* file_dtype(DType dt) {
       return "F64";
     case DType::Float32:
       return "F32";
+    case DType::Float16:
+      return "F16";
+    case DType::BFloat16:
+      return "BF16";
     case DType::Int64:
       return "I64";
     case DType::Bool:
@@ -75,8 +80,18 @@ std::string expected_json(const io::NamedTensors& tensors, const io::Metadata& m
       switch (t.dtype()) {
         case DType::Float64:
         case DType::Float32:
-          os << e.to(DType::Float64).item<double>();
+        case DType::Float16:
+        case DType::BFloat16: {
+          const double v = e.to(DType::Float64).item<double>();
+          if (v != v) {
+            os << "\"nan\"";
+          } else if (std::isinf(v)) {
+            os << (v > 0 ? "1e999" : "-1e999");  // Python's json reads these as infinities
+          } else {
+            os << v;
+          }
           break;
+        }
         case DType::Int64:
           os << e.item<int64_t>();
           break;
@@ -125,6 +140,12 @@ TEST(SafetensorsPython, ReadsEveryDtypeAndShape) {
       {"empty", zeros({0, 4}, DType::Float32)},
       {"transposed view", randn({3, 2}, DType::Float32, &gen).t()},
       {"blocks.0.ünïcode", ones({2}, DType::Float32)},
+      // The 16-bit floats: random values, and the edges of float16 (largest, smallest
+      // subnormal, infinity, NaN) that a reader must decode bit for bit.
+      {"f16", randn({2, 3}, DType::Float32, &gen).to(DType::Float16)},
+      {"bf16", (randn({5}, DType::Float32, &gen) * 1e30).to(DType::BFloat16)},
+      {"f16 edges", tensor({65504.0, 0x1p-24, -0x1p-14, INFINITY, NAN}).to(DType::Float16)},
+      {"bf16 edges", tensor({0x1p-133, -3e38, -INFINITY, NAN}).to(DType::BFloat16)},
   };
   const io::Metadata meta = {{"format", "pt"}, {"note", "a \"quoted\"\nline"}};
   const std::string file = dir.file("tensors.safetensors");

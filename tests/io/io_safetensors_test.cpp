@@ -149,7 +149,7 @@ TEST(Safetensors, EveryTensorIsAlignedToItsElementSize) {
             std::string::npos);
 }
 
-TEST(Safetensors, NarrowDtypesAreWidenedOnLoad) {
+TEST(Safetensors, SixteenBitFloatsLoadAsThemselvesNarrowIntegersWiden) {
   TempDir dir;
   // F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), inf. BF16: 1, -0.5.
   const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00};
@@ -169,15 +169,43 @@ TEST(Safetensors, NarrowDtypesAreWidenedOnLoad) {
                                             bytes_of(i16) + bytes_of(i8) + bytes_of(u8)));
   io::SafetensorsFile f = io::load_safetensors(dir.file("w"));
   ASSERT_EQ(f.tensors.size(), 6u);
-  EXPECT_EQ(f.tensors[0].second.dtype(), DType::Float32);
+  EXPECT_EQ(f.tensors[0].second.dtype(), DType::Float16);
   EXPECT_EQ(f.tensors[0].second.to_vector<double>(),
             (std::vector<double>{1, -2, 65504, std::ldexp(1.0, -24), INFINITY}));
+  EXPECT_EQ(f.tensors[1].second.dtype(), DType::BFloat16);
   EXPECT_EQ(f.tensors[1].second.to_vector<double>(), (std::vector<double>{1, -0.5}));
   EXPECT_EQ(f.tensors[2].second.dtype(), DType::Int64);
   EXPECT_EQ(f.tensors[2].second.to_vector<int64_t>(), (std::vector<int64_t>{-7, 1 << 30}));
   EXPECT_EQ(f.tensors[3].second.to_vector<int64_t>(), (std::vector<int64_t>{-300}));
   EXPECT_EQ(f.tensors[4].second.to_vector<int64_t>(), (std::vector<int64_t>{-5, 127}));
   EXPECT_EQ(f.tensors[5].second.item<int64_t>(), 250);
+}
+
+// float16 and bfloat16 are written as F16 and BF16, two bytes each, and read back bit for bit
+// (every 16-bit pattern, NaNs included).
+TEST(Safetensors, SixteenBitFloatsRoundTripBitForBit) {
+  TempDir dir;
+  Tensor h = empty({256, 256}, DType::Float16), b = empty({65536}, DType::BFloat16);
+  for (int i = 0; i < 65536; ++i) {
+    h.data_ptr<Half>()[i] = Half::from_bits(static_cast<uint16_t>(i));
+    b.data_ptr<BFloat16>()[i] = BFloat16::from_bits(static_cast<uint16_t>(65535 - i));
+  }
+  io::save_safetensors(dir.file("h"), {{"h", h}, {"b", b.slice(0, 1, 65536, 2)}});
+  io::SafetensorsFile f = io::load_safetensors(dir.file("h"));
+  ASSERT_EQ(f.tensors.size(), 2u);
+  Tensor h2 = f.tensors[0].second, b2 = f.tensors[1].second;
+  ASSERT_EQ(h2.dtype(), DType::Float16);
+  ASSERT_EQ(b2.dtype(), DType::BFloat16);
+  ASSERT_EQ(h2.shape(), (Shape{256, 256}));
+  ASSERT_EQ(b2.shape(), (Shape{32768}));
+  for (int i = 0; i < 65536; ++i) ASSERT_EQ(h2.data_ptr<Half>()[i].bits, i);
+  for (int i = 0; i < 32768; ++i) ASSERT_EQ(b2.data_ptr<BFloat16>()[i].bits, 65535 - (2 * i + 1));
+  const std::string bytes = read_bytes(dir.file("h"));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string header = bytes.substr(8, n);
+  EXPECT_NE(header.find(R"("dtype":"F16")"), std::string::npos) << header;
+  EXPECT_NE(header.find(R"("dtype":"BF16")"), std::string::npos) << header;
 }
 
 TEST(Safetensors, BoolBytesOtherThanOneAreTrue) {

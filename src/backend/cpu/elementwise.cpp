@@ -5,10 +5,12 @@
 
 #include "adjoint/error.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
+#include "core/half_convert.h"
 #include "core/op_scope.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
@@ -373,7 +375,11 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
   // the comparisons and logical_not reach here, computed on 0/1 as int64.
   ADJOINT_CHECK(x.dtype() != DType::Bool || returns_bool(k), DType, op,
                 "not implemented for bool tensors (input ", describe(x), ")");
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  if (is_reduced(x) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
+    copy_into(out, unary(k, widen(x), a, b));
+    return;
+  }
+  dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
       Tensor as_int = cast(x, DType::Int64);
       unary_numeric<int64_t>(k, out, as_int, a, b, op);
@@ -398,7 +404,11 @@ Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
 
 void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
-  dispatch_all(a.dtype(), "binary", [&]<class T>() {
+  if (is_reduced(a) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
+    copy_into(out, binary(k, widen(a), widen(b)));
+    return;
+  }
+  dispatch_opmath_all(a.dtype(), "binary", [&]<class T>() {
     switch (k) {
       case Binary::Eq:
         return map2<bool, T>(out, a, b, [](T x, T y) { return x == y; });
@@ -498,7 +508,13 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
 
 void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
   ADJOINT_ASSERT(out.dtype() == x.dtype(), "add_scaled_into needs equal dtypes");
-  dispatch_numeric(out.dtype(), "add_", [&]<class T>() {
+  if (is_reduced(out)) {  // See Note [Reduced-precision kernels]
+    Tensor wide = widen(out);
+    add_scaled_into(wide, widen(x), alpha);
+    copy_into(out, wide);
+    return;
+  }
+  dispatch_opmath_numeric(out.dtype(), "add_", [&]<class T>() {
     const char* op = detail::current_op("add_");
     if constexpr (std::is_integral_v<T>)
       ADJOINT_CHECK(alpha == std::trunc(alpha), DType, op,
@@ -555,18 +571,53 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+namespace {
+
+// One element converted from S to D. Into the 16-bit floats the value goes through float32 (as
+// PyTorch converts a double to at::Half); out of them it is read exactly as float32.
+template <class D, class S>
+D convert_element(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (is_reduced_float_v<S>) {
+    return convert_element<D>(static_cast<float>(v));
+  } else if constexpr (is_reduced_float_v<D>) {
+    return D(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, int64_t> && std::is_floating_point_v<S>) {
+    // NaN, inf and values beyond 2^63 become INT64_MIN, as x86's conversion gives them in
+    // PyTorch, but by a defined rule instead of an undefined cast.
+    return detail::fits_int64(static_cast<double>(v)) ? static_cast<D>(v) : INT64_MIN;
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// Contiguous float32 <-> float16/bfloat16 of equal shapes: the vectorised conversions of
+// core/half_convert.h, in the elementwise kernels' fixed chunks. False when it does not apply.
+template <class D, class S>
+bool convert_contiguous(const Tensor& dst, const Tensor& src) {
+  constexpr bool widening = std::is_same_v<D, float> && is_reduced_float_v<S>;
+  constexpr bool narrowing = std::is_same_v<S, float> && is_reduced_float_v<D>;
+  if constexpr (widening || narrowing) {
+    if (!dst.is_contiguous() || !src.is_contiguous() || dst.shape() != src.shape()) return false;
+    D* o = reinterpret_cast<D*>(operand_data<D>(dst));
+    const S* x = reinterpret_cast<const S*>(operand_data<S>(src));
+    parallel_for(dst.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+      detail::convert(x + begin, o + begin, end - begin);
+    });
+    return true;
+  } else {
+    return false;
+  }
+}
+
+}  // namespace
+
 void copy_into(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
-      if constexpr (std::is_same_v<D, int64_t> && std::is_floating_point_v<S>) {
-        // NaN, inf and values beyond 2^63 become INT64_MIN, as x86's conversion gives them in
-        // PyTorch, but by a defined rule instead of an undefined cast.
-        map1<D, S>(dst, src, [](S v) {
-          return detail::fits_int64(static_cast<double>(v)) ? static_cast<D>(v) : INT64_MIN;
-        });
-      } else {
-        map1<D, S>(dst, src, [](S v) { return static_cast<D>(v); });
-      }
+      if (convert_contiguous<D, S>(dst, src)) return;
+      map1<D, S>(dst, src, [](S v) { return convert_element<D>(v); });
     });
   });
 }

@@ -9,6 +9,9 @@
 
 #include "adjoint/error.h"
 #include "adjoint/threading.h"
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_layout.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -34,6 +37,11 @@ namespace {
 // are fixed by the thread count, never by timing, and each element of C is computed by one
 // single-threaded gemm, so results do not depend on scheduling. OpenBLAS's thread count
 // (set_num_threads sets it with the pool's) still caps how many pieces run at once.
+// Note [Reduced-precision matmul]
+// bfloat16 products run on oneDNN where the CPU multiplies bfloat16 (Note [bfloat16 matmul]).
+// float16 ones, and bfloat16 ones elsewhere, convert their operands to float32 and run sgemm,
+// rounding the float32 result once (Note [Reduced-precision kernels]): no x86 CPU of ours
+// multiplies float16 natively, so the win of float16 is memory.
 constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is faster
 
 // Sets OpenBLAS to one thread for its lifetime (cheap: OpenBLAS only stores the number).
@@ -51,42 +59,6 @@ class SingleThreadedBlas {
  private:
   int prev_;
 };
-
-struct MatrixArg {
-  CBLAS_TRANSPOSE trans;
-  int64_t ld;
-};
-
-// How BLAS can read a rows x cols matrix with these element strides, if it can.
-bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, MatrixArg& out) {
-  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) {
-    out = {CblasNoTrans, rs};
-    return true;
-  }
-  if (rs == 1 && cs >= std::max<int64_t>(rows, 1)) {
-    out = {CblasTrans, cs};
-    return true;
-  }
-  if (rows == 1 && cs == 1) {  // a single row: any row stride works
-    out = {CblasNoTrans, std::max<int64_t>(cols, 1)};
-    return true;
-  }
-  if (cols == 1 && rs == 1) {
-    out = {CblasTrans, std::max<int64_t>(rows, 1)};
-    return true;
-  }
-  return false;
-}
-
-// How BLAS reads t's last two dims (rows x cols); t becomes a contiguous copy first when its
-// strides do not fit.
-MatrixArg blas_operand(Tensor& t, int64_t rows, int64_t cols) {
-  const int64_t nd = t.dim();
-  MatrixArg arg{};
-  if (blas_layout(rows, cols, t.strides()[nd - 2], t.strides()[nd - 1], arg)) return arg;
-  t = cast(t, t.dtype());
-  return {CblasNoTrans, std::max<int64_t>(cols, 1)};
-}
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
@@ -148,6 +120,11 @@ void gemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, in
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
+  if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
+    if (a_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
+      return matmul_bf16(a_in, b_in);
+    return narrow_to(matmul(widen(a_in), widen(b_in)), a_in.dtype());
+  }
   const int64_t nd = a_in.dim();
   const int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
   Shape out_shape = a_in.shape();
@@ -157,7 +134,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
   const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   const int64_t batch = out.numel() / (m * n);
-  dispatch_numeric(a.dtype(), "matmul", [&]<class T>() {
+  dispatch_opmath_numeric(a.dtype(), "matmul", [&]<class T>() {
     const T* ap = a.data_ptr<T>();
     const T* bp = b.data_ptr<T>();
     T* cp = out.data_ptr<T>();
@@ -205,18 +182,30 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
                  a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
+  if (c.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
+    return matmul_add_into_bf16(c, a_in, b_in);
+  if (is_reduced(c)) {  // See Note [Reduced-precision matmul]
+    Tensor wide = widen(c);
+    matmul_add_into(wide, widen(a_in), widen(b_in));
+    copy_into(c, wide);
+    return;
+  }
   const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
   ADJOINT_ASSERT(b_in.shape()[0] == k && c.shape()[0] == m && c.shape()[1] == n);
   if (c.numel() == 0 || k == 0) return;
   Tensor a = a_in, b = b_in;
   const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
-  dispatch_numeric(c.dtype(), "matmul", [&]<class T>() {
+  dispatch_opmath_numeric(c.dtype(), "matmul", [&]<class T>() {
     gemm_split<T>(la.trans, lb.trans, m, n, k, a.data_ptr<T>(), la.ld, b.data_ptr<T>(), lb.ld, T(1),
                   c.data_ptr<T>(), n);
   });
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  if (x_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
+    return linear_bf16(x_in, w_in, bias);
+  if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
+    return narrow_to(linear(widen(x_in), widen(w_in), widen(bias)), x_in.dtype());
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
   Tensor out = make_empty({rows, outf}, x_in.dtype());
   if (out.numel() == 0) return out;
@@ -224,7 +213,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const MatrixArg lx = blas_operand(x, rows, in), lw = blas_operand(w, outf, in);
   // Wᵀ: flip W's transpose flag.
   CBLAS_TRANSPOSE wt = lw.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
-  dispatch_numeric(x.dtype(), "linear", [&]<class T>() {
+  dispatch_opmath_numeric(x.dtype(), "linear", [&]<class T>() {
     T* o = out.data_ptr<T>();
     T beta = T(0);
     if (bias.defined()) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "adjoint/error.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -138,6 +139,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                    const char* op) {
   ADJOINT_CHECK(x.dtype() == src.dtype(), DType, op, "input ", describe(x), " and src ",
                 describe(src), " must have the same dtype");
+  if (is_reduced(x))  // See Note [Reduced-precision kernels]
+    return narrow_to(scatter_add(widen(x), dim, index, widen(src), op), x.dtype());
   const Layout xl(x), il(index), sl(src);
   const int64_t d = checked_dim(xl, dim, op);
   check_index_fits(il, xl, d, true, index, x, "input", op);
@@ -146,7 +149,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   Tensor out = cast(x, x.dtype());
   const Shape out_strides = Layout(out).strides;
   const int64_t* ip = idx.data_ptr<int64_t>();
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     T* o = static_cast<T*>(out.raw_data());
     const T* sp = static_cast<const T*>(src.raw_data());
     // out[p with p[dim] = index[p]] += src[p], over p in row-major order
@@ -166,6 +169,8 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
                  const char* op) {
   ADJOINT_CHECK(x.dtype() == source.dtype(), DType, op, "input ", describe(x), " and source ",
                 describe(source), " must have the same dtype");
+  if (is_reduced(x))  // See Note [Reduced-precision kernels]
+    return narrow_to(index_add(widen(x), dim, index, widen(source), op), x.dtype());
   const Layout xl(x);
   const int64_t d = checked_dim(xl, dim, op);
   ADJOINT_CHECK(index.dim() <= 1, Shape, op, "index must be 0-d or 1-d, got ", describe(index));
@@ -185,7 +190,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   // [2^40, 0] input along dim 1 was a hang found by fuzz_ops).
   if (k == 0 || s.inner == 0 || s.outer == 0) return out;
   const int64_t* ip = idx.data_ptr<int64_t>();
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     T* o = static_cast<T*>(out.raw_data());
     const T* sp = static_cast<const T*>(srcc.raw_data());
     // out[a, index[j], :] += source[a, j, :], j ascending for every output element

@@ -411,34 +411,38 @@ Svd svd_impl(const Tensor& a, bool vectors, const char* op) {
 }  // namespace
 
 Tensor lu_solve(const Tensor& a, const Tensor& b, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return lu_solve_impl<T>(a, b, op); });
+  return dispatch_opmath_floating(a.dtype(), op,
+                                  [&]<class T>() { return lu_solve_impl<T>(a, b, op); });
 }
 
 Tensor triangular_solve(const Tensor& a, const Tensor& b, bool upper, bool unit_diagonal,
                         const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() {
+  return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() {
     return triangular_solve_impl<T>(a, b, upper, unit_diagonal, op);
   });
 }
 
 Tensor cholesky(const Tensor& a, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return cholesky_impl<T>(a, op); });
+  return dispatch_opmath_floating(a.dtype(), op,
+                                  [&]<class T>() { return cholesky_impl<T>(a, op); });
 }
 
 LuDet lu_det(const Tensor& a, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return lu_det_impl<T>(a, op); });
+  return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() { return lu_det_impl<T>(a, op); });
 }
 
 Eigh eigh(const Tensor& a, bool vectors, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return eigh_impl<T>(a, vectors, op); });
+  return dispatch_opmath_floating(a.dtype(), op,
+                                  [&]<class T>() { return eigh_impl<T>(a, vectors, op); });
 }
 
 Qr qr(const Tensor& a, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return qr_impl<T>(a, op); });
+  return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() { return qr_impl<T>(a, op); });
 }
 
 Svd svd(const Tensor& a, bool vectors, const char* op) {
-  return dispatch_floating(a.dtype(), op, [&]<class T>() { return svd_impl<T>(a, vectors, op); });
+  return dispatch_opmath_floating(a.dtype(), op,
+                                  [&]<class T>() { return svd_impl<T>(a, vectors, op); });
 }
 
 }  // namespace adjoint::kernels

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -75,6 +76,8 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
   const char* op = "masked_softmax";
   ADJOINT_CHECK(is_floating(x.dtype()), DType, op, "expected a floating tensor, got ", describe(x));
   ADJOINT_CHECK(mask.dtype() == DType::Bool, DType, op, "mask must be bool, got ", describe(mask));
+  if (is_reduced(x))  // See Note [Reduced-precision kernels]
+    return narrow_to(masked_softmax(widen(x), mask, dim), x.dtype());
   const int64_t nd = x.dim();
   const int64_t d = wrap_dim(dim, nd, op);
   Tensor out = make_empty(x.shape(), x.dtype());
@@ -101,7 +104,7 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
     }
     return mbase + off;
   };
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     masked_softmax_last(in.data_ptr<T>(), out.data_ptr<T>(), rows, n, mask_row, ms[nd - 1]);
   });
   return out;

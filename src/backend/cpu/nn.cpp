@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
@@ -64,6 +65,12 @@ CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target,
   ADJOINT_ASSERT(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0));
   const int64_t rows = logits.size(0), classes = logits.size(1);
   check_class_targets(target, classes, ignore_index, op);
+  if (is_reduced(logits)) {  // See Note [Reduced-precision kernels]
+    CrossEntropyForward wide = cross_entropy(widen(logits), target, ignore_index);
+    wide.loss = narrow_to(wide.loss, logits.dtype());
+    wide.lse = narrow_to(wide.lse, logits.dtype());
+    return wide;
+  }
   const Tensor x = contiguous_of(logits);
   const Tensor t = contiguous_of(target);
   CrossEntropyForward out;
@@ -71,7 +78,7 @@ CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target,
   out.lse = make_empty({rows}, logits.dtype());
   const int64_t* ts = t.data_ptr<int64_t>();
   for (int64_t i = 0; i < rows; ++i) out.valid += ts[i] != ignore_index;
-  dispatch_floating(logits.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(logits.dtype(), op, [&]<class T>() {
     const T* xs = x.data_ptr<T>();
     T* loss = out.loss.data_ptr<T>();
     T* lse = out.lse.data_ptr<T>();
@@ -100,6 +107,9 @@ Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Te
   ADJOINT_ASSERT(logits.dim() == 2 && target.dim() == 1 && g_in.dim() == 1 &&
                  target.size(0) == logits.size(0) && g_in.size(0) == logits.size(0) &&
                  g_in.dtype() == logits.dtype());
+  if (is_reduced(logits))  // See Note [Reduced-precision kernels]
+    return narrow_to(cross_entropy_backward(widen(g_in), widen(logits), target, ignore_index),
+                     logits.dtype());
   const int64_t rows = logits.size(0), classes = logits.size(1);
   const Tensor x = contiguous_of(logits);
   const Tensor t = contiguous_of(target);
@@ -107,7 +117,7 @@ Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Te
   Tensor out = make_empty(logits.shape(), logits.dtype());
   if (out.numel() == 0) return out;
   const int64_t* ts = t.data_ptr<int64_t>();
-  dispatch_floating(logits.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(logits.dtype(), op, [&]<class T>() {
     const T* xs = x.data_ptr<T>();
     const T* gs = g.data_ptr<T>();
     T* os = out.data_ptr<T>();
@@ -135,6 +145,11 @@ LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tens
                             const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   ADJOINT_ASSERT(normalized_dims >= 1 && normalized_dims <= x.dim());
+  if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
+    LayerNormForward wide = layer_norm(widen(x), normalized_dims, widen(weight), widen(bias), eps);
+    return {narrow_to(wide.y, x.dtype()), narrow_to(wide.mean, x.dtype()),
+            narrow_to(wide.rstd, x.dtype())};
+  }
   const int64_t lead = x.dim() - normalized_dims;
   int64_t cols = 1;
   Shape stat_shape;
@@ -154,7 +169,7 @@ LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tens
   out.y = make_empty(x.shape(), x.dtype());
   out.mean = make_empty(stat_shape, x.dtype());
   out.rstd = make_empty(stat_shape, x.dtype());
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     const T* xs = xc.data_ptr<T>();
     const T* ws = w.defined() ? w.data_ptr<T>() : nullptr;
     const T* bs = b.defined() ? b.data_ptr<T>() : nullptr;
@@ -206,7 +221,7 @@ Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
   const Tensor gc = contiguous_of(gy), xc = contiguous_of(x), mc = contiguous_of(mean),
                rc = contiguous_of(rstd);
   const Tensor w = weight.defined() ? contiguous_of(weight) : Tensor();
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     const T* gs = gc.data_ptr<T>();
     const T* xs = xc.data_ptr<T>();
     const T* ms = mc.data_ptr<T>();

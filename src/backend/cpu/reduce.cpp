@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -148,6 +149,8 @@ void run_plan(const Plan& p, const T* x, Acc* out, Acc init, Step step) {
 
 Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
+  if (is_reduced(x))  // See Note [Reduced-precision kernels]
+    return narrow_to(reduce(k, widen(x), dims, keepdim), x.dtype());
   Plan p = make_plan(x, dims, keepdim, op);
   p.leading_rows = leading_rows(x, dims, p);
   ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,
@@ -157,7 +160,7 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
                                                               : x.dtype();
   Tensor out = make_empty(p.out_shape, out_dtype);
   const char* data = static_cast<const char*>(x.raw_data());
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     const T* xs = reinterpret_cast<const T*>(data);
     if constexpr (std::is_floating_point_v<T>) {
       T* o = out.data_ptr<T>();
@@ -202,7 +205,7 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
                            [](Acc a, T v) { return std::min(a, Acc(v)); });
           break;
       }
-      dispatch_all(out.dtype(), op, [&]<class O>() {
+      dispatch_opmath_all(out.dtype(), op, [&]<class O>() {
         O* o = out.data_ptr<O>();
         for (int64_t i = 0; i < p.outputs; ++i) o[i] = static_cast<O>(acc[i]);
       });
@@ -213,12 +216,13 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
 
 Tensor arg_reduce(ArgReduce k, const Tensor& x, int64_t dim, bool keepdim) {
   const char* op = k == ArgReduce::ArgMax ? "argmax" : "argmin";
+  if (is_reduced(x)) return arg_reduce(k, widen(x), dim, keepdim);
   Plan p = make_plan(x, {dim}, keepdim, op);
   ADJOINT_CHECK(p.per_output > 0, Shape, op, "cannot reduce over an empty dimension (input ",
                 describe(x), ")");
   Tensor out = make_empty(p.out_shape, DType::Int64);
   int64_t* o = out.data_ptr<int64_t>();
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     const T* xs = static_cast<const T*>(x.raw_data());
     const bool want_max = k == ArgReduce::ArgMax;
     parallel_for(p.outputs, 1024, [&](int64_t begin, int64_t end) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
@@ -158,6 +159,9 @@ void softmax_middle(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, b
 Tensor softmax(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   ADJOINT_CHECK(is_floating(x.dtype()), DType, op, "expected a floating tensor, got ", describe(x));
+  if (is_reduced(x))
+    return narrow_to(softmax(widen(x), dim, log),
+                     x.dtype());  // See Note [Reduced-precision kernels]
   const int64_t d = wrap_dim(dim, x.dim(), op);
   const Tensor in = x.is_contiguous() ? x : cast(x, x.dtype());
   Tensor out = make_empty(x.shape(), x.dtype());
@@ -168,7 +172,7 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log) {
     for (int64_t i = 0; i < d; ++i) outer *= x.shape()[i];
     for (int64_t i = d + 1; i < x.dim(); ++i) inner *= x.shape()[i];
   }
-  dispatch_floating(x.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     const T* xs = in.data_ptr<T>();
     T* ys = out.data_ptr<T>();
     if (inner == 1) {
@@ -185,6 +189,8 @@ Tensor softmax_backward(const Tensor& gy_in, const Tensor& y_in, int64_t dim, bo
   ADJOINT_CHECK(is_floating(y_in.dtype()) && gy_in.dtype() == y_in.dtype(), DType, op,
                 "expected floating tensors of one dtype, got ", describe(gy_in), " and ",
                 describe(y_in));
+  if (is_reduced(y_in))  // See Note [Reduced-precision kernels]
+    return narrow_to(softmax_backward(widen(gy_in), widen(y_in), dim, log), y_in.dtype());
   const Shape shape = broadcast_shapes(gy_in.shape(), y_in.shape(), op);
   const int64_t nd = static_cast<int64_t>(shape.size());
   const int64_t d = wrap_dim(dim, nd, op);
@@ -198,7 +204,7 @@ Tensor softmax_backward(const Tensor& gy_in, const Tensor& y_in, int64_t dim, bo
     for (int64_t i = 0; i < d; ++i) outer *= shape[i];
     for (int64_t i = d + 1; i < nd; ++i) inner *= shape[i];
   }
-  dispatch_floating(y.dtype(), op, [&]<class T>() {
+  dispatch_opmath_floating(y.dtype(), op, [&]<class T>() {
     const T* g = gy.data_ptr<T>();
     const T* ys = y.data_ptr<T>();
     T* o = out.data_ptr<T>();

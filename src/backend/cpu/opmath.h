@@ -1,0 +1,38 @@
+// Widening float16/bfloat16 operands to float32 at a kernel's entry, so that the kernels that
+// compute are written (and vectorised) once, for the dtypes they compute in.
+#pragma once
+
+#include "adjoint/dtype.h"
+#include "adjoint/tensor.h"
+#include "adjoint/tensor_impl.h"
+#include "backend/kernels.h"
+
+namespace adjoint::kernels {
+
+// Note [Reduced-precision kernels]
+// float16 and bfloat16 are storage types: a kernel loads them into float32 (their "opmath"
+// dtype in the dtype table), computes and rounds the result once on the way out, as PyTorch's
+// CPU kernels do. Here that happens at tensor granularity: a computing kernel given a 16-bit
+// operand converts its operands with the vectorised conversions of core/half_convert.h, runs its
+// float32 code (SIMD paths included) and converts the result back. The values are those of an
+// element-by-element load-compute-store; the cost is one extra pass over each operand, paid only
+// by the 16-bit dtypes. Data-movement kernels (copy, fill, where, index_select, gather) handle the
+// 16-bit types natively, and the bfloat16 matmul has its own kernel (gemm_bf16.cpp).
+
+// Read off the impl: this check runs at every kernel entry, float32 ones included.
+inline bool is_reduced(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  return impl && is_reduced_float(impl->dtype);
+}
+
+/// t converted to its opmath dtype (float32) if it is float16 or bfloat16, else t itself.
+inline Tensor widen(const Tensor& t) {
+  return is_reduced(t) ? cast(t, opmath_dtype(t.dtype())) : t;
+}
+
+/// t converted to dtype when it differs (undefined stays undefined).
+inline Tensor narrow_to(const Tensor& t, DType dtype) {
+  return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype);
+}
+
+}  // namespace adjoint::kernels

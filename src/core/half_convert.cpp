@@ -1,0 +1,192 @@
+// The conversion paths of half_convert.h. The SIMD functions are compiled for their instruction
+// set with target attributes (the rest of the library is built for baseline x86-64) and only
+// called after a CPUID check; their tails run the portable scalar code, which gives the same bits.
+#include "core/half_convert.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "adjoint/error.h"
+#include "adjoint/mixed_precision.h"
+
+namespace adjoint::detail {
+namespace {
+
+// CPUID and XGETBV read directly (GCC's __builtin_cpu_supports knows these features, clang 14's,
+// used by the fuzz build, does not): the instruction sets, and the OS saving their registers.
+struct CpuFeatures {
+  bool f16c = false;
+  bool avx512_bf16 = false;
+};
+
+CpuFeatures detect_cpu() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave) return f;
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool zmm_saved = (xcr0_lo & 0xe6u) == 0xe6u;  // and the AVX-512 state
+  f.f16c = avx && f16c && ymm_saved;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return f;
+  const bool bf16 = a & (1u << 5);
+  f.avx512_bf16 = avx512f && avx512bw && avx512vl && bf16 && zmm_saved;
+  return f;
+}
+
+const CpuFeatures& cpu() {
+  static const CpuFeatures features = detect_cpu();
+  return features;
+}
+
+bool cpu_has_f16c() { return cpu().f16c; }
+bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
+
+void float_to_half_portable(const float* in, Half* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i].bits = float_to_half_bits(in[i]);
+}
+void half_to_float_portable(const Half* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(in[i].bits);
+}
+void float_to_bfloat16_portable(const float* in, BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i].bits = float_to_bfloat16_bits(in[i]);
+}
+void bfloat16_to_float_portable(const BFloat16* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bfloat16_bits_to_float(in[i].bits);
+}
+
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* in, Half* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  float_to_half_portable(in + i, out + i, n - i);
+}
+
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  half_to_float_portable(in + i, out + i, n - i);
+}
+
+// VCVTNEPS2BF16 rounds to nearest even and quiets NaNs as the portable code does, but treats
+// float32 subnormals as zero; the lanes holding one (exponent 0, fraction not 0) are redone with
+// the portable rounding in integer arithmetic: u + 0x7fff + ((u >> 16) & 1), then >> 16.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void float_to_bfloat16_avx512(
+    const float* in, BFloat16* out, int64_t n) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  const __m512i frac_mask = _mm512_set1_epi32(0x007fffff);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 subnormal =
+        _mm512_testn_epi32_mask(u, exp_mask) & _mm512_test_epi32_mask(u, frac_mask);
+    if (subnormal) [[unlikely]] {
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+      const __m512i rounded =
+          _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
+      r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(rounded));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), r);
+  }
+  float_to_bfloat16_portable(in + i, out + i, n - i);
+}
+
+// Widening is a 16-bit shift; AVX-512 does 16 lanes at a time.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void bfloat16_to_float_avx512(
+    const BFloat16* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  }
+  bfloat16_to_float_portable(in + i, out + i, n - i);
+}
+
+void check_path(ConvertPath path, ConvertPath allowed, const char* what) {
+  ADJOINT_CHECK(path == ConvertPath::Portable || path == allowed, Value, what, "the ",
+                to_string(path), " conversion path does not convert this type");
+  ADJOINT_CHECK(convert_path_supported(path), Value, what, "this CPU lacks the ", to_string(path),
+                " conversion path");
+}
+
+}  // namespace
+
+std::string_view to_string(ConvertPath path) {
+  switch (path) {
+    case ConvertPath::Portable:
+      return "portable";
+    case ConvertPath::F16C:
+      return "f16c";
+    case ConvertPath::Avx512Bf16:
+      return "avx512bf16";
+  }
+  return "unknown";
+}
+
+bool convert_path_supported(ConvertPath path) {
+  switch (path) {
+    case ConvertPath::Portable:
+      return true;
+    case ConvertPath::F16C:
+      return cpu_has_f16c();
+    case ConvertPath::Avx512Bf16:
+      return cpu_has_avx512_bf16();
+  }
+  return false;
+}
+
+ConvertPath default_half_path() {
+  return cpu_has_f16c() ? ConvertPath::F16C : ConvertPath::Portable;
+}
+ConvertPath default_bfloat16_path() {
+  return cpu_has_avx512_bf16() ? ConvertPath::Avx512Bf16 : ConvertPath::Portable;
+}
+
+void float_to_half(const float* in, Half* out, int64_t n, ConvertPath path) {
+  check_path(path, ConvertPath::F16C, "to");
+  if (path == ConvertPath::F16C) return float_to_half_f16c(in, out, n);
+  float_to_half_portable(in, out, n);
+}
+
+void half_to_float(const Half* in, float* out, int64_t n, ConvertPath path) {
+  check_path(path, ConvertPath::F16C, "to");
+  if (path == ConvertPath::F16C) return half_to_float_f16c(in, out, n);
+  half_to_float_portable(in, out, n);
+}
+
+void float_to_bfloat16(const float* in, BFloat16* out, int64_t n, ConvertPath path) {
+  check_path(path, ConvertPath::Avx512Bf16, "to");
+  if (path == ConvertPath::Avx512Bf16) return float_to_bfloat16_avx512(in, out, n);
+  float_to_bfloat16_portable(in, out, n);
+}
+
+void bfloat16_to_float(const BFloat16* in, float* out, int64_t n, ConvertPath path) {
+  check_path(path, ConvertPath::Avx512Bf16, "to");
+  if (path == ConvertPath::Avx512Bf16) return bfloat16_to_float_avx512(in, out, n);
+  bfloat16_to_float_portable(in, out, n);
+}
+
+}  // namespace adjoint::detail
+
+namespace adjoint {
+
+std::string half_conversion_path() {
+  return std::string(detail::to_string(detail::default_half_path()));
+}
+std::string bfloat16_conversion_path() {
+  return std::string(detail::to_string(detail::default_bfloat16_path()));
+}
+
+}  // namespace adjoint
