@@ -269,6 +269,21 @@ TEST(IndexAdd, NothingToAddReturnsAtOnceWhateverTheOuterCount) {
   EXPECT_EQ(r2.to_vector<double>(), x.to_vector<double>());
 }
 
+TEST(IndexSelect, EmptyResultReturnsAtOnceWhateverTheRowCount) {
+  // Found by fuzz_ops: a [2^40, 4, 0] input along dim 1 looped over 2^40 * k empty rows.
+  const Shape s{1LL << 40, 4, 0};
+  Tensor r = index_select(zeros(s), 1, ints({3, 0, 1}));
+  EXPECT_EQ(r.shape(), Shape({1LL << 40, 3, 0}));
+  // The same along dim 0 of a non-empty tensor: picked rows, compared with a loop.
+  Tensor x = iota({3, 2});
+  std::vector<double> xv = x.to_vector<double>(),
+                      rv = index_select(x, 0, ints({2, 0})).to_vector<double>();
+  for (int64_t j = 0; j < 2; ++j) {
+    EXPECT_EQ(rv[j], xv[4 + j]);
+    EXPECT_EQ(rv[2 + j], xv[j]);
+  }
+}
+
 TEST(OneHot, LargestIndexHasNoSuccessorClass) {
   // Found by fuzz_ops: the class count max + 1 overflowed (UB) for an index of INT64_MAX.
   expect_error([] { one_hot(ints({INT64_MAX})); }, ErrorKind::Value, {"one_hot", "2^63"});
