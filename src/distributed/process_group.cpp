@@ -73,7 +73,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
   no.check(tensor.defined(), ErrorKind::Value, kind, "the tensor is undefined");
   if (tensor.defined()) {
     no.check(reducible(tensor.dtype(), op), ErrorKind::DType, kind, "cannot ", to_string(op), " ",
-             describe(tensor), ": needs float32, float64",
+             describe(tensor), ": needs float16, bfloat16, float32, float64",
              op == ReduceOp::Average ? "" : " or int64");
     no.check(tensor.is_contiguous(), ErrorKind::Value, kind,
              "works in place on a contiguous tensor, got ", describe(tensor), " with strides ",
@@ -137,7 +137,7 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& tensor, ReduceOp op) {
   no.check(tensor.defined(), ErrorKind::Value, kind, "the tensor is undefined");
   if (tensor.defined()) {
     no.check(reducible(tensor.dtype(), op), ErrorKind::DType, kind, "cannot ", to_string(op), " ",
-             describe(tensor), ": needs float32, float64",
+             describe(tensor), ": needs float16, bfloat16, float32, float64",
              op == ReduceOp::Average ? "" : " or int64");
     no.check(tensor.dim() >= 1 && tensor.size(0) % n == 0, ErrorKind::Shape, kind, "dim 0 of ",
              describe(tensor), " must be a multiple of the world size ", n);

@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "adjoint/error.h"
 #include "distributed/backends.h"
@@ -43,6 +44,11 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_INT64_T;
     case DType::Bool:
       return MPI_C_BOOL;
+    case DType::Float16:
+    case DType::BFloat16:
+      // MPI has no 16-bit float: the bits move as uint16, and reductions use the ops below,
+      // never MPI's built-in ones (which would add the bits as integers).
+      return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }
@@ -57,11 +63,36 @@ void nan_max(void* in, void* inout, int* len, MPI_Datatype*) {
     if (std::isnan(a[i]) || a[i] > b[i]) b[i] = a[i];
 }
 
+// Sum and max of float16/bfloat16 (H): each element widened to float32, combined and rounded
+// once, as NCCL and Gloo reduce 16-bit floats. With more than two ranks every step rounds.
+template <class H>
+void reduced_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+template <class H>
+void reduced_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    if (std::isnan(x) || x > y) b[i] = a[i];
+  }
+}
+
+// t /= n elementwise; float16/bfloat16 divide in float32 and round once.
 template <class T>
 void divide(const Tensor& t, int n) {
   T* p = static_cast<T*>(t.raw_data());
   const int64_t count = t.numel();
-  for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<T>(n);
+  for (int64_t i = 0; i < count; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      p[i] /= static_cast<T>(n);
+    else
+      p[i] = T(static_cast<float>(p[i]) / static_cast<float>(n));
+  }
 }
 
 class MpiBackend final : public CommBackend {
@@ -89,6 +120,10 @@ class MpiBackend final : public CommBackend {
     MPI_Comm_size(comm_, &size_);
     MPI_Op_create(&nan_max<float>, 1, &max_f32_);
     MPI_Op_create(&nan_max<double>, 1, &max_f64_);
+    MPI_Op_create(&reduced_sum<Half>, 1, &sum_f16_);
+    MPI_Op_create(&reduced_max<Half>, 1, &max_f16_);
+    MPI_Op_create(&reduced_sum<BFloat16>, 1, &sum_bf16_);
+    MPI_Op_create(&reduced_max<BFloat16>, 1, &max_bf16_);
     thread_ = std::thread([this] { run(); });
   }
 
@@ -120,6 +155,7 @@ class MpiBackend final : public CommBackend {
     thread_.join();
     MPI_Op_free(&max_f32_);
     MPI_Op_free(&max_f64_);
+    for (MPI_Op* op : {&sum_f16_, &max_f16_, &sum_bf16_, &max_bf16_}) MPI_Op_free(op);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) MPI_Finalize();
   }
@@ -235,10 +271,14 @@ class MpiBackend final : public CommBackend {
     if (r.op == ReduceOp::Average) {
       if (r.output.dtype() == DType::Float32) divide<float>(r.output, size_);
       if (r.output.dtype() == DType::Float64) divide<double>(r.output, size_);
+      if (r.output.dtype() == DType::Float16) divide<Half>(r.output, size_);
+      if (r.output.dtype() == DType::BFloat16) divide<BFloat16>(r.output, size_);
     }
   }
 
   MPI_Op mpi_op(ReduceOp op, DType d) const {
+    if (d == DType::Float16) return op == ReduceOp::Max ? max_f16_ : sum_f16_;
+    if (d == DType::BFloat16) return op == ReduceOp::Max ? max_bf16_ : sum_bf16_;
     if (op != ReduceOp::Max) return MPI_SUM;
     if (d == DType::Float32) return max_f32_;
     if (d == DType::Float64) return max_f64_;
@@ -247,6 +287,8 @@ class MpiBackend final : public CommBackend {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Op max_f32_ = MPI_OP_NULL, max_f64_ = MPI_OP_NULL;
+  MPI_Op sum_f16_ = MPI_OP_NULL, max_f16_ = MPI_OP_NULL;
+  MPI_Op sum_bf16_ = MPI_OP_NULL, max_bf16_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
   std::mutex mutex_;
