@@ -75,6 +75,7 @@ struct Div {
 
 struct Pow {
   static constexpr const char* name = "pow";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
@@ -97,8 +98,9 @@ struct Pow {
 };
 
 // minimum/maximum: the gradient goes to the selected input, split evenly on ties. Where either
-// is NaN (so is the output) neither input loses, and the VJP gives gy to both, as PyTorch's
-// (its JVP then takes b's tangent, as PyTorch's too).
+// is NaN (so is the output) neither input loses, and the VJP gives gy to both, as PyTorch's.
+// The JVP uses the same weights, so that it stays the VJP's transpose there too (PyTorch's JVP
+// takes only b's tangent at a NaN; fuzz_ops found the two modes disagreeing on it).
 template <bool kMax>
 struct Extremum {
   static constexpr const char* name = kMax ? "maximum" : "minimum";
@@ -119,13 +121,14 @@ struct Extremum {
     return {c.needs_grad(0) ? gy * keep_weight(kMax ? lt(a, b) : gt(a, b), tie, dt) : Tensor(),
             c.needs_grad(1) ? gy * keep_weight(kMax ? gt(a, b) : lt(a, b), tie, dt) : Tensor()};
   }
-  // weight of a: 1 where a wins, 1/2 on ties, 0 where b wins (or either is NaN)
   Tensor jvp(const Ctx& c, const Tensor& ta, const Tensor& tb) const {
     const Tensor& a = c.input(0);
     const Tensor& b = c.input(1);
     const DType dt = a.dtype();
-    Tensor w = (kMax ? gt(a, b) : lt(a, b)).to(dt) + eq(a, b).to(dt) * 0.5;
-    return ta * w + tb * (1 - w);
+    const Tensor tie = eq(a, b);
+    const Tensor wa = keep_weight(kMax ? lt(a, b) : gt(a, b), tie, dt);
+    const Tensor wb = keep_weight(kMax ? gt(a, b) : lt(a, b), tie, dt);
+    return ta * wa + tb * wb;
   }
 };
 

@@ -128,6 +128,28 @@ TEST(NaNPropagation, MaximumGradientAtNaNGoesToBothInputsAsPyTorch) {
   expect_same(d.grad(), {1, 1, 0.5, 1}, "minimum dd");
 }
 
+TEST(NaNPropagation, ExtremumTangentsAreTheTransposeOfTheGradientsAtNaN) {
+  // Forward mode uses the reverse mode's weights (found by fuzz_ops: <c, J t> != <J^T c, t>
+  // when the JVP took only b's tangent at a NaN): tangent = w_a t_a + w_b t_b, with the
+  // weights the backward test above spells out.
+  const std::vector<double> av{kNaN, 1.0, 2.0, 5.0}, bv{1.0, kNaN, 2.0, 3.0};
+  const std::vector<double> ta{10, 20, 30, 40}, tb{1, 2, 3, 4};
+  auto tangent = [&](bool max_op) {
+    Tensor a = tensor(av, std::nullopt, DType::Float64),
+           b = tensor(bv, std::nullopt, DType::Float64);
+    auto f = [max_op](const std::vector<Tensor>& x) {
+      return max_op ? maximum(x[0], x[1]) : minimum(x[0], x[1]);
+    };
+    return jvp(f, {a, b},
+               {tensor(ta, std::nullopt, DType::Float64), tensor(tb, std::nullopt, DType::Float64)})
+        .tangents;
+  };
+  // maximum: weights of a {1, 1, 0.5, 1}, of b {1, 1, 0.5, 0}
+  expect_same(tangent(true), {11, 22, 16.5, 40}, "maximum tangent");
+  // minimum: weights of a {1, 1, 0.5, 0}, of b {1, 1, 0.5, 1}
+  expect_same(tangent(false), {11, 22, 16.5, 4}, "minimum tangent");
+}
+
 TEST(NaNPropagation, ExtremumReductionsAreNaNWhereverTheNaNIs) {
   for (DType dt : kFloats)
     for (int64_t n : kLengths)
