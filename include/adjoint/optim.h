@@ -4,6 +4,7 @@
 
 #include "adjoint/optim/adam.h"
 #include "adjoint/optim/clip_grad.h"
+#include "adjoint/optim/grad_scaler.h"
 #include "adjoint/optim/optimizer.h"
 #include "adjoint/optim/schedule.h"
 #include "adjoint/optim/sgd.h"

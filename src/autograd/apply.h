@@ -16,7 +16,8 @@
 // may set members of the op (they are copied into the node afterwards). vjp returns a Tensor
 // for one input or std::array<Tensor, N>; an undefined gradient means zero. Ops over a list
 // of tensors (cat, stack) set `static constexpr bool variadic = true` and take and return
-// std::vector<Tensor>.
+// std::vector<Tensor>. An op that autocast should convert names its policy,
+// `static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;` (src/autograd/autocast.h).
 #pragma once
 
 #include <array>
@@ -30,6 +31,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
@@ -348,10 +350,10 @@ Tensor jvp_fixed(const Op& op, const Ctx& c, const std::vector<Tensor>& t,
 
 }  // namespace detail
 
-/// Runs `op` on fixed inputs with all the autograd chores (see the comment at the top).
+namespace detail {
+
 template <class Op, class... Ts>
-Tensor apply(Op op, const Ts&... xs) {
-  static_assert((std::is_same_v<Ts, Tensor> && ...), "apply takes tensors");
+Tensor apply_fixed(Op& op, const Ts&... xs) {
   const std::array<Tensor, sizeof...(Ts)> inputs{xs...};
   return detail::apply_core(
       op, inputs,
@@ -367,9 +369,8 @@ Tensor apply(Op op, const Ts&... xs) {
       });
 }
 
-/// apply for ops over a list of tensors (Op::variadic).
 template <class Op>
-Tensor apply_list(Op op, const std::vector<Tensor>& inputs) {
+Tensor apply_list_inputs(Op& op, const std::vector<Tensor>& inputs) {
   return detail::apply_core(
       op, inputs,
       [&](Saver& saver) {
@@ -380,6 +381,37 @@ Tensor apply_list(Op op, const std::vector<Tensor>& inputs) {
         }
       },
       [&](const Ctx& c, const std::vector<Tensor>& t) { return op.jvp(c, t); });
+}
+
+}  // namespace detail
+
+/// Runs `op` on fixed inputs with all the autograd chores (see the comment at the top).
+template <class Op, class... Ts>
+Tensor apply(Op op, const Ts&... xs) {
+  static_assert((std::is_same_v<Ts, Tensor> && ...), "apply takes tensors");
+  // Autocast converts the inputs first (src/autograd/autocast.h); ops without a policy never
+  // look at it.
+  if constexpr (constexpr AutocastPolicy policy = detail::autocast_policy<Op>();
+                policy != AutocastPolicy::Follow) {
+    if (tls_mode.autocast != 0) [[unlikely]]
+      return detail::apply_fixed(op, detail::autocast_input(xs, policy)...);
+  }
+  return detail::apply_fixed(op, xs...);
+}
+
+/// apply for ops over a list of tensors (Op::variadic).
+template <class Op>
+Tensor apply_list(Op op, const std::vector<Tensor>& inputs) {
+  if constexpr (constexpr AutocastPolicy policy = detail::autocast_policy<Op>();
+                policy != AutocastPolicy::Follow) {
+    if (tls_mode.autocast != 0) [[unlikely]] {
+      std::vector<Tensor> cast;
+      cast.reserve(inputs.size());
+      for (const Tensor& x : inputs) cast.push_back(detail::autocast_input(x, policy));
+      return detail::apply_list_inputs(op, cast);
+    }
+  }
+  return detail::apply_list_inputs(op, inputs);
 }
 
 }  // namespace adjoint

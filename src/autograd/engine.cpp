@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/autocast.h"
 #include "autograd/graph_task.h"
 #include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
@@ -122,6 +123,9 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     ~GradModeRestore() { tls_mode.grad_enabled = prev; }
   } restore;
   tls_mode.grad_enabled = create_graph;
+  // Each op's backward runs in the dtypes its forward left (saved tensors, gradients): never
+  // autocast again, even when backward is called inside an Autocast guard.
+  detail::AutocastStateScope no_autocast(0);
   // Memory timelines see one event per node, not the ops inside it (Note [Op observer]).
   struct ObserverPause {
     detail::OpObserver* observer = std::exchange(detail::tls_op_observer, nullptr);

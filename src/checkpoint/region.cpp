@@ -8,6 +8,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"  // alias_with_history
+#include "autograd/autocast.h"
 #include "checkpoint/stats.h"
 
 namespace adjoint::detail {
@@ -109,6 +110,7 @@ std::vector<Tensor> Region::run(const std::vector<Tensor>& inputs) {
     inputs_.emplace_back(
         x.defined() && !(x.is_leaf() && x.requires_grad()) ? alias_with_history(x) : x, false);
   if (options_.preserve_rng_state) rng_ = RngSnapshot::capture(options_.generators);
+  autocast_ = tls_mode.autocast;
   checkpoint_counters().regions++;
   std::vector<Tensor> outs;
   {
@@ -195,6 +197,8 @@ void Region::recompute() {
                            unpack_checkpointed);
     EnableGradGuard grad;            // backward runs with grad off unless create_graph
     NoForwardGradGuard no_tangents;  // the first run had none (checkpoint_lists)
+    // Backward turned autocast off; the ops must run in the dtypes they first ran in.
+    detail::AutocastStateScope autocast(autocast_);
     const std::vector<Tensor> outs = fn_(xs);
     ADJOINT_CHECK(cursor_ == ops_.size(), Value, "checkpoint", "the recomputation ran ", cursor_,
                   " ops but the first run ", ops_.size(), "; ", kDeterminism);

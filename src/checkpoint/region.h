@@ -100,6 +100,7 @@ class Region final : public OpCache, public std::enable_shared_from_this<Region>
   CheckpointFn fn_;
   CheckpointOptions options_;
   RngSnapshot rng_;
+  uint8_t autocast_ = 0;  // the autocast state of the first run, restored to recompute
   std::vector<SavedTensor> inputs_;
   std::vector<Shape> output_shapes_;
   std::vector<DType> output_dtypes_;

@@ -47,6 +47,7 @@ Tensor to_matrix(const Tensor& x) {
 // promotes 1-d operands and broadcasts batch dims before applying it.
 struct MatMul {
   static constexpr const char* name = "matmul";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::matmul(a, b); }
   // C = A B: dA = dC Bᵀ, dB = Aᵀ dC
@@ -78,6 +79,7 @@ struct MatMul {
 
 struct Dot {
   static constexpr const char* name = "dot";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     Tensor r = kernels::matmul(as_row(a), as_column(b));
@@ -97,6 +99,7 @@ struct Dot {
 // y = x Wᵀ + b over the last dim of x (any rank >= 1); the bias may be undefined.
 struct Linear {
   static constexpr const char* name = "linear";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) const {
     Tensor r = kernels::linear(as_matrix(x), w, b);
@@ -190,9 +193,19 @@ bool broadcastable(const Shape& a, const Shape& b) {
   return true;
 }
 
+// The public functions as callables, for autocast_call (they are overloaded by default
+// arguments, so not addressable directly).
+constexpr auto matmul_fn = [](const Tensor& a, const Tensor& b) { return matmul(a, b); };
+constexpr auto linear_fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+  return linear(x, w, b);
+};
+constexpr auto dot_fn = [](const Tensor& a, const Tensor& b) { return dot(a, b); };
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  if (tls_mode.autocast != 0) [[unlikely]]
+    return detail::autocast_call(AutocastPolicy::Lower, matmul_fn, a_in, b_in);
   check_operands(a_in, b_in, "matmul");
   ADJOINT_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, Shape, "matmul",
                 "both operands need at least 1 dimension: lhs ", describe(a_in), " vs rhs ",
@@ -234,6 +247,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
+  if (tls_mode.autocast != 0) [[unlikely]]
+    return detail::autocast_call(AutocastPolicy::Lower, linear_fn, x_in, w_in, b_in);
   check_operands(x_in, w_in, "linear");
   ADJOINT_CHECK(x_in.dim() >= 1, Shape, "linear", "input needs at least 1 dimension: input ",
                 describe(x_in), " vs weight ", describe(w_in));
@@ -253,6 +268,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  if (tls_mode.autocast != 0) [[unlikely]]
+    return detail::autocast_call(AutocastPolicy::Lower, dot_fn, a, b);
   check_operands(a, b, "dot");
   return dot_impl(a, b, "dot");
 }

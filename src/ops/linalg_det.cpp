@@ -45,6 +45,7 @@ Tensor cofactors(const Tensor& a) {
 
 struct Det {
   static constexpr const char* name = "det";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).det; }
   // d det(A) = tr(adj(A) dA) = det(A) tr(A⁻¹ dA): gA = g adj(A)ᵀ = g det(A) A⁻ᵀ
@@ -62,6 +63,7 @@ struct Det {
 
 struct LogAbsDet {
   static constexpr const char* name = "slogdet";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).logabsdet; }
   // d log|det(A)| = tr(A⁻¹ dA): gA = g A⁻ᵀ

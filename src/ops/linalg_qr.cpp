@@ -18,6 +18,7 @@ using linalg_detail::narrow_view;
 // [Packed outputs] in linalg_spectral.cpp.
 struct Qr {
   static constexpr const char* name = "qr";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t m = 0, n = 0;
   Tensor forward(const Tensor& a) const {

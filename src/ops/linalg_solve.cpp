@@ -16,6 +16,7 @@ using linalg_detail::sym;
 // A X = B for square A [..., n, n], B [..., n, k] with equal batch dims.
 struct Solve {
   static constexpr const char* name = "solve";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::lu_solve(a, b, name); }
   // X = A⁻¹ B: gB = A⁻ᵀ gX, gA = -gB Xᵀ
@@ -37,6 +38,7 @@ struct Solve {
 // A X = B for triangular A; only the triangle LAPACK reads (strict when unit) takes gradient.
 struct SolveTriangular {
   static constexpr const char* name = "solve_triangular";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   bool upper = false, unit = false;
   Tensor forward(const Tensor& a, const Tensor& b) const {
@@ -72,6 +74,7 @@ struct SolveTriangular {
 // A = L Lᵀ. See Note [Symmetric inputs].
 struct Cholesky {
   static constexpr const char* name = "cholesky";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& a) const { return kernels::cholesky(a, name); }
   // tril with the diagonal halved: Φ(X) = tril(X) - diag(X)/2

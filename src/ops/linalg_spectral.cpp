@@ -45,6 +45,7 @@ Shape batch_with(const Tensor& a, std::initializer_list<int64_t> tail) {
 // A = V diag(w) Vᵀ, packed [..., n + 1, n]. See Note [Symmetric inputs] in linalg_solve.cpp.
 struct Eigh {
   static constexpr const char* name = "eigh";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& a) const {
     const int64_t n = a.size(-1);
@@ -79,6 +80,7 @@ struct Eigh {
 // backward sees how they depend on A), and need no gaps between eigenvalues.
 struct Eigvalsh {
   static constexpr const char* name = "eigvalsh";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a) const { return kernels::eigh(a, false, name).values; }
   // gA = V diag(gw) Vᵀ
@@ -98,6 +100,7 @@ struct Eigvalsh {
 // A = U diag(S) Vh (reduced), packed [..., k, m + 1 + n]: Uᵀ, then S as a column, then Vh.
 struct Svd {
   static constexpr const char* name = "svd";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t m = 0, n = 0;  // A's rows and columns (set by the public function)
   Tensor forward(const Tensor& a) const {
@@ -164,6 +167,7 @@ struct Svd {
 // The singular values alone; like Eigvalsh, the rules recompute U and Vh with svd.
 struct Svdvals {
   static constexpr const char* name = "svdvals";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a) const { return kernels::svd(a, false, name).s; }
   // gA = U diag(gS) Vh

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "autograd/autocast.h"
 #include "backend/nn_kernels.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
@@ -81,6 +82,7 @@ struct CrossEntropyBackward {
 
 struct CrossEntropy {
   static constexpr const char* name = "cross_entropy";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Reduction reduction;
   int64_t ignore_index;
@@ -148,6 +150,10 @@ bool check_class_inputs(const Tensor& input, const Tensor& target, const char* o
   return false;
 }
 
+// A loss's floating input: float32 under autocast (the losses are on its float32 list), as it
+// is otherwise.
+Tensor loss_input(const Tensor& t) { return to_floating(detail::autocast_to_float32(t)); }
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
@@ -196,7 +202,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   const int64_t classes = log_probs.size(1);
   kernels::check_class_targets(detail::all_examples(target), classes, ignore_index, "nll_loss");
   // loss_i = -log_probs[i, target_i]: the gradient is -1 at the target, 0 elsewhere
-  Tensor picked = where(target_mask(target, classes, ignore_index), to_floating(log_probs), 0.0);
+  Tensor picked = where(target_mask(target, classes, ignore_index), loss_input(log_probs), 0.0);
   Tensor per_row = -sum(picked, {1});
   if (reduction != Reduction::Mean) return reduce_loss(per_row, reduction);
   // A tensor, not a number: under vmap each example counts its own rows. NaN (0 / 0) when
@@ -211,7 +217,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                 "input and target must have the same shape: input ", describe(input), " vs target ",
                 describe(target));
   // d/dx (x - t)^2 = 2 (x - t)
-  return reduce_loss((to_floating(input) - to_floating(target)).square(), reduction);
+  return reduce_loss((loss_input(input) - loss_input(target)).square(), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
@@ -221,8 +227,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   ADJOINT_CHECK(logits.shape() == target.shape(), Shape, op,
                 "logits and target must have the same shape: logits ", describe(logits),
                 " vs target ", describe(target));
-  Tensor x = to_floating(logits);
-  Tensor t = to_floating(target);
+  Tensor x = loss_input(logits);
+  Tensor t = loss_input(target);
   // loss = max(x, 0) - x t + log1p(exp(-|x|)), written per sign of x as two smooth pieces,
   //   x >= 0: x (1 - t) + softplus(-x);   x < 0: softplus(x) - x t,
   // so that no term cancels and every derivative is exact, also at x = 0 (where max and |x|

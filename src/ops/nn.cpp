@@ -90,6 +90,7 @@ Tensor apply_softmax_gradient(const Tensor& gy, const Tensor& y, int64_t dim) {
 
 struct Softmax {
   static constexpr const char* name = "softmax";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, false); }
@@ -107,6 +108,7 @@ struct Softmax {
 // gradient formulas already give 0 there and need no mask.
 struct MaskedSoftmax {
   static constexpr const char* name = "masked_softmax";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x, const Tensor& mask) const {
@@ -126,6 +128,7 @@ struct MaskedSoftmax {
 
 struct LogSoftmax {
   static constexpr const char* name = "log_softmax";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, true); }
@@ -225,6 +228,7 @@ struct LayerNormBackward {
 // ops, so that second derivatives see their dependence on x.
 struct LayerNorm {
   static constexpr const char* name = "layer_norm";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   std::vector<int64_t> norm_dims;  // the trailing normalized dims, wrapped
   std::vector<int64_t> lead_dims;  // the others

@@ -40,6 +40,7 @@ namespace {
 
 struct Sum {
   static constexpr const char* name = "sum";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::None;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;

@@ -44,6 +44,7 @@ Tensor keep(const Tensor& r, const Shape& input_shape, const std::vector<int64_t
 // double backward works and no NaN leaks through an unselected branch of where.
 struct Prod {
   static constexpr const char* name = "prod";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
@@ -80,6 +81,7 @@ struct Prod {
 // values above 1e19 do not overflow.
 struct Norm2 {
   static constexpr const char* name = "norm";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;

@@ -22,6 +22,7 @@ struct Neg {
 
 struct Exp : Pointwise<Exp> {
   static constexpr const char* name = "exp";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Exp, x); }
   // d/dx exp(x) = exp(x)
@@ -30,6 +31,7 @@ struct Exp : Pointwise<Exp> {
 
 struct Log {
   static constexpr const char* name = "log";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log, x); }
@@ -40,6 +42,7 @@ struct Log {
 
 struct Log1p {
   static constexpr const char* name = "log1p";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log1p, x); }
@@ -50,6 +53,7 @@ struct Log1p {
 
 struct Expm1 : Pointwise<Expm1> {
   static constexpr const char* name = "expm1";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Expm1, x); }
   // d/dx (exp(x) - 1) = exp(x) = y + 1
@@ -68,6 +72,7 @@ struct Sqrt {
 
 struct Rsqrt : Pointwise<Rsqrt> {
   static constexpr const char* name = "rsqrt";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Rsqrt, x); }
   // d/dx x^(-1/2) = -1/2 x^(-3/2) = -y^3 / 2
@@ -164,6 +169,7 @@ struct Square : Pointwise<Square> {
 
 struct PowScalar {
   static constexpr const char* name = "pow";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   double p;
@@ -181,6 +187,7 @@ struct PowScalar {
 
 struct RPowScalar {
   static constexpr const char* name = "pow";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
   double base;

@@ -111,8 +111,9 @@ const Tensor* StateReader::find(const std::string& key) {
   return &it->second.first;
 }
 
-double StateReader::hparam(const std::string& name) {
-  const std::string key = "hparams." + name;
+double StateReader::hparam(const std::string& name) { return value("hparams." + name); }
+
+double StateReader::value(const std::string& key) {
   const Tensor* t = find(key);
   if (!t) fail(key, "is missing (not a state dict of " + owner_ + "?)");
   if (t->dim() != 0 || !t->is_floating_point())

@@ -102,6 +102,8 @@ class StateReader {
   double hparam(const std::string& name);
   /// A required 0-d bool "hparams.<name>".
   bool hparam_flag(const std::string& name);
+  /// A required 0-d floating-point entry, as a double.
+  double value(const std::string& key);
   /// A required 0-d int64 entry.
   int64_t count(const std::string& key);
   /// "state.<index>.<slot>" as a copy shaped and typed like params[index]; undefined if absent.

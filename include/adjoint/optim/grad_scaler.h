@@ -1,0 +1,84 @@
+// Dynamic loss scaling for float16 training, as torch.amp.GradScaler. float16's smallest
+// positive value is about 6e-8, so small gradients underflow to zero; multiplying the loss by a
+// large scale (2^16 to start) lifts the whole backward pass into float16's range, and the
+// gradients are divided by it again before the optimizer sees them. The scale adapts: a step
+// whose gradients hold an Inf or NaN is skipped and the scale halves; after `growth_interval`
+// finite steps in a row it doubles. bfloat16 has float32's exponent range and needs none of
+// this (docs/mixed-precision.md).
+//
+//   optim::GradScaler scaler;
+//   for (...) {
+//     opt.zero_grad();
+//     { Autocast amp(DType::Float16); loss = model.loss(batch); }
+//     scaler.scale(loss).backward();
+//     scaler.unscale_(opt);                 // optional: clip the true gradients
+//     optim::clip_grad_norm_(opt.params(), 1.0);
+//     scaler.step(opt);                     // skipped if a gradient is not finite
+//     scaler.update();
+//   }
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "adjoint/optim/optimizer.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;  ///< 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;  ///< finite steps in a row before the scale grows
+  bool enabled = true;             ///< false: every call passes through (loss unscaled)
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss * scale (recorded: backward of the result gives scaled gradients).
+  Tensor scale(const Tensor& loss) const;
+
+  /// Divides the .grad of opt's parameters by the scale, in place, and records whether any
+  /// is Inf or NaN. At most once per optimizer between update()s; step() calls it if not.
+  void unscale_(Optimizer& opt);
+
+  /// opt.step() unless unscaling found an Inf or NaN; returns whether it stepped.
+  bool step(Optimizer& opt);
+
+  /// Ends the iteration: halves the scale (backoff) if any optimizer's gradients were not
+  /// finite, else counts a good step and grows the scale after growth_interval of them.
+  /// `new_scale` sets the scale directly instead.
+  void update(std::optional<double> new_scale = std::nullopt);
+
+  /// The current scale (1 when disabled).
+  double get_scale() const { return options_.enabled ? scale_ : 1.0; }
+  bool is_enabled() const { return options_.enabled; }
+  /// Good steps since the scale last changed.
+  int64_t growth_tracker() const { return growth_tracker_; }
+  /// Whether the last unscale_ of `opt` in this iteration found an Inf or NaN.
+  bool found_inf(const Optimizer& opt) const;
+
+  /// "scale", "growth_factor", "backoff_factor" (0-d float64), "growth_interval" and
+  /// "growth_tracker" (0-d int64): what a checkpoint needs to resume bit-identically.
+  StateDict state_dict() const;
+  /// Validates every entry first; on an error nothing changes.
+  void load_state_dict(const StateDict& state);
+
+ private:
+  enum class Stage { Ready, Unscaled, Stepped };
+  struct PerOptimizer {
+    Stage stage = Stage::Ready;
+    bool found_inf = false;
+  };
+
+  GradScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  std::map<const Optimizer*, PerOptimizer> per_optimizer_;  // this iteration's, cleared by update
+};
+
+}  // namespace adjoint::optim

@@ -1,0 +1,78 @@
+// Autocast's side of apply<Op> (see include/adjoint/autocast.h for the user's side). An op
+// names its policy beside its forward, VJP and JVP:
+//   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
+// apply<Op> converts the op's floating inputs by that policy before anything else happens,
+// with recorded (differentiable) casts, so the gradient of a float32 parameter flows back
+// through the cast and arrives in float32. Ops without the member follow their inputs, and
+// pay nothing: apply reads the thread-local switch only for ops that have a policy.
+#pragma once
+
+#include <array>
+#include <tuple>
+
+#include "adjoint/autocast.h"
+#include "adjoint/tensor.h"
+#include "core/mode_state.h"
+
+namespace adjoint {
+
+enum class AutocastPolicy : uint8_t {
+  Follow,   ///< the dtypes of the inputs (binary ops promote as usual)
+  Lower,    ///< float32 inputs to the low dtype (matrix products)
+  Float32,  ///< float16/bfloat16 inputs to float32 (range or precision: softmax, losses, ...)
+};
+
+namespace detail {
+
+template <class Op>
+constexpr AutocastPolicy autocast_policy() {
+  if constexpr (requires { Op::autocast; })
+    return Op::autocast;
+  else
+    return AutocastPolicy::Follow;
+}
+
+/// x converted as `policy` asks under the current autocast state (tls_mode.autocast != 0).
+Tensor autocast_input(const Tensor& x, AutocastPolicy policy);
+
+/// For composite functions (the losses): their inputs converted to float32 when autocast is
+/// on, unchanged otherwise.
+inline Tensor autocast_to_float32(const Tensor& x) {
+  if (tls_mode.autocast == 0) [[likely]]
+    return x;
+  return autocast_input(x, AutocastPolicy::Float32);
+}
+
+class AutocastStateScope;
+
+/// Runs f on xs converted by `policy`, with autocast off inside. For public functions that
+/// promote their operands before apply<Op> (matmul, linear, dot): autocast must see the
+/// caller's dtypes, not the promoted ones (a bfloat16 activation beside a float32 weight would
+/// otherwise go to float32 and back).
+template <class F, class... Ts>
+Tensor autocast_call(AutocastPolicy policy, F&& f, const Ts&... xs);
+
+/// Sets the thread's autocast state for a scope (backward turns it off; a checkpointed region
+/// recomputes under the state its first run had).
+class AutocastStateScope {
+ public:
+  explicit AutocastStateScope(uint8_t state) : prev_(tls_mode.autocast) {
+    tls_mode.autocast = state;
+  }
+  ~AutocastStateScope() { tls_mode.autocast = prev_; }
+  AutocastStateScope(const AutocastStateScope&) = delete;
+  AutocastStateScope& operator=(const AutocastStateScope&) = delete;
+
+ private:
+  uint8_t prev_;
+};
+
+template <class F, class... Ts>
+Tensor autocast_call(AutocastPolicy policy, F&& f, const Ts&... xs) {
+  const std::array<Tensor, sizeof...(Ts)> converted{autocast_input(xs, policy)...};
+  AutocastStateScope off(0);
+  return std::apply(f, converted);
+}
+
+}  // namespace detail
+}  // namespace adjoint
