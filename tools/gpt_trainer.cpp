@@ -31,6 +31,14 @@ DataIdentity identity_of(const data::ByteDataset& data) {
   return {static_cast<int64_t>(data.bytes().size()), data.train_size(), h};
 }
 
+std::optional<DType> autocast_dtype_of(const std::string& precision) {
+  if (precision == "fp32") return std::nullopt;
+  if (precision == "bf16") return DType::BFloat16;
+  if (precision == "fp16") return DType::Float16;
+  throw Error(ErrorKind::Value, "train",
+              "--precision must be fp32, bf16 or fp16, got '" + precision + "'");
+}
+
 double learning_rate(const TrainConfig& c, int64_t step) {
   if (step < c.warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
   const double span = std::max<int64_t>(1, c.steps - c.warmup);
@@ -39,7 +47,14 @@ double learning_rate(const TrainConfig& c, int64_t step) {
 }
 
 Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
-    : config_(config), data_(data), data_id_(identity_of(data)), data_gen_(config.seed * 2 + 1) {
+    : config_(config),
+      data_(data),
+      data_id_(identity_of(data)),
+      data_gen_(config.seed * 2 + 1),
+      autocast_(autocast_dtype_of(config.precision)) {
+  // float16's range needs loss scaling; bfloat16 has float32's (docs/mixed-precision.md).
+  if (autocast_ == DType::Float16)
+    scaler_.emplace(optim::GradScalerOptions{.init_scale = config.init_loss_scale});
   Generator init(config.seed);
   model_ = std::make_shared<nn::GPT>(config.model, &init);
   params_ = model_->parameters();
@@ -62,14 +77,32 @@ double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
   data::TextBatch b =
       data_.batch(data::Split::Train, config_.batch, config_.model.context, data_gen_);
   optimizer_->zero_grad();
-  Tensor loss = model_->loss(b.inputs, b.targets);
-  loss.backward();
+  Tensor loss;
+  {
+    std::optional<Autocast> amp;
+    if (autocast_) amp.emplace(*autocast_);
+    loss = model_->loss(b.inputs, b.targets);
+  }
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
   if (timeline) timeline->stop();  // forward and backward only: not the optimizer
   const double loss_value = loss.item<double>();
-  if (health) health->after_backward(step_ + 1, loss_value);  // step numbers as in loss.csv
-  if (config_.grad_clip > 0) optim::clip_grad_norm_(params_, config_.grad_clip);
-  optimizer_->step();
-  if (health) health->after_update();
+  // fp16: the gradients divided by the scale again, and whether one overflowed (then this step
+  // changes nothing: no update, no health record, and the scale backs off).
+  last_skipped_ = false;
+  if (scaler_) {
+    scaler_->unscale_(*optimizer_);
+    last_skipped_ = scaler_->found_inf(*optimizer_);
+  }
+  if (health && !last_skipped_) health->after_backward(step_ + 1, loss_value);
+  if (config_.grad_clip > 0 && !last_skipped_) optim::clip_grad_norm_(params_, config_.grad_clip);
+  if (scaler_) {
+    scaler_->step(*optimizer_);
+    scaler_->update();
+    skipped_steps_ += last_skipped_ ? 1 : 0;
+  } else {
+    optimizer_->step();
+  }
+  if (health && !last_skipped_) health->after_update();
   ++step_;
   return loss_value;
 }
@@ -79,6 +112,8 @@ double Trainer::evaluate(data::Split split) {
   Generator gen(12345);
   double total = 0;
   NoGradGuard no_grad;
+  std::optional<Autocast> amp;  // evaluated in the precision it trains in
+  if (autocast_) amp.emplace(*autocast_);
   for (int64_t i = 0; i < config_.eval_batches; ++i) {
     data::TextBatch b = data_.batch(split, config_.batch, config_.model.context, gen);
     total += model_->loss(b.inputs, b.targets).item<double>();
@@ -104,7 +139,10 @@ void Trainer::save(const std::string& path) const {
              .step = step_,
              .data_gen = data_gen_.state(),
              .dropout_gens = {},
-             .threads = get_num_threads()};
+             .threads = get_num_threads(),
+             .loss_scale = loss_scale(),
+             .scaler_growth_tracker = scaler_ ? scaler_->growth_tracker() : 0,
+             .skipped_steps = skipped_steps_};
   for (const auto& [name, d] : active_dropouts(*model_))
     s.dropout_gens[name] = d->generator().state();
   io::save_checkpoint(path, model_->named_parameters(), optimizer_.get(), encode_run_state(s));
@@ -124,15 +162,30 @@ void Trainer::resume(const std::string& path) {
                   ".*' in its metadata (the generator of that dropout layer)");
     dropouts.emplace_back(d, it->second);
   }
-  // AdamW's own step count must be the run's step (a hand-edited 'step' would desync them).
+  // AdamW's own step count must be the run's step less the skipped ones (a hand-edited 'step'
+  // would desync them).
   for (const auto& [name, t] : file.tensors)
     if (name == std::string(io::kOptimizerPrefix) + "step" && t.dtype() == DType::Int64 &&
         t.numel() == 1)
-      ADJOINT_CHECK(t.item<int64_t>() == s.step, IO, "train", "'", path, "': metadata 'step' is ",
-                    s.step, " but the optimizer's step count (", name, ") is ", t.item<int64_t>());
+      ADJOINT_CHECK(t.item<int64_t>() == s.step - s.skipped_steps, IO, "train", "'", path,
+                    "': metadata 'step' is ", s.step, " with 'skipped_steps' ", s.skipped_steps,
+                    " but the optimizer's step count (", name, ") is ", t.item<int64_t>());
+  std::optional<optim::StateDict> scaler_state;
+  if (scaler_) {
+    scaler_state = scaler_->state_dict();  // the options as constructed, then the saved state
+    for (auto& [key, t] : *scaler_state) {
+      if (key == "scale") t = full({}, s.loss_scale, DType::Float64);
+      if (key == "growth_tracker")
+        t = full({}, static_cast<double>(s.scaler_growth_tracker), DType::Int64);
+    }
+    optim::GradScaler check = *scaler_;
+    check.load_state_dict(*scaler_state);  // validated before anything changes
+  }
   io::load_checkpoint(file, path, model_->named_parameters(), optimizer_.get());
   // Nothing below throws: the run is restored whole or not at all.
   step_ = s.step;
+  if (scaler_) scaler_->load_state_dict(*scaler_state);
+  skipped_steps_ = s.skipped_steps;
   data_gen_.set_state(s.data_gen);
   for (auto& [d, state] : dropouts) d->generator().set_state(state);
 }

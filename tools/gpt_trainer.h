@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,15 @@ struct TrainConfig {
   /// them, and may differ on resume.
   int64_t eval_every = 100;
   int64_t save_every = 0;
+  /// "fp32"; "bf16" (autocast to bfloat16: float32 weights, bfloat16 matmuls); or "fp16"
+  /// (autocast to float16 with a GradScaler: steps whose gradients overflow are skipped).
+  std::string precision = "fp32";
+  /// fp16's initial loss scale (PyTorch's GradScaler default, 2^16).
+  double init_loss_scale = 65536.0;
 };
+
+/// The autocast dtype of a --precision value (nullopt for fp32); throws for an unknown one.
+std::optional<DType> autocast_dtype_of(const std::string& precision);
 
 /// What identifies a corpus for a resume: its size, its split and a hash of its bytes.
 struct DataIdentity {
@@ -85,6 +94,11 @@ class Trainer {
   /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
   void set_checkpointing(const std::string& mode);
   double lr() const { return optimizer_->lr(); }
+  /// fp16's loss scale (1 otherwise), and the steps it skipped because a gradient overflowed.
+  double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  /// Whether the last train_step skipped its update.
+  bool last_step_skipped() const { return last_skipped_; }
 
  private:
   TrainConfig config_;
@@ -95,6 +109,10 @@ class Trainer {
   std::vector<Tensor> params_;
   Generator data_gen_;
   int64_t step_ = 0;
+  std::optional<DType> autocast_;            // the forward's low dtype (bf16, fp16)
+  std::optional<optim::GradScaler> scaler_;  // fp16 only
+  int64_t skipped_steps_ = 0;
+  bool last_skipped_ = false;
 };
 
 /// The learning rate at `step`: linear warmup to lr, then cosine decay to min_lr at the end.

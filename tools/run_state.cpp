@@ -232,6 +232,17 @@ void merge(TrainConfig& config, const TrainConfig& stored_in,
   } else if (config.seed != stored.seed) {
     mismatch(path, "--seed", std::to_string(stored.seed), std::to_string(config.seed));
   }
+  if (!given("--precision")) {
+    config.precision = stored.precision;
+  } else if (config.precision != stored.precision) {
+    mismatch(path, "--precision", stored.precision, config.precision);
+  }
+  if (!given("--loss-scale")) {
+    config.init_loss_scale = stored.init_loss_scale;
+  } else if (config.precision == "fp16" && config.init_loss_scale != stored.init_loss_scale) {
+    mismatch(path, "--loss-scale", real_text(stored.init_loss_scale),
+             real_text(config.init_loss_scale));
+  }
 }
 
 }  // namespace
@@ -255,6 +266,13 @@ io::Metadata encode_run_state(const RunState& state) {
   m["data.fnv1a64"] = hex_text(state.data.fnv1a);
   m["step"] = std::to_string(state.step);
   m["threads"] = std::to_string(state.threads);
+  m["precision"] = c.precision;
+  if (c.precision == "fp16") {
+    m["grad_scaler.init_scale"] = real_text(c.init_loss_scale);
+    m["grad_scaler.scale"] = real_text(state.loss_scale);
+    m["grad_scaler.growth_tracker"] = std::to_string(state.scaler_growth_tracker);
+    m["skipped_steps"] = std::to_string(state.skipped_steps);
+  }
   put_generator(m, "data_gen", state.data_gen);
   for (const auto& [name, g] : state.dropout_gens)
     put_generator(m, std::string(kDropoutPrefix) + name, g);
@@ -297,6 +315,19 @@ RunState decode_run_state(const io::Metadata& metadata, const std::string& path)
   s.data.fnv1a = r.hex64("data.fnv1a64");
   s.step = r.integer("step", 0, s.config.steps, " (the run's steps)");
   s.threads = r.integer("threads", 1);
+  // Checkpoints from before --precision trained in float32.
+  if (const std::string* p = r.find("precision")) {
+    if (*p != "fp32" && *p != "bf16" && *p != "fp16") r.fail("precision", "fp32, bf16 or fp16");
+    s.config.precision = *p;
+  }
+  if (s.config.precision == "fp16") {
+    s.config.init_loss_scale = r.real("grad_scaler.init_scale", kInf);
+    if (!(s.config.init_loss_scale > 0)) r.fail("grad_scaler.init_scale", "a positive scale");
+    s.loss_scale = r.real("grad_scaler.scale", kInf);
+    if (!(s.loss_scale > 0)) r.fail("grad_scaler.scale", "a positive scale");
+    s.scaler_growth_tracker = r.integer("grad_scaler.growth_tracker", 0);
+    s.skipped_steps = r.integer("skipped_steps", 0, s.step, " (at most step)");
+  }
   s.data_gen = r.generator("data_gen");
   // The batch order's generator is seeded 2 * seed + 1 (Trainer's constructor).
   if (s.data_gen.seed != s.config.seed * 2 + 1)

@@ -26,6 +26,11 @@ struct RunState {
   Generator::State data_gen{};
   std::map<std::string, Generator::State> dropout_gens;  ///< by module name, when dropout > 0
   int64_t threads = 1;  ///< kernel threads of the writer (bitwise identity needs the same)
+  /// --precision fp16's GradScaler: its scale and good steps since the scale last changed,
+  /// and the steps it skipped (AdamW's step count is step - skipped_steps).
+  double loss_scale = 1;
+  int64_t scaler_growth_tracker = 0;
+  int64_t skipped_steps = 0;
 };
 
 io::Metadata encode_run_state(const RunState& state);

@@ -41,15 +41,25 @@ std::string duration(double seconds) {
 }
 
 // One line, redrawn in place: [=====>    ] step 120/1000 loss 2.345 | 9.8k tok/s | ETA 1m40s
-void progress(int64_t step, int64_t steps, double loss, double tokens_per_s, double eta) {
+void progress(int64_t step, int64_t steps, double loss, double tokens_per_s, double eta,
+              const std::string& extra) {
   constexpr int kBar = 24;
   const int filled = static_cast<int>(kBar * step / std::max<int64_t>(1, steps));
   std::string bar(filled, '=');
   if (filled < kBar) bar += '>' + std::string(kBar - filled - 1, ' ');
-  std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.3f | %.1fk tok/s | ETA %s   ", bar.c_str(),
-               static_cast<long long>(step), static_cast<long long>(steps), loss,
+  std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.3f%s | %.1fk tok/s | ETA %s   ", bar.c_str(),
+               static_cast<long long>(step), static_cast<long long>(steps), loss, extra.c_str(),
                tokens_per_s / 1000, duration(eta).c_str());
   std::fflush(stderr);
+}
+
+// fp16's loss scale and skipped steps, for the progress line ("" otherwise).
+std::string scaler_status(const tools::Trainer& t) {
+  if (t.config().precision != "fp16") return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "  scale %g, %lld skipped", t.loss_scale(),
+                static_cast<long long>(t.skipped_steps()));
+  return buf;
 }
 
 }  // namespace
@@ -113,6 +123,14 @@ int main(int argc, char** argv) {
   app.add_option("--grad-explode", health_options.explode_above,
                  "warn when a layer's gradient norm rises above this")
       ->capture_default_str();
+  app.add_option("--precision", c.precision,
+                 "fp32; bf16 (autocast: float32 weights, bfloat16 matmuls); or fp16 (autocast "
+                 "with dynamic loss scaling: a step whose gradients overflow is skipped)")
+      ->capture_default_str();
+  app.add_option("--loss-scale", c.init_loss_scale,
+                 "fp16's initial loss scale; it halves on every overflow and doubles after "
+                 "2000 good steps")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -165,6 +183,8 @@ int main(int argc, char** argv) {
 
     tools::Series train_curve{"train loss", {}, {}, "#1f77b4"};
     tools::Series val_curve{"validation loss", {}, {}, "#d62728", true};
+    // fp16: the steps the GradScaler skipped (a gradient overflowed), as dots on the curve.
+    tools::Series skipped_curve{"skipped step (fp16 overflow)", {}, {}, "#ff7f0e", true};
     double last_val = NAN;
     const std::string csv_path = out_dir + "/loss.csv";
     tools::LossLog log = resume.empty() ? tools::LossLog::create(csv_path)
@@ -214,14 +234,19 @@ int main(int argc, char** argv) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double per_step = elapsed / static_cast<double>(step - first);
       progress(step, c.steps, loss, c.batch * c.model.context / per_step,
-               per_step * static_cast<double>(end - step));
+               per_step * static_cast<double>(end - step), scaler_status(trainer));
+      if (trainer.last_step_skipped()) {
+        skipped_curve.x.push_back(static_cast<double>(step));
+        skipped_curve.y.push_back(loss);
+      }
       std::optional<double> val;
       if (step % c.eval_every == 0 || step == c.steps) {
         last_val = trainer.evaluate(data::Split::Validation);
         val_curve.x.push_back(static_cast<double>(step));
         val_curve.y.push_back(last_val);
-        std::fprintf(stderr, "\rstep %5lld  train loss %.4f  validation loss %.4f  (%s)%20s\n",
-                     static_cast<long long>(step), loss, last_val, duration(elapsed).c_str(), "");
+        std::fprintf(stderr, "\rstep %5lld  train loss %.4f  validation loss %.4f%s  (%s)%20s\n",
+                     static_cast<long long>(step), loss, last_val, scaler_status(trainer).c_str(),
+                     duration(elapsed).c_str(), "");
         val = last_val;
       }
       log.append(step, loss, val);  // flushed: a kill keeps every row written so far
@@ -231,11 +256,16 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     trainer.save(ckpt);
     tools::write_svg_plot(out_dir + "/loss.svg", "adjoint-train: byte-level GPT", "step",
-                          "loss (nats per byte)", {train_curve, val_curve});
+                          "loss (nats per byte)",
+                          skipped_curve.x.empty()
+                              ? std::vector<tools::Series>{train_curve, val_curve}
+                              : std::vector<tools::Series>{train_curve, val_curve, skipped_curve});
     write_health();
-    std::printf("trained %lld steps in %s; validation loss %.4f nats per byte (uniform: 5.545)\n",
-                static_cast<long long>(trainer.step() - first), duration(seconds).c_str(),
-                last_val);
+    std::printf(
+        "trained %lld steps in %s (%s); validation loss %.4f nats per byte (uniform: "
+        "5.545)%s\n",
+        static_cast<long long>(trainer.step() - first), duration(seconds).c_str(),
+        c.precision.c_str(), last_val, scaler_status(trainer).c_str());
     const std::string grads = health.records().empty() ? "" : " and " + out_dir + "/grads.svg";
     std::printf("wrote %s, %s/loss.svg, %s/loss.csv, %s/memory.svg%s\n", ckpt.c_str(),
                 out_dir.c_str(), out_dir.c_str(), out_dir.c_str(), grads.c_str());

@@ -41,6 +41,21 @@ echo "1. --stop-after 17 then --resume: the uninterrupted run's checkpoint and l
 cmp straight/checkpoint.safetensors split/checkpoint.safetensors || fail "checkpoints differ"
 cmp straight/loss.csv split/loss.csv || fail "loss.csv differs"
 
+echo "1b. the same under --precision fp16 across skipped steps (an initial loss scale that overflows)"
+fp16=(--precision fp16 --loss-scale 1e8)
+"$train" "${tiny[@]}" "${fp16[@]}" --steps 30 --out straight16 >/dev/null 2>&1
+"$train" "${tiny[@]}" "${fp16[@]}" --steps 30 --stop-after 17 --out split16 >/dev/null 2>&1
+skipped=$(meta split16/checkpoint.safetensors skipped_steps)
+[ "$skipped" -gt 5 ] && [ "$skipped" -lt 17 ] || fail "expected some skipped steps by step 17, got '$skipped'"
+"$train" --resume split16/checkpoint.safetensors --out split16 >/dev/null 2>split16.err ||
+  fail "fp16 resume failed: $(cat split16.err)"
+cmp straight16/checkpoint.safetensors split16/checkpoint.safetensors || fail "fp16 checkpoints differ"
+cmp straight16/loss.csv split16/loss.csv || fail "fp16 loss.csv differs"
+rc=0
+"$train" --resume split16/checkpoint.safetensors --precision bf16 --out split16 >/dev/null 2>err.txt || rc=$?
+[ "$rc" = 1 ] || fail "a resume with another --precision: exit status $rc, expected 1"
+grep -q -- "--precision is fp16 in the checkpoint but bf16 was given" err.txt || fail "$(cat err.txt)"
+
 echo "2. a resume whose --steps contradicts the checkpoint is refused"
 "$train" "${tiny[@]}" --steps 12 --out short >/dev/null 2>&1
 rc=0
