@@ -13,6 +13,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
 #include "scientific/per_example.h"
+#include "scientific/precision.h"
 #include "scientific/solution_list.h"
 
 namespace adjoint {
@@ -203,6 +204,7 @@ Tensor solve_implicit(std::shared_ptr<RootSpec> spec, const std::vector<Tensor>&
   ADJOINT_CHECK(spec->x0.defined() && is_floating(spec->x0.dtype()), DType, op,
                 "x0 must be a defined floating tensor, got ",
                 spec->x0.defined() ? describe(spec->x0) : std::string("undefined"));
+  detail::check_solver_precision(op, "x0", spec->x0);
   for (std::size_t i = 0; i < params.size(); ++i)
     ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, op, "param ", i,
                   " must be a defined floating tensor, got ",

@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
 #include "scientific/per_example.h"
+#include "scientific/precision.h"
 
 namespace adjoint {
 namespace {
@@ -26,6 +27,7 @@ Tensor inner(const Tensor& a, const Tensor& b) { return (a * b).sum(); }
 void check_system(const char* op, const Tensor& b, const Tensor& x0, const KrylovOptions& o) {
   ADJOINT_CHECK(b.defined(), Value, op, "the right-hand side b is undefined");
   ADJOINT_CHECK(is_floating(b.dtype()), DType, op, "b must be floating, got ", describe(b));
+  detail::check_solver_precision(op, "b", b);
   ADJOINT_CHECK(!x0.defined() || (x0.shape() == b.shape() && x0.dtype() == b.dtype()), Shape, op,
                 "the first guess x0 ", describe(x0), " does not match b ", describe(b));
   ADJOINT_CHECK(o.max_iters >= 0 && o.restart >= 1, Value, op, "max_iters (", o.max_iters,

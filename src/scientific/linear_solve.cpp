@@ -9,6 +9,7 @@
 #include "adjoint/implicit.h"
 #include "adjoint/ops.h"
 #include "adjoint/transforms.h"
+#include "scientific/precision.h"
 #include "scientific/solution_list.h"
 
 namespace adjoint {
@@ -98,6 +99,7 @@ Tensor linear_solve(const LinearOperator& A, const Tensor& b, const std::vector<
   ADJOINT_CHECK(b.defined() && is_floating(b.dtype()), DType, kOp,
                 "b must be a defined floating tensor, got ",
                 b.defined() ? describe(b) : std::string("undefined"));
+  detail::check_solver_precision(kOp, "b", b);
   for (std::size_t i = 0; i < params.size(); ++i)
     ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, kOp, "param ", i,
                   " must be a defined floating tensor, got ",

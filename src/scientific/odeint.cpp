@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "scientific/ode_adjoint.h"
 #include "scientific/ode_steppers.h"
+#include "scientific/precision.h"
 
 namespace adjoint {
 namespace ode_detail {
@@ -89,6 +90,7 @@ Tensor odeint(const VectorField& f, const Tensor& y0, const Tensor& t,
   ADJOINT_CHECK(y0.defined() && is_floating(y0.dtype()), DType, op,
                 "y0 must be a defined floating tensor, got ",
                 y0.defined() ? describe(y0) : std::string("undefined"));
+  detail::check_solver_precision(op, "y0", y0);
   for (std::size_t i = 0; i < params.size(); ++i)
     ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, op, "param ", i,
                   " must be a defined floating tensor, got ",

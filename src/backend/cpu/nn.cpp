@@ -216,6 +216,10 @@ Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
   // (NaN, 0 / 0) but nothing to write.
   ADJOINT_ASSERT(mean.numel() == rows && rstd.numel() == rows &&
                  (!weight.defined() || weight.numel() == cols));
+  if (is_reduced(x) || is_reduced(gy))  // See Note [Reduced-precision kernels]
+    return narrow_to(layer_norm_backward(widen(gy), widen(x), widen(weight), widen(mean),
+                                         widen(rstd), normalized_dims),
+                     x.dtype());
   Tensor out = make_empty(x.shape(), x.dtype());
   if (out.numel() == 0) return out;
   const Tensor gc = contiguous_of(gy), xc = contiguous_of(x), mc = contiguous_of(mean),
