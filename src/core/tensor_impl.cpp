@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
@@ -194,7 +196,21 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   const TensorImpl& t = checked(*this, "to_vector");
   if (t.batched) detail::throw_batched_data_access(t);
-  std::vector<T> out(t.numel);
+  std::vector<T> out;
+  // A huge expanded tensor has few elements in memory but numel of them to copy out.
+  try {
+    out.resize(static_cast<std::size_t>(t.numel));
+  } catch (const std::bad_alloc&) {
+    throw Error(
+        ErrorKind::OutOfMemory, "to_vector",
+        detail::str("out of memory: cannot allocate ", t.numel, " elements of ", sizeof(T),
+                    " bytes for the values of a tensor of shape ", t.shape, " (", t.dtype, ")"));
+  } catch (const std::length_error&) {
+    throw Error(
+        ErrorKind::OutOfMemory, "to_vector",
+        detail::str("cannot hold ", t.numel, " elements in a std::vector, for a tensor of shape ",
+                    t.shape, " (", t.dtype, ")"));
+  }
   if (t.contiguous && t.dtype == dtype_of_v<T> && !std::is_same_v<T, bool>) {
     if constexpr (!std::is_same_v<T, bool>) {
       if (t.numel) std::memcpy(out.data(), t.data(), t.numel * sizeof(T));

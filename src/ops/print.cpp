@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
 
 #include "adjoint/autograd.h"
 #include "adjoint/tensor_impl.h"
@@ -14,28 +15,48 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;
 constexpr int64_t kEdgeItems = 3;
 
-// The elements in row-major order, int64 ones exactly (a round trip through double would round
-// those beyond 2^53, and cast 2^63 back to int64, which is undefined).
-struct Values {
-  std::vector<double> reals;
-  std::vector<int64_t> ints;
-  explicit Values(const Tensor& t) {
-    if (t.dtype() == DType::Int64) {
-      ints = t.to_vector<int64_t>();
-    } else {
-      reals = t.to_vector<double>();
-    }
+// Reads elements by row-major index straight from the tensor's memory (strides included), so
+// that a summarised print touches only the elements it shows: a [1, 2^40] expanded tensor has
+// one element in memory, and copying all 2^40 out first would not fit. int64 stays exact (a
+// round trip through double would round values beyond 2^53).
+class Values {
+ public:
+  explicit Values(const Tensor& t) : t_(t), base_(static_cast<const char*>(t.raw_data())) {}
+
+  double real(int64_t flat) const {
+    return dispatch_all(t_.dtype(), "print", [&]<class T>() {
+      if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, int64_t>)
+        return static_cast<double>(at<T>(flat));
+      else
+        return static_cast<double>(static_cast<opmath_t<T>>(at<T>(flat)));
+    });
   }
+  int64_t integer(int64_t flat) const { return at<int64_t>(flat); }
+
+ private:
+  template <class T>
+  T at(int64_t flat) const {
+    int64_t offset = 0;
+    for (int64_t d = t_.dim() - 1; d >= 0; --d) {
+      const int64_t n = t_.shape()[d];
+      offset += (flat % n) * t_.strides()[d];
+      flat /= n;
+    }
+    return reinterpret_cast<const T*>(base_)[offset];
+  }
+
+  const Tensor& t_;
+  const char* base_;
 };
 
 void print_value(std::ostream& os, const Values& vals, int64_t i, DType dt) {
   if (dt == DType::Int64) {
-    os << vals.ints[i];
+    os << vals.integer(i);
   } else if (dt == DType::Bool) {
-    os << (vals.reals[i] != 0 ? "true" : "false");
+    os << (vals.real(i) != 0 ? "true" : "false");
   } else {
     std::ostringstream s;
-    s << std::setprecision(dtype_info(dt).digits) << vals.reals[i];  // digits: the dtype table
+    s << std::setprecision(dtype_info(dt).digits) << vals.real(i);  // digits: the dtype table
     os << s.str();
   }
 }

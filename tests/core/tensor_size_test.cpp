@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <sstream>
 
 #include "adjoint/adjoint.h"
 #include "core/op_scope.h"
@@ -141,4 +142,31 @@ TEST(TensorSize, ErrorsBelowAnOpNameTheInnermostOpScope) {
     expect_error([&] { make_empty(huge, DType::Float32); }, ErrorKind::Value, {"[outer_op]"});
   }
   EXPECT_EQ(detail::current_op("none"), std::string("none"));
+}
+
+TEST(TensorSize, PrintingAHugeExpandedTensorReadsOnlyWhatItShows) {
+  // Found by fuzz_ops: printing copied all 2^40 elements of a [1, 2^40] expand into a vector
+  // first (8 TiB: std::bad_alloc, no adjoint::Error). It now reads the elements it prints.
+  Tensor big = full({}, 2.5).expand({1, 1LL << 40});
+  std::ostringstream os;
+  os << big;
+  EXPECT_EQ(os.str(),
+            "tensor([[2.5, 2.5, 2.5, ..., 2.5, 2.5, 2.5]], shape=[1, 1099511627776], "
+            "dtype=float32)");
+  // A strided view prints the values of its contiguous copy.
+  Tensor x = arange(0.0, 12.0).reshape({3, 4});
+  for (const Tensor& v : {x.t(), x.slice(1, 1, 4, 2), x.select(1, 2)}) {
+    std::ostringstream strided, copied;
+    strided << v;
+    copied << v.contiguous();
+    EXPECT_EQ(strided.str(), copied.str());
+  }
+  std::ostringstream ints;
+  ints << full({2}, static_cast<double>(1LL << 60), DType::Int64).expand({3, 2}).t();
+  EXPECT_NE(ints.str().find("1152921504606846976"), std::string::npos) << ints.str();
+  // Copying all of them out is a named error, not std::bad_alloc or std::length_error (2^61
+  // doubles are more bytes than a std::vector can ask for, whatever the machine's memory).
+  Tensor huge = full({}, 2.5).expand({1, (1LL << 61) - 1});
+  expect_error([&] { huge.to_vector<double>(); }, ErrorKind::OutOfMemory,
+               {"to_vector", "[1, 2305843009213693951]", "float32"});
 }
