@@ -4,7 +4,8 @@
 //
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N]
-//                 [--checkpoint none|sqrt|block|budget=BYTES] [--verbose]
+//                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
+//                 [--verbose]
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -36,11 +37,11 @@ void print_usage(const char* argv0) {
   std::string names;
   for (const auto& w : bench::workloads())
     names += (names.empty() ? "" : "|") + std::string(w.name);
-  std::fprintf(
-      stderr,
-      "usage: %s --workload {%s} [--steps N] [--warmup N] "
-      "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] [--verbose]\n",
-      argv0, names.c_str());
+  std::fprintf(stderr,
+               "usage: %s --workload {%s} [--steps N] [--warmup N] "
+               "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
+               "[--precision fp32|bf16] [--verbose]\n",
+               argv0, names.c_str());
 }
 
 // Parses a positive (or, with allow_zero, non-negative) integer option value.
@@ -81,6 +82,13 @@ int main(int argc, char** argv) {
                      o.checkpoint.c_str());
         return 2;
       }
+    } else if (a == "--precision" && i + 1 < argc) {
+      o.precision = argv[++i];
+      if (o.precision != "fp32" && o.precision != "bf16") {
+        std::fprintf(stderr, "error: --precision must be fp32 or bf16, got '%s'\n",
+                     o.precision.c_str());
+        return 2;
+      }
     } else if (target && i + 1 < argc) {
       if (!parse_int(argv[++i], *target, target == &o.steps || target == &o.blas_threads)) {
         std::fprintf(stderr, "error: bad value '%s' for %s\n", argv[i], a.c_str());
@@ -105,6 +113,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "\n");
     }
     print_usage(argv[0]);
+    return 2;
+  }
+  if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" &&
+      o.workload != "gpt-tiny") {
+    std::fprintf(stderr, "error: --precision bf16 applies to mlp, deep-mlp and gpt-tiny, not %s\n",
+                 o.workload.c_str());
     return 2;
   }
   if (o.steps == 0) o.steps = w->default_steps;

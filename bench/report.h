@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,15 @@ struct Opts {
   int blas_threads = 0;  // 0: same as threads
   bool verbose = false;
   std::string checkpoint = "none";  // deep-mlp and gpt-tiny: none, sqrt, block, budget=BYTES
+  std::string precision = "fp32";   // mlp, deep-mlp and gpt-tiny: fp32 or bf16 (autocast)
 };
+
+/// --precision bf16: the forward and the loss under Autocast to bfloat16, as torch-ref runs
+/// them under torch.autocast("cpu", dtype=torch.bfloat16). Call with an empty optional that
+/// lives as long as the forward.
+inline void autocast_forward(std::optional<adjoint::Autocast>& amp, const Opts& o) {
+  if (o.precision == "bf16") amp.emplace(adjoint::DType::BFloat16);
+}
 
 /// Fields every record has: step counts and whole-step median and minimum.
 inline void common_fields(Json& j, const Opts& o, const Samples& total) {

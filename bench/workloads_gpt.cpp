@@ -40,7 +40,12 @@ void gpt_tiny(const Opts& o, Json& j) {
     const auto t0 = Clock::now();
     opt.zero_grad(/*set_to_none=*/false);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
-    Tensor loss = model.loss(inputs, targets);
+    Tensor loss;
+    {
+      std::optional<adjoint::Autocast> amp;
+      autocast_forward(amp, o);
+      loss = model.loss(inputs, targets);
+    }
     const auto t2 = Clock::now();
     loss.backward();
     const auto t3 = Clock::now();
@@ -61,7 +66,13 @@ void gpt_tiny(const Opts& o, Json& j) {
   // One more (untimed) forward and backward, with saved tensors counted.
   const double saved_peak = saved_peak_bytes([&] {
     opt.zero_grad(/*set_to_none=*/false);
-    model.loss(inputs, targets).backward();
+    Tensor loss;
+    {
+      std::optional<adjoint::Autocast> amp;
+      autocast_forward(amp, o);
+      loss = model.loss(inputs, targets);
+    }
+    loss.backward();
   });
   const double tokens_per_step = static_cast<double>(kBatch * kCtx);
   const double mm_weights = 12.0 * kDModel * kDModel * kLayers + 1.0 * kVocab * kDModel;
@@ -69,6 +80,7 @@ void gpt_tiny(const Opts& o, Json& j) {
       6.0 * mm_weights * tokens_per_step + 12.0 * kLayers * kBatch * kCtx * kCtx * kDModel;
   common_fields(j, o, total);
   j.str("checkpoint", o.checkpoint);
+  j.str("precision", o.precision);
   j.integer("peak_saved_bytes", static_cast<long long>(saved_peak));
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());

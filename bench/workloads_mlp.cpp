@@ -34,7 +34,12 @@ void mlp(const Opts& o, Json& j) {
     const auto t0 = Clock::now();
     for (const auto& p : params) p.zero_grad(/*set_to_none=*/false);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
-    Tensor loss = adjoint::cross_entropy(forward(x), labels);
+    Tensor loss;
+    {
+      std::optional<adjoint::Autocast> amp;
+      autocast_forward(amp, o);
+      loss = adjoint::cross_entropy(forward(x), labels);
+    }
     const auto t2 = Clock::now();
     loss.backward();
     const auto t3 = Clock::now();
@@ -56,6 +61,7 @@ void mlp(const Opts& o, Json& j) {
   const long long P = count_params(params);
   const double flops = 6.0 * P * kBatch;
   common_fields(j, o, total);
+  j.str("precision", o.precision);
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());
   j.num("opt_ms", step.median());
@@ -101,6 +107,8 @@ void deep_mlp(const Opts& o, Json& j) {
       s0 = static_cast<double>(adjoint::memory_stats().current_bytes);
     }
     const auto t1b = Clock::now();
+    std::optional<adjoint::Autocast> amp;
+    autocast_forward(amp, o);
     Tensor h = x;
     if (o.checkpoint == "none") {
       for (const auto& layer : layers) {
@@ -111,6 +119,7 @@ void deep_mlp(const Opts& o, Json& j) {
       h = run_layers(blocks, x, o.checkpoint, plan);
     }
     Tensor loss = h.pow(2).mean();
+    amp.reset();
     const auto t2 = Clock::now();
     if (mem) {
       mem->malloc_peak_mib = std::max(mem->malloc_peak_mib, malloc_in_use_mib() - m0);
@@ -148,6 +157,7 @@ void deep_mlp(const Opts& o, Json& j) {
   const long long P = count_params(params);
   common_fields(j, o, total);
   j.str("checkpoint", o.checkpoint);
+  j.str("precision", o.precision);
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());
   j.integer("params", P);

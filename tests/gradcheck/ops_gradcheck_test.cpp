@@ -13,22 +13,10 @@
 
 #include "support/registry.h"
 
-namespace adjoint::testing {
-// gtest prints a failing parameter with this instead of its bytes.
-void PrintTo(const OpSample& s, std::ostream* os) { *os << s.name; }
-}  // namespace adjoint::testing
-
 namespace {
 
 using namespace adjoint;
 using adjoint::testing::OpSample;
-
-std::string test_name(const std::string& sample_name) {
-  std::string n = sample_name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
 
 GradcheckOptions options_for(const OpSample& s, bool check_jvp = false) {
   GradcheckOptions o;
@@ -152,7 +140,7 @@ TEST_P(OpGradcheck, GradGradMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Registry, OpGradcheck,
                          ::testing::ValuesIn(adjoint::testing::op_registry()),
                          [](const ::testing::TestParamInfo<OpSample>& info) {
-                           return test_name(info.param.name);
+                           return adjoint::testing::sample_test_name(info.param.name);
                          });
 // The suite still builds and passes while no samples are registered.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpGradcheck);
@@ -162,7 +150,7 @@ TEST(OpRegistry, NamesAreUniqueAndWellFormed) {
   std::set<std::string> names, test_names;
   for (const OpSample& s : adjoint::testing::op_registry()) {
     EXPECT_TRUE(names.insert(s.name).second) << "duplicate sample name " << s.name;
-    EXPECT_TRUE(test_names.insert(test_name(s.name)).second)
+    EXPECT_TRUE(test_names.insert(adjoint::testing::sample_test_name(s.name)).second)
         << "sample name " << s.name << " collides with another once made a test name";
     EXPECT_GE(std::count(s.name.begin(), s.name.end(), '/'), 2)
         << "sample name " << s.name << " should read family/op/case";

@@ -15,10 +15,6 @@
 
 #include "support/registry.h"
 
-namespace adjoint::testing {
-void PrintTo(const OpSample& s, std::ostream* os) { *os << s.name; }
-}  // namespace adjoint::testing
-
 namespace {
 
 using namespace adjoint;
@@ -34,13 +30,6 @@ bool refusal_expected(const std::string& name) {
   for (const char* prefix : kRefused)
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
-}
-
-std::string test_name(const std::string& sample_name) {
-  std::string n = sample_name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
 }
 
 // The largest finite value of a dtype, for the range check.
@@ -150,7 +139,7 @@ std::vector<Param> params() {
 
 INSTANTIATE_TEST_SUITE_P(Registry, OpReducedPrecision, ::testing::ValuesIn(params()),
                          [](const ::testing::TestParamInfo<Param>& info) {
-                           return test_name(info.param.sample.name) +
+                           return adjoint::testing::sample_test_name(info.param.sample.name) +
                                   (info.param.low == DType::Float16 ? "_f16" : "_bf16");
                          });
 

@@ -12,23 +12,12 @@
 
 #include "support/registry.h"
 
-namespace adjoint::testing {
-void PrintTo(const OpSample& s, std::ostream* os) { *os << s.name; }
-}  // namespace adjoint::testing
-
 namespace {
 
 using namespace adjoint;
 using adjoint::testing::OpSample;
 
 constexpr int64_t kBatch = 3;
-
-std::string test_name(const std::string& sample_name) {
-  std::string n = sample_name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
 
 // Example k of input x (a detached copy, floating inputs scaled).
 Tensor example(const Tensor& x, int64_t k) {
@@ -141,7 +130,7 @@ TEST_P(OpVmap, EqualsTheLoopOverExamples) {
 
 INSTANTIATE_TEST_SUITE_P(Registry, OpVmap, ::testing::ValuesIn(adjoint::testing::op_registry()),
                          [](const ::testing::TestParamInfo<OpSample>& info) {
-                           return test_name(info.param.name);
+                           return adjoint::testing::sample_test_name(info.param.name);
                          });
 
 // An empty registry would make the check above vacuous.

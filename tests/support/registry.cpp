@@ -1,6 +1,8 @@
 // The op sample registry and the sample-input helpers.
 #include "support/registry.h"
 
+#include <cctype>
+
 namespace adjoint::testing {
 
 std::vector<OpSample>& op_registry() {
@@ -17,6 +19,15 @@ Registrar::Registrar(void (*fn)(SampleSink&)) {
   SampleSink sink(op_registry());
   fn(sink);
 }
+
+std::string sample_test_name(const std::string& sample_name) {
+  std::string n = sample_name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+void PrintTo(const OpSample& s, std::ostream* os) { *os << s.name; }
 
 namespace {
 Generator& sample_generator() {

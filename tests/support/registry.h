@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ class SampleSink {
 struct Registrar {
   explicit Registrar(void (*fn)(SampleSink&));
 };
+
+/// The sample's name as a gtest test name: "unary/exp/scalar" becomes "unary_exp_scalar".
+std::string sample_test_name(const std::string& sample_name);
+/// gtest prints a failing parameter with this instead of its bytes.
+void PrintTo(const OpSample& s, std::ostream* os);
 
 /// Random float64 leaf that requires grad, N(0, 1) from a fixed per-call seed.
 Tensor randn64(const Shape& shape);
