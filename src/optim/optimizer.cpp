@@ -13,7 +13,7 @@
 namespace adjoint::optim {
 
 Optimizer::Optimizer(std::string name, std::vector<Tensor> params, double lr)
-    : name_(std::move(name)), params_(std::move(params)), lr_(lr) {
+    : name_(std::move(name)), params_(std::move(params)), lr_(lr), master_(params_.size()) {
   ADJOINT_CHECK(!params_.empty(), Value, name_, "got an empty parameter list");
   std::set<const TensorImpl*> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -43,12 +43,30 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+void Optimizer::keep_master_weights(bool on) {
+  ADJOINT_CHECK(step_count_ == 0 || on == keep_master_, Value, name_,
+                "keep_master_weights must be chosen before the first step");
+  keep_master_ = on;
+}
+
+bool Optimizer::uses_master(std::size_t i) const {
+  return keep_master_ && is_reduced_float(params_[i].dtype());
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;  // as PyTorch: no gradient, no update and no state change
+    if (uses_master(i)) {
+      // The update runs in float32 on the master copy; the parameter gets it rounded once.
+      Tensor& master = master_[i];
+      if (!master.defined()) master = p.detach().to(DType::Float32);
+      update(i, master, g.to(DType::Float32));
+      p.copy_(master);
+      continue;
+    }
     update(i, p, g);
   }
   ++step_count_;
@@ -71,22 +89,33 @@ StateDict Optimizer::state_dict() const {
   out.emplace_back("step", scalar_tensor(step_count_, DType::Int64));
   out.emplace_back("hparams.lr", scalar_tensor(lr_, DType::Float64));
   save_state(out);
+  for (std::size_t i = 0; i < master_.size(); ++i)
+    if (master_[i].defined())
+      out.emplace_back("state." + std::to_string(i) + ".master", master_[i].clone());
   return out;
 }
 
 void Optimizer::load_state_dict(const StateDict& state) {
   NoGradGuard no_grad;
-  StateReader in(name_, state, params_);
+  // What each parameter's state looks like: the parameter, or its float32 master copy.
+  std::vector<Tensor> state_like = params_;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (uses_master(i)) state_like[i] = empty(params_[i].shape(), DType::Float32);
+  StateReader in(name_, state, state_like);
   const int64_t step = in.count("step");
   ADJOINT_CHECK(step >= 0, Value, name_, "load_state_dict: 'step' must be >= 0: got ", step);
   const double lr = in.hparam("lr");
   check(std::isfinite(lr) && lr >= 0, "load_state_dict: learning rate must be finite and >= 0", lr);
   std::function<void()> install = load_state(in);
+  std::vector<Tensor> master(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (uses_master(i)) master[i] = in.param_state(i, "master");
   in.check_all_used();
   // Every entry has been checked: from here on nothing throws.
   step_count_ = step;
   lr_ = lr;
   install();
+  master_ = std::move(master);
 }
 
 // ---- StateReader ----

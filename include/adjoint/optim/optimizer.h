@@ -55,11 +55,23 @@ class Optimizer {
   /// "optim.SGD", "optim.Adam", ...: the component named in errors.
   const std::string& name() const { return name_; }
 
+  /// Pure low-precision training, the memory-saving mode: keep a float32 copy (the "master
+  /// weight") of every float16/bfloat16 parameter. step() then widens the gradient, updates the
+  /// copy (and float32 optimizer state) and rounds the copy into the parameter, so updates
+  /// smaller than the parameter's rounding step accumulate instead of vanishing. Call before
+  /// the first step; float32 and float64 parameters are unaffected. The copies are part of
+  /// state_dict() ("state.<i>.master").
+  void keep_master_weights(bool on = true);
+  bool keeps_master_weights() const { return keep_master_; }
+  /// Parameter i's float32 master copy: undefined until its first update, or when none is kept.
+  const Tensor& master_weight(std::size_t i) const { return master_.at(i); }
+
   /// A snapshot (copies) of everything needed to continue bit-identically:
   ///   "step"                  0-d int64, step_count()
   ///   "hparams.<name>"        0-d float64 (bool flags as 0-d bool): lr and the rest
   ///   "state.<i>.<slot>"      per-parameter state, e.g. "state.3.exp_avg"
-  /// Parameters that never had a gradient have no state entries.
+  /// Parameters that never had a gradient have no state entries. With master weights, the
+  /// state of a 16-bit parameter is float32, as its master copy "state.<i>.master" is.
   StateDict state_dict() const;
   /// Restores a state_dict() of the same kind of optimizer over parameters of the same shapes
   /// and dtypes, hyper-parameters included (as PyTorch). Validates every entry first: on an
@@ -86,11 +98,16 @@ class Optimizer {
   Tensor scratch_like(const Tensor& like, int slot = 0);
 
  private:
+  /// Whether parameter i is updated through a float32 master copy.
+  bool uses_master(std::size_t i) const;
+
   std::string name_;
   std::vector<Tensor> params_;
   double lr_;
   int64_t step_count_ = 0;
   std::map<std::pair<DType, int>, Tensor> scratch_;  // flat buffers by (dtype, slot)
+  bool keep_master_ = false;
+  std::vector<Tensor> master_;  // per parameter: its float32 copy, or undefined
 };
 
 /// Entries of a state dict by name, for load_state: each read marks its key as used, so that
