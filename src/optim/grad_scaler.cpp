@@ -43,6 +43,9 @@ Tensor GradScaler::scale(const Tensor& loss) const {
                 "scale expects a floating-point loss, got ",
                 loss.defined() ? describe(loss) : std::string("an undefined tensor"));
   if (!options_.enabled) return loss;
+  // As PyTorch, whose scale is a 0-d float32 tensor: a 0-d float16 loss is scaled in float32
+  // (5 * 2^16 is past float16's 65504), and the gradient is cast back at the loss.
+  if (loss.dim() == 0 && is_reduced_float(loss.dtype())) return loss.to(DType::Float32) * scale_;
   return loss * scale_;
 }
 

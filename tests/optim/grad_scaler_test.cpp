@@ -176,6 +176,36 @@ TEST(GradScaler, MisuseIsRefusedWithTheReason) {
   EXPECT_EQ(scaler.get_scale(), before);
 }
 
+TEST(GradScaler, AFloat16LossIsScaledInFloat32AndTheFirstStepBacksOff) {
+  // 5 * 2^16 = 327680 overflows float16 (65504); PyTorch's 0-d float32 scale promotes, so the
+  // scaled loss is finite. Its gradient reaches the float16 loss as 2^16, which float16 cannot
+  // hold either: the first step overflows and is skipped, and at 2^15 the gradient,
+  // 2^15 / 1024 = 32 per element, fits. (Under Autocast the losses are float32.)
+  Tensor p = full({1024}, 1.0, DType::Float16).requires_grad_();
+  optim::SGD opt({p}, {.lr = 0.0});
+  GradScaler scaler;
+  for (int k = 0; k < 2; ++k) {
+    opt.zero_grad();
+    Tensor loss = mean(p) + 4.0;  // 5
+    ASSERT_EQ(loss.dtype(), DType::Float16);
+    Tensor scaled = scaler.scale(loss);
+    EXPECT_EQ(scaled.dtype(), DType::Float32);
+    EXPECT_EQ(scaled.item<float>(), 5.0f * static_cast<float>(scaler.get_scale()));
+    scaled.backward();
+    ASSERT_EQ(p.grad().dtype(), DType::Float16);
+    if (k == 0) {
+      EXPECT_TRUE(std::isinf(p.grad().to(DType::Float64).max().item<double>()));
+      EXPECT_FALSE(scaler.step(opt));
+    } else {
+      EXPECT_EQ(p.grad().to(DType::Float64).max().item<double>(), 32.0);
+      EXPECT_EQ(p.grad().to(DType::Float64).min().item<double>(), 32.0);
+      EXPECT_TRUE(scaler.step(opt));
+    }
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 32768.0);
+  }
+}
+
 TEST(GradScaler, DisabledPassesEverythingThrough) {
   Tensor p = tensor({1.0, 2.0}).requires_grad_();
   optim::SGD opt({p}, {.lr = 0.5});
