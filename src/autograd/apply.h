@@ -114,10 +114,10 @@ Tensor alias_without_history(const Tensor& t);
 /// Gives the existing tensor `t` the history `e` (an in-place op's result), keeping
 /// retain_grad on it.
 void take_history(const Tensor& t, const Edge& e);
-/// Breaks the reference cycles a new history of `modified` would close through nodes that
-/// saved it (or a view of it) at an older version: see Note [Stale saves and reference
-/// cycles] in saved_tensor.cpp. Walks the graph of `new_grad_fn`, not that of `old_grad_fn`.
-void forget_stale_saves(const TensorImpl& modified, Node* new_grad_fn, const Node* old_grad_fn);
+/// Breaks the reference cycles a tensor's new history could close through nodes holding
+/// saves made at older versions: see Note [Stale saves and reference cycles] in
+/// saved_tensor.cpp. Walks the graph of `new_grad_fn`, not that of `old_grad_fn`.
+void forget_stale_saves(Node* new_grad_fn, const Node* old_grad_fn);
 
 template <class R>
 TensorList grads_to_list(R&& r) {

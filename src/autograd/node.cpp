@@ -97,7 +97,7 @@ void take_history(const Tensor& t, const Edge& e) {
   m.output_nr = e.input_nr;
   if (retained) t.retain_grad();
   if (e.node && t.impl()->saved_for_backward.load(std::memory_order_relaxed)) [[unlikely]]
-    forget_stale_saves(*t.impl(), e.node.get(), old_grad_fn.get());
+    forget_stale_saves(e.node.get(), old_grad_fn.get());
 }
 
 void set_history(const Tensor& out, const std::shared_ptr<Node>& node, uint32_t output_nr) {

@@ -27,8 +27,13 @@
 // Such a save is stale: it was made at an older version, so unpacking it can only throw the
 // version error. So whenever a tensor that some node saved takes a new history
 // (detail::take_history), forget_stale_saves walks the new history's graph and swaps every
-// stale save of that tensor, or of a view of it, for an alias without history: the same
-// storage and version check, no edge back. The walk skips the tensor's previous grad_fn,
+// stale save it meets for an alias without history: the same storage and version check, no
+// edge back. Every stale save, not only those of that tensor: a cycle may close through a
+// node reached by the walk whose save of another tensor went stale earlier (fuzz_ops found
+// one: z = pow(y, v) saves a view v of y; an in-place op through v's view gives y a history
+// saving w; then an in-place op on w from z closes w -> z's node -> v -> y -> w, where the
+// walk from w's new history reaches z's node but the save of w lies beyond v's stale save).
+// The walk skips the tensor's previous grad_fn,
 // whose graph the previous change already cleaned (and whose nodes, older than that change,
 // saved older versions), so a loop of in-place updates walks only what each step added. A
 // tensor nobody saved (the flag saved_for_backward) costs a load and a branch.
@@ -164,25 +169,22 @@ void SavedTensor::release() {
   released_ = true;
 }
 
-void SavedTensor::forget_history_if_stale(const TensorImpl& modified) const {
+void SavedTensor::forget_history_if_stale() const {
   if (!data_.defined()) return;
-  const TensorImpl& mine = *data_.impl();
-  if (&mine != &modified && mine.view_base.get() != &modified) return;
-  if (mine.storage->version() == saved_version_) return;  // still valid: may be unpacked
+  if (data_.impl()->storage->version() == saved_version_) return;  // still valid: may be unpacked
   data_ = detail::alias_without_history(data_);
 }
 
 namespace detail {
 
-void forget_stale_saves(const TensorImpl& modified, Node* new_grad_fn, const Node* old_grad_fn) {
+void forget_stale_saves(Node* new_grad_fn, const Node* old_grad_fn) {
   std::vector<Node*> stack{new_grad_fn};
   std::unordered_set<const Node*> seen{new_grad_fn, old_grad_fn};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    n->visit_saved([&](const SavedTensor& s, const char*, std::size_t) {
-      s.forget_history_if_stale(modified);
-    });
+    n->visit_saved(
+        [&](const SavedTensor& s, const char*, std::size_t) { s.forget_history_if_stale(); });
     for (const Edge& e : n->next_edges())
       if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }

@@ -38,9 +38,10 @@ class SavedTensor {
   /// hook returned; null once released or when the hook kept the data elsewhere. Memory
   /// accounting and summaries count these (see Note [Saved tensor accounting]).
   const StorageImpl* held_storage() const;
-  /// When this saves `modified` (or a view of it) at a version it no longer has, swaps the
-  /// kept handle for an alias without history: see Note [Stale saves and reference cycles].
-  void forget_history_if_stale(const TensorImpl& modified) const;
+  /// When this saved a version its storage no longer has (it can only ever throw the version
+  /// error), swaps the kept handle for an alias without history: see Note [Stale saves and
+  /// reference cycles].
+  void forget_history_if_stale() const;
 
  private:
   Tensor with_tangents(Tensor t) const;

@@ -289,3 +289,24 @@ TEST(ViewInplace, InplaceUpdatesInALoopKeepValidSavesAndFreeTheGraph) {
   expect_values(w.grad(),
                 {k * hv[0] * std::pow(1 + wv[0], k - 1), k * hv[1] * std::pow(1 + wv[1], k - 1)});
 }
+
+TEST(ViewInplace, ACycleThroughAnotherTensorsStaleSaveIsFreed) {
+  // Found by fuzz_ops as a leak. z = pow(y, v) saves v, a view of y. An in-place op through a
+  // view of v then gives y a history whose node saves w. An in-place op on w from z then closes
+  // w -> (w's node) -> z's node -> v -> y -> (y's node) -> w. The walk from w's new history
+  // reaches z's node, but the save of w that closes the cycle lies past z's stale save of v:
+  // every stale save met in the walk must be cut, not only the modified tensor's.
+  Tensor x = tensor({0.5, -1.0, 2.0, 1.5}, f64_grad()).reshape({2, 2});
+  std::vector<std::weak_ptr<Node>> nodes;
+  {
+    Tensor y = x * 2.0;
+    Tensor v = y.transpose(0, 1);
+    Tensor z = pow(y, v);
+    Tensor w = full({2, 2}, 3.0, DType::Float64);
+    v.transpose(0, 1).div_(w);  // y gets a node that saves w; z's save of v goes stale
+    w.transpose(0, 1).div_(z);  // w gets a history through z's node
+    for (const Tensor& t : {y, v, z, w}) nodes.push_back(t.grad_fn());
+    for (const auto& n : nodes) ASSERT_FALSE(n.expired());
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) EXPECT_TRUE(nodes[i].expired()) << "node " << i;
+}
