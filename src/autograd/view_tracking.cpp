@@ -117,12 +117,6 @@ struct ViewScatter {
   }
 };
 
-bool overlaps_itself(const Tensor& t) {
-  for (std::size_t d = 0; d < t.shape().size(); ++d)
-    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 void track_view(const Tensor& out, const Tensor& input) {
@@ -163,10 +157,6 @@ void check_view_inplace(const Tensor& self, bool recording, const char* op) {
                 ") of a leaf tensor that requires grad (", describe(base),
                 ") cannot be modified in place; do it under NoGradGuard, or clone() the leaf "
                 "first");
-  ADJOINT_CHECK(!overlaps_itself(self), Autograd, op, "the view ", describe(self), " (strides ",
-                self.strides(),
-                ") has elements that share one memory location (an expanded tensor), so an "
-                "in-place write is ambiguous; clone() it first");
 }
 
 void commit_to_view(const Tensor& self, const Tensor& result) {

@@ -14,6 +14,15 @@ Tensor make_empty(const Shape& shape, DType dtype);
 /// A tensor sharing `base`'s storage with new shape, strides (elements) and offset.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
 
+/// Whether some elements of t share one memory location: a dim of size > 1 with stride 0 (an
+/// expanded tensor). Writing such a tensor element by element is ambiguous.
+inline bool has_internal_overlap(const Tensor& t) {
+  if (t.is_contiguous()) return false;
+  for (std::size_t d = 0; d < t.shape().size(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0) return true;
+  return false;
+}
+
 namespace detail {
 /// shape's element count, after checking that it and its size in bytes fit int64 (see
 /// Note [Tensor size limits]); the error names the current op, else `fallback`.

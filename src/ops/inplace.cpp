@@ -12,6 +12,7 @@
 #include "adjoint/error.h"
 #include "autograd/view_tracking.h"
 #include "core/scalar_convert.h"
+#include "core/tensor_factory.h"
 #include "ops/common.h"
 #include "vmap/batched.h"
 
@@ -77,8 +78,19 @@ void update_tangents(const Tensor& self, const Tensor* result) {
   }
 }
 
-void check_inplace(const Tensor& self, bool recording, const char* op) {
+// As PyTorch: an in-place op whose result depends on the old values cannot write a tensor
+// whose elements share memory (an expanded tensor): each write would feed the next, and a
+// [1, 2^40] expand is 2^40 writes to one element (a hang found by fuzz_ops). fill_ is allowed:
+// filling is idempotent, and it writes each memory location once.
+enum class Overlap { Refuse, Allow };
+
+void check_inplace(const Tensor& self, bool recording, const char* op,
+                   Overlap overlap = Overlap::Refuse) {
   ADJOINT_CHECK(self.defined(), Value, op, "called on an undefined tensor");
+  ADJOINT_CHECK(overlap == Overlap::Allow || !has_internal_overlap(self), Value, op,
+                "unsupported operation: ", describe(self), " (strides ", self.strides(),
+                ") has elements that share one memory location (an expanded tensor), so an "
+                "in-place write is ambiguous; clone() it first");
   if (!is_grad_enabled()) return;
   ADJOINT_CHECK(
       !(self.is_leaf() && self.requires_grad()), Autograd, op, "a leaf tensor that requires grad (",
@@ -101,6 +113,16 @@ void check_broadcast_into(const Tensor& self, const Tensor& other, const char* o
 }
 
 void bump(Tensor& self) { self.impl()->storage->bump_version(); }
+
+// t without its repeated elements: every stride-0 dim of an expanded tensor cut to size 1, so
+// that each memory location is visited once.
+Tensor unique_elements(const Tensor& t) {
+  if (!has_internal_overlap(t)) return t;
+  Shape shape = t.shape();
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (t.strides()[d] == 0) shape[d] = std::min<int64_t>(shape[d], 1);
+  return make_view(t, shape, t.strides(), t.storage_offset());
+}
 
 // self = self <kind> other, written by the kernel directly.
 Tensor& direct_binary(Tensor& self, Binary kind, const Tensor& other, const char* op) {
@@ -258,7 +280,7 @@ Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
 Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) {
   const bool recording = recording_with(*this, nullptr);
-  check_inplace(*this, recording, "fill_");
+  check_inplace(*this, recording, "fill_", Overlap::Allow);
   check_dual_inplace(*this, nullptr, "fill_");
   if (recording && detail::is_tracked_view(*this)) {
     // The view's window of the base becomes a constant (Note [Views and in-place ops]).
@@ -272,7 +294,7 @@ Tensor& Tensor::fill_(Scalar v) {
     update_tangents(*this, nullptr);
     return *this;
   }
-  kernels::fill(*this, v);
+  kernels::fill(unique_elements(*this), v);
   bump(*this);
   update_tangents(*this, nullptr);  // a constant: a dual's tangent becomes zero
   return *this;

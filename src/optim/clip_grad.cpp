@@ -8,17 +8,10 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "core/tensor_factory.h"
 
 namespace adjoint::optim {
 namespace {
-
-// An expanded gradient (stride 0 over a dim of size > 1, possible through set_grad) shares
-// elements between positions: scaling it in place would scale those elements several times.
-bool has_internal_overlap(const Tensor& t) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
-  return false;
-}
 
 std::vector<Tensor> defined_grads(const std::vector<Tensor>& params, const char* op) {
   std::vector<Tensor> out;
@@ -64,6 +57,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
+    // An expanded gradient (possible through set_grad) would be scaled several times over.
     if (has_internal_overlap(g)) {
       params[i].set_grad(g * coef);
     } else {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -287,4 +289,27 @@ TEST(Inplace, OverwriteCutsGradientToOldValue) {
   Tensor z = (y * x).sum();  // dz/dx = y = 1, nothing through the old y
   z.backward();
   expect_values(x.grad(), {1, 1});
+}
+
+TEST(Inplace, ExpandedTensorsRefuseArithmeticInPlaceAndFillEachLocationOnce) {
+  // Found by fuzz_ops: clamp_ on a [1, 2^40] expand wrote one float 2^40 times (a hang). As
+  // PyTorch, in-place ops that read the old values refuse a tensor whose elements share
+  // memory; fill_ (idempotent) writes each memory location once.
+  Tensor base = full({1, 1}, 2.5);
+  Tensor big = base.expand({1, 1LL << 40});
+  for (const auto& [what, op] : std::vector<std::pair<const char*, std::function<void()>>>{
+           {"clamp_", [&] { big.clamp_(0.0, 1.0); }},
+           {"add_", [&] { big.add_(1.0); }},
+           {"mul_", [&] { big.mul_(full({1}, 2.0)); }},
+           {"copy_", [&] { big.copy_(full({1}, 2.0)); }}})
+    expect_error(op, ErrorKind::Value, {what, "share one memory location", "clone()"});
+  EXPECT_EQ(base.item<float>(), 2.5f);  // nothing was written
+  big.fill_(4.0);
+  EXPECT_EQ(base.item<float>(), 4.0f);
+  // A small expand: the same refusal, and the clone the message suggests works.
+  Tensor row = full({3}, 1.0).expand({2, 3});
+  expect_error([&] { row.add_(1.0); }, ErrorKind::Value, {"add_"});
+  Tensor copy = row.clone();
+  copy.add_(1.0);
+  EXPECT_EQ(copy.to_vector<float>(), std::vector<float>(6, 2.0f));
 }
