@@ -194,7 +194,9 @@ bool broadcastable(const Shape& a, const Shape& b) {
 }
 
 // The public functions as callables, for autocast_call (they are overloaded by default
-// arguments, so not addressable directly).
+// arguments, so not addressable directly). matmul, linear and dot promote their operands
+// before apply<Op>, so they apply their op's autocast policy at entry instead, on the
+// caller's dtypes; inside, autocast is off and apply<Op> converts nothing again.
 constexpr auto matmul_fn = [](const Tensor& a, const Tensor& b) { return matmul(a, b); };
 constexpr auto linear_fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
   return linear(x, w, b);
@@ -205,7 +207,7 @@ constexpr auto dot_fn = [](const Tensor& a, const Tensor& b) { return dot(a, b);
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(AutocastPolicy::Lower, matmul_fn, a_in, b_in);
+    return detail::autocast_call(detail::autocast_policy<MatMul>(), matmul_fn, a_in, b_in);
   check_operands(a_in, b_in, "matmul");
   ADJOINT_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, Shape, "matmul",
                 "both operands need at least 1 dimension: lhs ", describe(a_in), " vs rhs ",
@@ -248,7 +250,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
   if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(AutocastPolicy::Lower, linear_fn, x_in, w_in, b_in);
+    return detail::autocast_call(detail::autocast_policy<Linear>(), linear_fn, x_in, w_in, b_in);
   check_operands(x_in, w_in, "linear");
   ADJOINT_CHECK(x_in.dim() >= 1, Shape, "linear", "input needs at least 1 dimension: input ",
                 describe(x_in), " vs weight ", describe(w_in));
@@ -269,7 +271,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
 
 Tensor dot(const Tensor& a, const Tensor& b) {
   if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(AutocastPolicy::Lower, dot_fn, a, b);
+    return detail::autocast_call(detail::autocast_policy<Dot>(), dot_fn, a, b);
   check_operands(a, b, "dot");
   return dot_impl(a, b, "dot");
 }

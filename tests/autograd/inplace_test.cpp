@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <functional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "adjoint/adjoint.h"
