@@ -1,7 +1,19 @@
 // Reductions (sum, prod, max, min) over any set of dims, and argmax/argmin along one dim.
 // Each output element is reduced by one thread in a fixed order, so results do not depend on
 // the thread count. Floating sums accumulate in double.
+//
+// Note [Reducing repeated elements]: a reduced dim of stride 0 (an expand) repeats the same
+// elements, so the kernels read each unique element once and account for the repeats after:
+// max/min and argmax/argmin ignore them (the first index of an extremum along a repeated dim
+// is 0), a sum multiplies by the repeat count and a product raises to it. A reduction of
+// `ones({1}).expand({2^40})` thus costs one element, not 2^40 (found by fuzz_ops: a timeout).
+// Integers wrap as the element-by-element loop does (multiplication modulo 2^64 is exact). For
+// floats the unique elements' double accumulator is multiplied by the count (or raised to
+// it), rounding once where the loop would round at every step. For one repeated float32 or
+// 16-bit value the loop's double sum is exact below 2^29 repeats, so the two agree bitwise;
+// otherwise they may differ in the last bits, as sums in another order do.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "adjoint/error.h"
@@ -37,6 +49,7 @@ struct Plan {
   int64_t outputs = 1, per_output = 1;
   int64_t leading_rows = 0;  // see leading_rows()
   bool trailing = false;     // x contiguous and the reduced dims are its last ones
+  int64_t repeats = 1;       // how often each reduced element repeats (stride-0 reduced dims)
 };
 
 Plan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
@@ -52,10 +65,14 @@ Plan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, 
   Plan p;
   for (int64_t i = 0; i < nd; ++i) {
     if (reduced[i]) {
+      if (keepdim) p.out_shape.push_back(1);
+      if (x.strides()[i] == 0 && x.shape()[i] > 1) {  // Note [Reducing repeated elements]
+        p.repeats *= x.shape()[i];
+        continue;
+      }
       p.red_sizes.push_back(x.shape()[i]);
       p.red_strides.push_back(x.strides()[i]);
       p.per_output *= x.shape()[i];
-      if (keepdim) p.out_shape.push_back(1);
     } else {
       p.kept_sizes.push_back(x.shape()[i]);
       p.kept_strides.push_back(x.strides()[i]);
@@ -145,6 +162,24 @@ void run_plan(const Plan& p, const T* x, Acc* out, Acc init, Step step) {
                });
 }
 
+// a^n modulo 2^64, by squaring (n >= 1).
+int64_t pow_wrap(int64_t a, int64_t n) {
+  int64_t r = 1;
+  for (; n > 0; n >>= 1, a = mul_wrap(a, a))
+    if (n & 1) r = mul_wrap(r, a);
+  return r;
+}
+
+// Each of acc's reductions ran over the unique elements; they repeat `repeats` times. See Note
+// [Reducing repeated elements].
+template <class Acc, class Pow>
+void account_repeats(Reduce k, std::vector<Acc>& acc, int64_t repeats, Pow pow) {
+  for (Acc& a : acc) {
+    if (k == Reduce::Sum) a = mul_wrap(a, static_cast<Acc>(repeats));
+    if (k == Reduce::Prod) a = pow(a, repeats);
+  }
+}
+
 }  // namespace
 
 Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -185,6 +220,9 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
                               });
           break;
       }
+      if (p.repeats > 1)
+        account_repeats(k, acc, p.repeats,
+                        [](double a, int64_t n) { return std::pow(a, static_cast<double>(n)); });
       for (int64_t i = 0; i < p.outputs; ++i) o[i] = static_cast<T>(acc[i]);
     } else {
       using Acc = int64_t;
@@ -205,6 +243,7 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
                            [](Acc a, T v) { return std::min(a, Acc(v)); });
           break;
       }
+      if (p.repeats > 1) account_repeats(k, acc, p.repeats, pow_wrap);
       dispatch_opmath_all(out.dtype(), op, [&]<class O>() {
         O* o = out.data_ptr<O>();
         for (int64_t i = 0; i < p.outputs; ++i) o[i] = static_cast<O>(acc[i]);
