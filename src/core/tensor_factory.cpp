@@ -3,6 +3,8 @@
 
 #include <new>
 
+#include <unistd.h>
+
 #include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "core/mode_state.h"
@@ -51,6 +53,14 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   impl->is_view = true;
   impl->inference = base.impl()->inference;
   return Tensor(std::move(impl));
+}
+
+int64_t physical_memory_bytes() {
+  static const int64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : int64_t{0};
+  }();
+  return bytes;
 }
 
 }  // namespace adjoint

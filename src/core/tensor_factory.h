@@ -14,6 +14,11 @@ Tensor make_empty(const Shape& shape, DType dtype);
 /// A tensor sharing `base`'s storage with new shape, strides (elements) and offset.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
 
+/// This machine's physical memory in bytes (0 when unknown): a request for more can never be
+/// met, so it is refused as OutOfMemory before it is made (a sanitizer build aborts on a
+/// failed operator new instead of throwing std::bad_alloc).
+int64_t physical_memory_bytes();
+
 /// Whether some elements of t share one memory location: a dim of size > 1 with stride 0 (an
 /// expanded tensor). Writing such a tensor element by element is ambiguous.
 inline bool has_internal_overlap(const Tensor& t) {

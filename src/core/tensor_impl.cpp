@@ -198,6 +198,11 @@ std::vector<T> Tensor::to_vector() const {
   if (t.batched) detail::throw_batched_data_access(t);
   std::vector<T> out;
   // A huge expanded tensor has few elements in memory but numel of them to copy out.
+  const int64_t memory = physical_memory_bytes();
+  ADJOINT_CHECK(memory == 0 || t.numel <= memory / static_cast<int64_t>(sizeof(T)), OutOfMemory,
+                "to_vector", "out of memory: ", t.numel, " elements of ", sizeof(T),
+                " bytes for the values of a tensor of shape ", t.shape, " (", t.dtype,
+                ") are more than this machine's ", memory, " bytes");
   try {
     out.resize(static_cast<std::size_t>(t.numel));
   } catch (const std::bad_alloc&) {

@@ -2,7 +2,6 @@
 // split and chunk (lists of slices). The primitives are Slice, Select, SliceScatter (the VJP of
 // both views, itself differentiable so double backward works) and Cat. Pure restriding views
 // (view, reshape, permute, squeeze, ...) live in view.cpp.
-#include <unistd.h>
 
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
@@ -153,8 +152,7 @@ struct Cat {
 // machine's memory is refused first, as the allocation that cannot succeed (OutOfMemory).
 void check_piece_count(int64_t pieces, const Tensor& x, const char* op) {
   constexpr int64_t kBytesPerPiece = sizeof(Tensor) + sizeof(TensorImpl) + 64;  // + refcounts
-  static const int64_t memory =
-      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  const int64_t memory = physical_memory_bytes();
   ADJOINT_CHECK(memory <= 0 || pieces <= memory / kBytesPerPiece, OutOfMemory, op,
                 "out of memory: ", pieces, " pieces of ", describe(x), " need at least ", pieces,
                 " x ", kBytesPerPiece, " bytes, more than this machine's ", memory, " bytes");
