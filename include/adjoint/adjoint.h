@@ -2,6 +2,7 @@
 #pragma once
 
 #include "adjoint/allocator.h"
+#include "adjoint/anomaly.h"
 #include "adjoint/autocast.h"
 #include "adjoint/autograd.h"
 #include "adjoint/checkpoint.h"

@@ -22,6 +22,9 @@ namespace adjoint {
 
 class Node;
 class SavedTensor;  // src/autograd/saved_tensor.h
+namespace detail {
+struct CreationSite;  // src/autograd/anomaly.h
+}  // namespace detail
 
 /// An input of a node: the node that produced it and which of that node's outputs it was.
 struct Edge {
@@ -70,6 +73,11 @@ class Node : public std::enable_shared_from_this<Node> {
   /// so a live run's claim stays put (Note [Graph task claims] in src/autograd/graph_task.h).
   std::atomic<uint64_t>& graph_task_claim() const { return graph_task_claim_; }
 
+  /// Where the forward op was called, when anomaly mode was on as it was recorded (anomaly.h);
+  /// null otherwise.
+  const detail::CreationSite* creation_site() const { return creation_site_.get(); }
+  void set_creation_site(std::unique_ptr<detail::CreationSite> site);
+
  protected:
   EdgeList next_edges_;
 
@@ -81,6 +89,7 @@ class Node : public std::enable_shared_from_this<Node> {
   };
   std::vector<PreHook> pre_hooks_;
   mutable std::atomic<uint64_t> graph_task_claim_{0};
+  std::unique_ptr<detail::CreationSite> creation_site_;
   uint64_t sequence_nr_;
   uint32_t num_outputs_;
 };

@@ -31,6 +31,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/anomaly.h"
 #include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
 #include "autograd/memory_hooks.h"
@@ -300,6 +301,9 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
       track_view(out, x);
   }
 
+  if (tls_mode.anomaly & kAnomalyCheckForward) [[unlikely]]
+    check_forward_output(Op::name, inputs.data(), inputs.size(), out);
+
   std::shared_ptr<OpNode<Op>> node;
   if (record && is_floating(out.dtype())) {
     node = detail::make_pooled<OpNode<Op>>(op);
@@ -314,6 +318,8 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
       node->info_[i] = InputInfo{x.shape(), x.dtype()};
     }
     set_history(out, node, 0);
+    if (tls_mode.anomaly != 0) [[unlikely]]  // Note [Anomaly mode]
+      note_creation(*node, Op::name);
     constexpr auto save = static_cast<uint8_t>(Op::save);
     if (save & static_cast<uint8_t>(Save::Inputs)) {
       node->saved_inputs_.reserve(n);

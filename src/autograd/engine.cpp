@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/anomaly.h"
 #include "autograd/autocast.h"
 #include "autograd/graph_task.h"
 #include "autograd/memory_hooks.h"
@@ -106,7 +107,9 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   const bool capturing = !captures.empty();
   // VJPs may add weight gradients straight into .grad (Note [Adding into .grad in place]);
   // grad() never touches .grad, and create_graph records the sum instead.
-  GraphTask task({keep_graph, create_graph, !capturing && !create_graph});
+  // Anomaly mode checks what every node returns, so leaves get theirs through AccumulateGrad.
+  const bool check_nan = (tls_mode.anomaly & detail::kAnomalyCheckNan) != 0;
+  GraphTask task({keep_graph, create_graph, !capturing && !create_graph && !check_nan});
   std::vector<Node*> root_nodes;
   for (const Edge& e : roots) root_nodes.push_back(e.node.get());
   discover(task, root_nodes);
@@ -165,6 +168,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       if (!self.needed || acc) continue;
     }
     TensorList outputs = n->apply(std::move(grads));
+    if (check_nan) [[unlikely]]  // Note [Anomaly mode]
+      detail::check_node_gradients(*n, outputs);
     if (!keep_graph) n->release_saved();
     const auto& edges = n->next_edges();
     for (std::size_t i = 0; i < edges.size(); ++i) {

@@ -190,6 +190,8 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
   if (any_requires_grad && is_grad_enabled()) {
     auto node = std::make_shared<CustomNode>(name, ctx, std::move(backward),
                                              static_cast<uint32_t>(outputs.size()));
+    if (tls_mode.anomaly != 0) [[unlikely]]  // Note [Anomaly mode]
+      detail::note_creation(*node, name.c_str());
     auto& edges = node->mutable_next_edges();
     for (const Tensor& x : inputs) {
       edges.push_back(x.defined() && x.requires_grad() ? autograd::gradient_edge(x) : Edge());

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "adjoint/error.h"
+#include "autograd/anomaly.h"
 #include "autograd/apply.h"
 #include "autograd/transform_support.h"
 
@@ -21,6 +22,10 @@ uint64_t next_sequence_nr() { return sequence_counter.load(std::memory_order_rel
 Node::Node(uint32_t num_outputs)
     : sequence_nr_(sequence_counter.fetch_add(1, std::memory_order_relaxed)),
       num_outputs_(num_outputs) {}
+
+void Node::set_creation_site(std::unique_ptr<detail::CreationSite> site) {
+  creation_site_ = std::move(site);
+}
 
 Node::~Node() {
   // Tear down long chains iteratively: dropping the last reference to a node would otherwise

@@ -131,13 +131,15 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
                 "after they were freed): the saved tensors of ",
                 owner_name(owner),
                 " were freed when backward last ran; pass retain_graph=true to the first "
-                "backward if you need to run backward twice");
+                "backward if you need to run backward twice",
+                detail::creation_hint(owner.get()));
   if (auto storage = storage_.lock()) {
     ADJOINT_CHECK(storage->version() == saved_version_, Autograd, "backward",
                   "a tensor needed for the gradient of ", owner_name(owner),
                   " was modified by an in-place operation: ", shape_, " (", dtype_,
                   ") saved at version ", saved_version_, " is now at version ", storage->version(),
-                  "; use an out-of-place op, or clone() the tensor before modifying it");
+                  "; use an out-of-place op, or clone() the tensor before modifying it",
+                  detail::creation_hint(owner.get()));
   }
   ADJOINT_CHECK(!data_.defined() || data_.impl()->storage.get() == storage_id_, Autograd,
                 "backward", "a tensor needed for the gradient of ", owner_name(owner),

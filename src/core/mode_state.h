@@ -25,6 +25,9 @@ struct ModeState {
   /// Autocast (src/autograd/autocast.h): 0 is off, else 1 + the low DType's enumerator. Read
   /// only by ops that have an autocast policy.
   uint8_t autocast = 0;
+  /// Anomaly mode (src/autograd/anomaly.h): 0 is off, else its AnomalyBits. Read where a
+  /// node is recorded, beside grad_enabled.
+  uint8_t anomaly = 0;
 };
 
 // constinit: constant-initialised, so every access is a plain thread-local load, with no

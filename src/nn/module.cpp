@@ -8,6 +8,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/anomaly.h"
 
 namespace adjoint::nn {
 namespace {
@@ -36,7 +37,11 @@ std::string join(const std::string& prefix, const std::string& name) {
 }  // namespace
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
-Module::~Module() = default;
+Module::~Module() {
+  // A child that outlives this module (shared with another owner) forgets it as its parent.
+  for (const auto& [name, child] : children_)
+    if (child->parent_ == this) child->parent_ = nullptr;
+}
 
 Tensor Module::forward(const Tensor& input) {
   ADJOINT_CHECK(false, NotImplemented, "nn." + type_name_, type_name_,
@@ -105,7 +110,23 @@ void Module::add_child(std::string name, std::shared_ptr<Module> module) {
   ADJOINT_CHECK(module != nullptr, Value, op, "submodule '", name, "' of ", type_name_, " is null");
   ADJOINT_CHECK(!module->contains(this), Value, op, "cannot register submodule '", name, "' in ",
                 type_name_, ": it contains ", type_name_, " itself, which would make a cycle");
+  if (module->parent_ == nullptr) {  // its first parent names it (as named_modules lists it)
+    module->parent_ = this;
+    module->name_in_parent_ = name;
+  }
   children_.emplace_back(std::move(name), std::move(module));
+}
+
+std::string Module::path() const {
+  if (parent_ == nullptr) return "";
+  const std::string up = parent_->path();
+  return up.empty() ? name_in_parent_ : up + "." + name_in_parent_;
+}
+
+Tensor Module::call_in_anomaly_scope(const Tensor& input) {
+  const detail::ModuleScope scope(path().empty() ? type_name_ : path());
+  if (hooks_ == nullptr || hooks_->empty()) return forward(input);
+  return call_with_hooks(input);
 }
 
 // Calls visit(dotted prefix, module) on this module, then (when recursing) on every

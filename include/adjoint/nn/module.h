@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "adjoint/anomaly.h"
 #include "adjoint/dtype.h"
 #include "adjoint/nn/module_hooks.h"
 #include "adjoint/tensor.h"
@@ -43,6 +44,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The class-level name given at construction, e.g. "Linear".
   const std::string& type_name() const { return type_name_; }
+  /// The dotted name of this module under the module it was first registered in, and so on
+  /// up ("blocks.2.attn"); "" for a module registered nowhere (the model itself).
+  std::string path() const;
 
   /// The single-tensor forward pass. Modules with one input override it (that is what
   /// Sequential chains); the base version throws a NotImplemented error naming the module.
@@ -51,6 +55,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// src/nn/module_hooks.cpp). Layers call their children this way, so hooks fire anywhere
   /// in a model; with no hook registered it costs one pointer test.
   Tensor operator()(const Tensor& input) {
+    if (is_anomaly_enabled()) [[unlikely]]
+      return call_in_anomaly_scope(input);
     if (hooks_ == nullptr || hooks_->empty()) return forward(input);
     return call_with_hooks(input);
   }
@@ -158,6 +164,8 @@ class Module : public std::enable_shared_from_this<Module> {
   ModuleHookHandle add_backward_hook(BackwardHook hook);
   ModuleHookLists& hooks();
   Tensor call_with_hooks(const Tensor& input);
+  // operator() while anomaly mode is on: names this module's scope for creation sites.
+  Tensor call_in_anomaly_scope(const Tensor& input);
 
   struct Entry {
     std::string name;
@@ -170,6 +178,10 @@ class Module : public std::enable_shared_from_this<Module> {
   void walk(const std::string& prefix, bool recurse, Visit&& visit) const;
 
   std::string type_name_;
+  // The module this one was first registered in (cleared if that one dies first) and the
+  // name it has there: what path() walks.
+  const Module* parent_ = nullptr;
+  std::string name_in_parent_;
   bool training_ = true;
   std::vector<Entry> parameters_;
   std::vector<Entry> buffers_;
