@@ -7,7 +7,7 @@
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
 //                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
 //                 [--grad-every 10] [--grad-vanish 1e-6] [--grad-vanish-records 5]
-//                 [--grad-explode 1e2]
+//                 [--grad-explode 1e2] [--profile N]
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
                  "fp16's initial loss scale; it halves on every overflow and doubles after "
                  "2000 good steps")
       ->capture_default_str();
+  int64_t profile_step = 0;
+  app.add_option("--profile", profile_step,
+                 "profile step N: its Chrome trace (chrome://tracing, Perfetto) to trace.json "
+                 "and its per-op table to profile.txt (0: none)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -178,7 +183,7 @@ int main(int argc, char** argv) {
     // A run killed while writing one of these leaves its temporary: drop it now (the
     // checkpoint's are also dropped by every save).
     for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv",
-                             "grads.svg", "grads.csv"})
+                             "grads.svg", "grads.csv", "trace.json", "profile.txt"})
       io::remove_stale_temporaries(out_dir + "/" + name);
 
     tools::Series train_curve{"train loss", {}, {}, "#1f77b4"};
@@ -212,12 +217,24 @@ int main(int argc, char** argv) {
     };
     while (trainer.step() < end) {
       if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
+      // --profile N: step N (counted from 1) op by op; made after the timeline, so stopped first.
+      std::unique_ptr<Profiler> profiler;
+      if (trainer.step() + 1 == profile_step) profiler = std::make_unique<Profiler>();
       double loss = 0;
       try {
         loss = trainer.train_step(timeline.get(), &health);
       } catch (const Error&) {
         write_health();  // what led up to a NaN is the interesting part
         throw;
+      }
+      if (profiler) {
+        profiler->stop();
+        profiler->write_chrome_trace(out_dir + "/trace.json");
+        const std::string table = profiler->table(25);
+        io::write_text_file_atomic(out_dir + "/profile.txt", table, "train");
+        std::fprintf(stderr, "\rprofile of step %lld (%s/trace.json, %s/profile.txt):%20s\n%s",
+                     static_cast<long long>(profile_step), out_dir.c_str(), out_dir.c_str(), "",
+                     table.c_str());
       }
       for (const std::string& w : health.take_warnings())
         std::fprintf(stderr, "\rwarning: %s%20s\n", w.c_str(), "");

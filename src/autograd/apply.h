@@ -270,6 +270,8 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // Errors raised below this op (a shape too large, memory the allocator cannot give) name
   // it: see Note [Current op] in src/core/op_scope.h.
   const OpScope op_scope(Op::name);
+  if (OpObserver* observer = tls_op_observer) [[unlikely]]
+    observer->before_forward_op(Op::name);
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;

@@ -167,7 +167,11 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       // grad() never touches .grad, and skips branches that lead to no input.
       if (!self.needed || acc) continue;
     }
+    if (observer_pause.observer) [[unlikely]]
+      observer_pause.observer->before_backward_node(*n);
     TensorList outputs = n->apply(std::move(grads));
+    if (observer_pause.observer) [[unlikely]]
+      observer_pause.observer->backward_node_tensors(*n, outputs);
     if (check_nan) [[unlikely]]  // Note [Anomaly mode]
       detail::check_node_gradients(*n, outputs);
     if (!keep_graph) n->release_saved();

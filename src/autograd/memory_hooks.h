@@ -10,9 +10,7 @@
 
 #include "adjoint/storage.h"
 
-namespace adjoint {
-class Tensor;
-}  // namespace adjoint
+#include "adjoint/autograd.h"
 
 namespace adjoint::detail {
 
@@ -79,21 +77,46 @@ void reset_saved_registry_peak();
 /// Independent of peak_bytes, so timelines and users' peak queries do not disturb each other.
 std::size_t take_saved_window_peak();
 
-/// Called after every op that goes through apply<Op> and after every node the backward
-/// engine runs, on the thread that installed it. See Note [Op observer] in memory_hooks.cpp.
+/// Called around every op that goes through apply<Op> and every node the backward engine
+/// runs, on the thread that installed it. See Note [Op observer] in memory_hooks.cpp. An
+/// observer that displaces another passes every call on to it.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
-  /// `op` is Op::name ("exp"); the op's node and saved tensors are in place.
-  virtual void after_forward_op(const char* op) = 0;
+  /// Before the op's forward runs (what profiles time from). An op that throws gets no
+  /// after_forward_op.
+  virtual void before_forward_op(const char* op) {
+    if (next_) next_->before_forward_op(op);
+  }
   /// Called just before after_forward_op with the op's `n` inputs (undefined ones included)
   /// and its output: what FLOP counting reads (checkpoint budgets, see Note [FLOP counting]
-  /// in src/checkpoint/budget_profile.cpp). Observers that only need names ignore it.
-  virtual void forward_op_tensors(const char* /*op*/, const Tensor* /*inputs*/, std::size_t /*n*/,
-                                  const Tensor& /*output*/) {}
+  /// in src/checkpoint/budget_profile.cpp).
+  virtual void forward_op_tensors(const char* op, const Tensor* inputs, std::size_t n,
+                                  const Tensor& output) {
+    if (next_) next_->forward_op_tensors(op, inputs, n, output);
+  }
+  /// `op` is Op::name ("exp"); the op's node and saved tensors are in place.
+  virtual void after_forward_op(const char* op) {
+    if (next_) next_->after_forward_op(op);
+  }
+  /// Before the node's apply (what profiles time from).
+  virtual void before_backward_node(const Node& node) {
+    if (next_) next_->before_backward_node(node);
+  }
+  /// Just after the node's apply, with the gradients it returned for its inputs.
+  virtual void backward_node_tensors(const Node& node, const TensorList& grads) {
+    if (next_) next_->backward_node_tensors(node, grads);
+  }
   /// `node` is the node's name() ("ExpBackward"); its saved tensors are freed (unless
   /// retain_graph) and its gradients passed on.
-  virtual void after_backward_node(const std::string& node) = 0;
+  virtual void after_backward_node(const std::string& node) {
+    if (next_) next_->after_backward_node(node);
+  }
+
+ protected:
+  /// The observer this one displaced from tls_op_observer. Observers compose: each default
+  /// above passes the call on to it, and an override calls the base version when done.
+  OpObserver* next_ = nullptr;
 };
 
 extern constinit thread_local OpObserver* tls_op_observer;

@@ -35,6 +35,7 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/memory_hooks.h"
+#include "autograd/op_cost.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/transform_support.h"
 #include "checkpoint/budget_util.h"
@@ -44,51 +45,27 @@
 namespace adjoint {
 namespace {
 
-uint64_t elements(const Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel()) : 0; }
-
-// See Note [FLOP counting].
-uint64_t op_flops(std::string_view op, const Tensor* inputs, std::size_t n, const Tensor& out) {
-  if (op == "matmul" || op == "linear" || op == "dot") {
-    const Tensor& a = inputs[0];
-    const uint64_t k = a.dim() == 0 ? 1 : static_cast<uint64_t>(a.size(-1));
-    uint64_t flops = 2 * elements(out) * k;
-    if (op == "linear" && n > 2 && inputs[2].defined()) flops += elements(out);  // the bias
-    return flops;
-  }
-  if (op == "view" || op == "permute" || op == "expand" || op == "slice" || op == "select")
-    return 0;
-  uint64_t most = elements(out);
-  for (std::size_t i = 0; i < n; ++i) most = std::max(most, elements(inputs[i]));
-  return most;
-}
-
 // Counts the FLOPs of the ops run on this thread while alive, passing every event on to the
 // observer it displaced (a memory timeline keeps recording through a profile).
 class FlopCounter final : public detail::OpObserver {
  public:
-  FlopCounter() : previous_(detail::tls_op_observer) { detail::tls_op_observer = this; }
-  ~FlopCounter() override { detail::tls_op_observer = previous_; }
+  FlopCounter() {
+    next_ = detail::tls_op_observer;
+    detail::tls_op_observer = this;
+  }
+  ~FlopCounter() override { detail::tls_op_observer = next_; }
   FlopCounter(const FlopCounter&) = delete;
   FlopCounter& operator=(const FlopCounter&) = delete;
 
   void forward_op_tensors(const char* op, const Tensor* inputs, std::size_t n,
                           const Tensor& output) override {
-    flops += op_flops(op, inputs, n, output);
+    flops += detail::op_flops(op, inputs, n, output);
     ++ops;
-    if (previous_) previous_->forward_op_tensors(op, inputs, n, output);
-  }
-  void after_forward_op(const char* op) override {
-    if (previous_) previous_->after_forward_op(op);
-  }
-  void after_backward_node(const std::string& node) override {
-    if (previous_) previous_->after_backward_node(node);
+    OpObserver::forward_op_tensors(op, inputs, n, output);
   }
 
   uint64_t flops = 0;
   int64_t ops = 0;
-
- private:
-  detail::OpObserver* previous_;
 };
 
 // Ids for storages; see Note [Profiling layer by layer].

@@ -27,18 +27,13 @@ Tensor quiet_copy(const Tensor& t) {
 
 class Observer final : public detail::OpObserver {
  public:
-  explicit Observer(std::weak_ptr<GraphRecorder::Impl> state)
-      : state_(std::move(state)), previous_(detail::tls_op_observer) {}
+  explicit Observer(std::weak_ptr<GraphRecorder::Impl> state) : state_(std::move(state)) {
+    next_ = detail::tls_op_observer;
+  }
 
-  void after_forward_op(const char* op) override {
-    if (previous_) previous_->after_forward_op(op);
-  }
-  void after_backward_node(const std::string& node) override {
-    if (previous_) previous_->after_backward_node(node);
-  }
   void forward_op_tensors(const char* op, const Tensor* inputs, std::size_t n,
                           const Tensor& out) override {
-    if (previous_) previous_->forward_op_tensors(op, inputs, n, out);
+    OpObserver::forward_op_tensors(op, inputs, n, out);
     std::shared_ptr<GraphRecorder::Impl> s = active_ ? state_.lock() : nullptr;
     std::shared_ptr<Node> node = s && out.defined() ? out.grad_fn() : nullptr;
     if (!node) return;  // nothing recorded: no input needed a gradient
@@ -60,12 +55,11 @@ class Observer final : public detail::OpObserver {
     GraphRecorder::Impl::hook(s, node);
   }
 
-  detail::OpObserver* previous() const { return previous_; }
+  detail::OpObserver* previous() const { return next_; }
   void deactivate() { active_ = false; }
 
  private:
   std::weak_ptr<GraphRecorder::Impl> state_;
-  detail::OpObserver* previous_;
   bool active_ = true;
 };
 

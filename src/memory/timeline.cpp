@@ -44,21 +44,17 @@ class Dispatcher final : public detail::OpObserver {
   // backward node (the engine had paused the observer there and then put this one back).
   void after_forward_op(const char* op) override {
     if (!active_.empty()) record(op, MemoryPhase::Forward);
-    if (previous_) previous_->after_forward_op(op);
-  }
-  void forward_op_tensors(const char* op, const Tensor* inputs, std::size_t n,
-                          const Tensor& output) override {
-    if (previous_) previous_->forward_op_tensors(op, inputs, n, output);
+    OpObserver::after_forward_op(op);
   }
   void after_backward_node(const std::string& node) override {
     if (!active_.empty()) record(node, MemoryPhase::Backward);
-    if (previous_) previous_->after_backward_node(node);
+    OpObserver::after_backward_node(node);
   }
 
   void add(const std::shared_ptr<MemoryTimeline::Impl>& t) {
     t->start = sample("start", MemoryPhase::Start, /*take_window=*/active_.empty());
     if (active_.empty() && detail::tls_op_observer != this) {
-      previous_ = detail::tls_op_observer;
+      next_ = detail::tls_op_observer;
       detail::tls_op_observer = this;
     }
     active_.push_back(t);
@@ -66,7 +62,7 @@ class Dispatcher final : public detail::OpObserver {
 
   void remove(const std::shared_ptr<MemoryTimeline::Impl>& t) {
     std::erase(active_, t);
-    if (active_.empty() && detail::tls_op_observer == this) detail::tls_op_observer = previous_;
+    if (active_.empty() && detail::tls_op_observer == this) detail::tls_op_observer = next_;
   }
 
  private:
@@ -76,7 +72,6 @@ class Dispatcher final : public detail::OpObserver {
   }
 
   std::vector<std::shared_ptr<MemoryTimeline::Impl>> active_;
-  detail::OpObserver* previous_ = nullptr;
 };
 
 thread_local Dispatcher tls_dispatcher;

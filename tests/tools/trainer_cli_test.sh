@@ -3,7 +3,8 @@
 # --resume alone writes the same checkpoint (byte for byte) and loss.csv as an uninterrupted
 # run; a resume with a contradicting flag, and one from corrupt metadata, exit 1 with a named
 # error (no terminate()); a SIGKILLed run keeps its loss.csv rows, and its resume drops the
-# rows past the checkpoint instead of logging those steps twice.
+# rows past the checkpoint instead of logging those steps twice; --profile N writes step N's
+# trace and table without changing the run.
 #   trainer_cli_test.sh path/to/adjoint-train
 set -euo pipefail
 train=$(realpath "$1")
@@ -94,4 +95,22 @@ saved=$(meta killed/checkpoint.safetensors step)
 [ "$(tail -n +2 killed/loss.csv | cut -d, -f1 | tr '\n' ' ')" = "$(seq -s ' ' 1 $((saved + 3))) " ] ||
   fail "loss.csv steps are not 1..$((saved + 3)) once each"
 [ -z "$(find . -name '*.tmp.*')" ] || fail "temporary files left: $(find . -name '*.tmp.*')"
+
+echo "5. --profile 3: step 3's trace (trace-event JSON) and table, and the same training"
+"$train" "${tiny[@]}" --steps 4 --out plain >/dev/null 2>&1
+"$train" "${tiny[@]}" --steps 4 --profile 3 --out profiled >/dev/null 2>profiled.err ||
+  fail "--profile failed: $(cat profiled.err)"
+cmp plain/checkpoint.safetensors profiled/checkpoint.safetensors || fail "profiling changed the run"
+grep -q "^LinearBackward  *backward" profiled/profile.txt || fail "profile.txt: $(cat profiled/profile.txt)"
+python3 - profiled/trace.json <<'EOF' || fail "trace.json is not a trace of one step"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["name"] for e in events}
+assert {"linear", "LinearBackward", "cross_entropy"} <= names, names
+for e in events:
+    assert e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0, e
+    assert e["cat"] in ("forward", "backward"), e
+# one step: each linear layer once forward and once backward
+assert sum(e["name"] == "linear" for e in events) == sum(e["name"] == "LinearBackward" for e in events)
+EOF
 echo "PASS"
