@@ -136,8 +136,8 @@ void GradientHealth::throw_non_finite(int64_t step, double loss, std::size_t fir
                   nan, " NaN and ", inf, " infinite values",
                   others > 0 ? " (and " + std::to_string(others) + " later parameters' too)" : "",
                   "; loss ", std::isnan(loss) ? "NaN" : fmt(loss),
-                  ". Stopped before the optimizer applied it. Lower --lr, or look for the "
-                  "op that made it (log of a negative, 0/0, an overflow)"));
+                  ". Stopped before the optimizer applied it. Lower --lr, or find the op "
+                  "that made it (log of a negative, 0/0, an overflow) with --detect-anomaly"));
 }
 
 void GradientHealth::after_update() {

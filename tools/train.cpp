@@ -7,7 +7,7 @@
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
 //                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
 //                 [--grad-every 10] [--grad-vanish 1e-6] [--grad-vanish-records 5]
-//                 [--grad-explode 1e2] [--profile N]
+//                 [--grad-explode 1e2] [--profile N] [--detect-anomaly]
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -131,6 +131,10 @@ int main(int argc, char** argv) {
                  "fp16's initial loss scale; it halves on every overflow and doubles after "
                  "2000 good steps")
       ->capture_default_str();
+  bool detect_anomaly = false;
+  app.add_flag("--detect-anomaly", detect_anomaly,
+               "run the steps in anomaly mode (slow): a NaN or infinite gradient stops the run "
+               "at the backward node that made it, naming its op's source line and module");
   int64_t profile_step = 0;
   app.add_option("--profile", profile_step,
                  "profile step N: its Chrome trace (chrome://tracing, Perfetto) to trace.json "
@@ -222,6 +226,7 @@ int main(int argc, char** argv) {
       if (trainer.step() + 1 == profile_step) profiler = std::make_unique<Profiler>();
       double loss = 0;
       try {
+        const DetectAnomaly anomaly(detect_anomaly);
         loss = trainer.train_step(timeline.get(), &health);
       } catch (const Error&) {
         write_health();  // what led up to a NaN is the interesting part

@@ -2,7 +2,7 @@
 // the order the nodes ran with the gradient reaching each and what its VJP sent on; the graph
 // as Graphviz DOT (rendered to SVG by Graphviz's `dot` program); and a self-contained HTML
 // page that steps through forward and backward node by node. How to read them: docs/graphs.md.
-// Anomaly mode and profiles are not here.
+// Anomaly mode is in anomaly.h, profiles in profiler.h.
 #pragma once
 
 #include <cstddef>

@@ -38,6 +38,15 @@ grep -q "error: \[train\] step [0-9]*: the gradient of wte.weight \[256, 16\] (f
   fail "$(cat err.txt)"
 [ -s blow/grads.csv ] || fail "the records before the NaN were not written"
 
+echo "3b. the same with --detect-anomaly: stopped at the backward node that made the NaN"
+rc=0
+"$train" "${tiny[@]}" --lr 1e5 --warmup 1 --grad-every 1 --detect-anomaly --out blow2 >/dev/null 2>err.txt || rc=$?
+[ "$rc" = 1 ] || fail "exit status $rc, expected 1: $(cat err.txt)"
+grep -q "error: \[backward\] anomaly: [A-Za-z]*Backward returned a gradient for its input [0-9] with [0-9]* nan" err.txt ||
+  fail "$(cat err.txt)"
+grep -q "called at tools/gpt_trainer.cpp:[0-9]* (in .*train_step.*) in module blocks\.0\." err.txt ||
+  fail "no creation site in: $(cat err.txt)"
+
 echo "4. explode and vanish warnings name the layer and the step"
 "$train" "${tiny[@]}" --grad-vanish 0 --grad-explode 1e-9 --out explode >/dev/null 2>err.txt ||
   fail "run failed: $(cat err.txt)"
