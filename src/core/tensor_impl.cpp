@@ -101,6 +101,10 @@ TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, const Shape& shp, DType d
 void TensorImpl::refresh() {
   numel = detail::checked_numel(shape, dtype, "view");
   contiguous = true;
+  // An empty tensor is contiguous whatever its strides (as PyTorch's), so a view rebuilt from
+  // one answers as the tensor made by a factory did (fuzz_ops: contiguous() cloned in a
+  // checkpoint's recomputation but not in its first run).
+  if (numel == 0) return;
   int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] == 1) continue;

@@ -88,6 +88,20 @@ TEST(Conversion, ToAndItem) {
   EXPECT_TRUE(m.t().contiguous().is_contiguous());
 }
 
+TEST(Tensor, EmptyTensorsAreContiguousWhateverTheirStrides) {
+  // As PyTorch: no element is laid out, so every view of an empty tensor is contiguous, and a
+  // factory's empty tensor and a view rebuilt with its strides agree (found by fuzz_ops).
+  Tensor e = zeros({2, 3, 0});
+  EXPECT_TRUE(e.is_contiguous());
+  EXPECT_TRUE(e.permute({2, 0, 1}).is_contiguous());
+  EXPECT_TRUE(e.transpose(0, 1).is_contiguous());
+  EXPECT_TRUE(e.detach().is_contiguous());
+  const Tensor p = e.permute({2, 0, 1});
+  EXPECT_EQ(p.contiguous().impl(), p.impl());  // no copy
+  // a non-empty transpose is still not
+  EXPECT_FALSE(zeros({2, 3}).t().is_contiguous());
+}
+
 TEST(Printing, ShowsValuesShapeDtypeAndGradFn) {
   Tensor x = tensor({1.5, -2.0}).requires_grad_(true);
   std::ostringstream os;
