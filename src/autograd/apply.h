@@ -270,7 +270,10 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // Errors raised below this op (a shape too large, memory the allocator cannot give) name
   // it: see Note [Current op] in src/core/op_scope.h.
   const OpScope op_scope(Op::name);
-  if (OpObserver* observer = tls_op_observer) [[unlikely]]
+  // Memory timelines, FLOP counting and profiles: see Note [Op observer] in memory_hooks.cpp.
+  // Read once: no op installs or removes an observer while it runs.
+  OpObserver* const observer = tls_op_observer;
+  if (observer) [[unlikely]]
     observer->before_forward_op(Op::name);
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
@@ -341,9 +344,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
   if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
     node->saved_output_ = SavedTensor(out, true);
-  // Memory timelines (src/memory) and FLOP counting (src/checkpoint/budget_profile.cpp): see
-  // Note [Op observer] in memory_hooks.cpp.
-  if (OpObserver* observer = tls_op_observer) [[unlikely]] {
+  if (observer) [[unlikely]] {
     observer->forward_op_tensors(Op::name, inputs.data(), inputs.size(), out);
     observer->after_forward_op(Op::name);
   }
