@@ -32,11 +32,14 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "adjoint/anomaly.h"
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/memory_hooks.h"
+#include "autograd/op_cache.h"
 #include "core/mode_state.h"
 
 #ifdef ADJOINT_HAVE_LIBBACKTRACE
@@ -196,9 +199,20 @@ struct NonFinite {
 NonFinite count_non_finite(const Tensor& t) {
   NonFinite r;
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0 || t.impl()->batched) return r;
-  // Plain data reads: no graph, and no anomaly checks of the checks.
+  // Plain data reads: no graph, no tangents, no anomaly checks of the checks, and unseen by
+  // observers (profiles, timelines) and by a checkpoint region's op log, whose recomputation
+  // may run with anomaly mode in another state.
   const NoGradGuard no_grad;
+  const NoForwardGradGuard no_tangents;
   const DetectAnomaly off(false);
+  struct Unseen {
+    OpObserver* observer = std::exchange(tls_op_observer, nullptr);
+    OpCache* cache = std::exchange(tls_op_cache, nullptr);
+    ~Unseen() {
+      tls_op_observer = observer;
+      tls_op_cache = cache;
+    }
+  } unseen;
   for (double v : t.detach().to(DType::Float64).contiguous().to_vector<double>()) {
     r.nan += std::isnan(v);
     r.inf += std::isinf(v);

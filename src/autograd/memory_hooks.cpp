@@ -15,10 +15,17 @@
 // nobody is looking; a tensor saved while it was off is never counted, also not on release.
 //
 // Note [Op observer]
-// Memory timelines need a point after every op. apply<Op> and the engine each test one
-// thread-local pointer; while it is set they call it. The engine clears it while a node's VJP
-// runs (the ops inside a backward node are that node's, not forward ops) and calls it once per
-// node instead.
+// Memory timelines need a point after every op, FLOP counting an op's tensors, profiles a
+// point before and after each. apply<Op> and the engine each test one thread-local pointer;
+// while it is set they call it: before_forward_op at apply<Op>'s entry, forward_op_tensors and
+// after_forward_op at its end; before_backward_node, backward_node_tensors and
+// after_backward_node around each node the engine runs. The engine clears the pointer while a
+// node's VJP runs (the ops inside a backward node are that node's, not forward ops). Several
+// tools at once form a chain: each observer keeps the one it displaced in `next_`, and the base
+// class's methods pass every call on, so an observer overrides only what it needs and calls
+// the base version after. Users: memory timelines (src/memory/timeline.cpp), the checkpoint
+// planner's FLOP counter (src/checkpoint/budget_profile.cpp), graph recorders
+// (src/debug/recorder.cpp) and the profiler (src/debug/profiler.cpp).
 #include "autograd/memory_hooks.h"
 
 #include <algorithm>

@@ -188,3 +188,27 @@ TEST(Anomaly, EngineErrorsNameTheCreationSiteOrSayHowToGetIt) {
     EXPECT_HAS(m, "`exp` called at " + site(line));
   }
 }
+
+TEST(Anomaly, ItsChecksAreNotOpsOfTheProgram) {
+  // The checks read tensors without recording, profiling or entering a checkpoint's op log: a
+  // region run under check_forward recomputes in a backward without anomaly mode, and a
+  // profiler sees only the program's ops. Oracle: d/dx sum(exp(x) * x) = exp(x) * (1 + x).
+  // float32, so that reading it as float64 would be an op (a cast)
+  Tensor x = tensor({0.5, -1.5}).requires_grad_(true);
+  Tensor out;
+  std::vector<ProfileEvent> events;
+  {
+    DetectAnomaly on(true, {.check_nan = true, .check_forward = true});
+    Profiler prof;
+    out = checkpoint(
+        [](const std::vector<Tensor>& xs) { return std::vector<Tensor>{exp(xs[0]) * xs[0]}; },
+        std::vector<Tensor>{x})[0];
+    prof.stop();
+    events = prof.events();
+  }
+  for (const ProfileEvent& e : events) EXPECT_TRUE(e.name == "exp" || e.name == "mul") << e.name;
+  out.sum().backward();
+  const std::vector<float> g = x.grad().to_vector<float>();
+  EXPECT_NEAR(g[0], std::exp(0.5) * 1.5, 1e-6);
+  EXPECT_NEAR(g[1], std::exp(-1.5) * -0.5, 1e-6);
+}
