@@ -16,8 +16,9 @@
 //   (or -g1) gets file and line; without debug information the function's name from the
 //   symbol table is what it gets.
 // - Backward (check_nan): the engine checks every gradient a node returns. While anomaly mode
-//   is on, VJPs do not add into .grad in place (Note [Adding into .grad in place]), so each
-//   leaf's gradient passes through its AccumulateGrad node and is checked there too.
+//   is on, VJPs do not add into .grad in place (Note [Adding into .grad in place]): a leaf's
+//   gradient is then always returned by the node that made it, and so checked, before its
+//   AccumulateGrad adds it into .grad.
 // - Forward (check_forward): an op's output with a NaN that none of its inputs had. Off by
 //   default, as in PyTorch, since a NaN that a later `where` masks out is harmless.
 #include "autograd/anomaly.h"
