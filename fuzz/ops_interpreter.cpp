@@ -588,7 +588,17 @@ void run_op(Machine& m, const uint8_t* instr) {
         case 4:
           // A tiny step or an infinite range: an undefined cast of its length (reported).
           if (avoid("arange-length")) return;
-          return m.push(arange(pick_double(a4) / 4, pick_double(a2), pick_double(a3 >> 2)));
+          {
+            const double start = pick_double(a4) / 4, end = pick_double(a2),
+                         step = pick_double(a3 >> 2);
+            // A long but valid range (0 to 1e9: 4 GB) is a real allocation, not a finding, and
+            // would trip libFuzzer's 2 GB limit. Lengths the library must refuse (infinite, NaN,
+            // past int64) or cannot allocate (past 1e12 elements: a named OutOfMemory) still go
+            // through.
+            const double length = (end - start) / step;
+            if (std::isfinite(length) && length > 1e7 && length < 1e12) return;
+            return m.push(arange(start, end, step));
+          }
         case 5:
           return m.push(linspace(-1, 1, static_cast<int64_t>(a2 % 6) - 1, dt));
         case 6:
