@@ -112,8 +112,13 @@ std::string project_relative(const std::string& file) {
   return std::filesystem::exists(root + rest, ec) ? rest : "";
 }
 
-// Whether a frame is adjoint's own (or the standard library's): see Note [Anomaly mode].
+// Whether a frame is adjoint's own (or the standard library's, or a sanitizer's interceptor
+// of backtrace()): see Note [Anomaly mode].
 bool is_library_frame(const Frame& f) {
+  if (starts_with(f.function, "__interceptor_") || starts_with(f.function, "__sanitizer") ||
+      f.file.find("/libsanitizer/") != std::string::npos ||
+      f.file.find("compiler-rt/") != std::string::npos)
+    return true;
   if (!f.file.empty()) {
     const std::string in_project = project_relative(f.file);
     return starts_with(in_project, "src/") || starts_with(in_project, "include/adjoint/") ||
