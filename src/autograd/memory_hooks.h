@@ -83,8 +83,8 @@ std::size_t take_saved_window_peak();
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
-  /// Before the op's forward runs (what profiles time from). An op that throws gets no
-  /// after_forward_op.
+  /// Before the op's forward runs (what profiles time from). An op that throws gets
+  /// forward_op_failed instead of after_forward_op.
   virtual void before_forward_op(const char* op) {
     if (next_) next_->before_forward_op(op);
   }
@@ -98,6 +98,10 @@ class OpObserver {
   /// `op` is Op::name ("exp"); the op's node and saved tensors are in place.
   virtual void after_forward_op(const char* op) {
     if (next_) next_->after_forward_op(op);
+  }
+  /// Instead of after_forward_op when the op threw (its error is on its way to the caller).
+  virtual void forward_op_failed(const char* op) {
+    if (next_) next_->forward_op_failed(op);
   }
   /// Before the node's apply (what profiles time from).
   virtual void before_backward_node(const Node& node) {

@@ -6,8 +6,8 @@
 //   checked or the kernel runs) to after_forward_op (its node, saved tensors and tangents in
 //   place): everything the op costs the caller. Ops called inside another op's forward nest:
 //   they get depth > 0, and only depth-0 events are summed into totals, so that no time
-//   counts twice. An op that throws never reaches after_forward_op; its entry is dropped when
-//   an enclosing op, or the next op at its depth, finishes.
+//   counts twice. An op that throws reports forward_op_failed (apply<Op> is a
+//   function-try-block, free until something throws) and leaves no event.
 // - A backward node is timed around its apply() alone: the engine's bookkeeping between nodes
 //   (summing gradients into buffers, the ready queue) is in no event, so the top-level events
 //   of a step sum to a little less than its wall time. The ops a node's VJP runs are not
@@ -90,17 +90,29 @@ struct Profiler::Impl final : detail::OpObserver {
     OpObserver::forward_op_tensors(op, inputs, n, out);
   }
 
+  // Drops the open entries above `op`'s own: ops that never finished. Nothing can remain
+  // there when every op reports its end or its failure; a safeguard all the same.
+  void close_to(const char* op) {
+    while (!open.empty() && open.back().first != op) drop_top();
+  }
+  void drop_top() {
+    events.erase(events.begin() + static_cast<std::ptrdiff_t>(open.back().second));
+    open.pop_back();
+  }
+
   void after_forward_op(const char* op) override {
-    // Entries above this op's own belong to ops that threw (Note [Profiler events]).
-    while (!open.empty() && open.back().first != op) {
-      events.erase(events.begin() + static_cast<std::ptrdiff_t>(open.back().second));
-      open.pop_back();
-    }
+    close_to(op);
     if (!open.empty()) {
       events[open.back().second].end_ns = now_ns();
       open.pop_back();
     }
     OpObserver::after_forward_op(op);
+  }
+
+  void forward_op_failed(const char* op) override {
+    close_to(op);
+    if (!open.empty()) drop_top();  // a failed op is no event (Note [Profiler events])
+    OpObserver::forward_op_failed(op);
   }
 
   void before_backward_node(const Node& node) override {

@@ -173,6 +173,7 @@ TEST(Profiler, AnOpThatThrowsLeavesNoEventAndProfilersNest) {
     inner.stop();
     ASSERT_EQ(inner.events().size(), 1u);
     EXPECT_EQ(inner.events()[0].name, "exp");
+    EXPECT_EQ(inner.events()[0].depth, 0);  // not inside the op that threw
   }
   Tensor z = sin(ones({4}));
   outer.stop();
