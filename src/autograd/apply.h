@@ -280,6 +280,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;
+  const uint8_t anomaly = tls_mode.anomaly;  // Note [Anomaly mode]: read once, beside grad mode
   if (tls_mode.dual_visible != 0)
     for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
@@ -308,7 +309,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
       track_view(out, x);
   }
 
-  if (tls_mode.anomaly & kAnomalyCheckForward) [[unlikely]]
+  if (anomaly & kAnomalyCheckForward) [[unlikely]]
     check_forward_output(Op::name, inputs.data(), inputs.size(), out);
 
   std::shared_ptr<OpNode<Op>> node;
@@ -325,7 +326,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
       node->info_[i] = InputInfo{x.shape(), x.dtype()};
     }
     set_history(out, node, 0);
-    if (tls_mode.anomaly != 0) [[unlikely]]  // Note [Anomaly mode]
+    if (anomaly != 0) [[unlikely]]
       note_creation(*node, Op::name);
     constexpr auto save = static_cast<uint8_t>(Op::save);
     if (save & static_cast<uint8_t>(Save::Inputs)) {
