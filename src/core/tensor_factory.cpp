@@ -1,6 +1,7 @@
 // make_empty and make_view.
 #include "core/tensor_factory.h"
 
+#include <algorithm>
 #include <new>
 
 #include <unistd.h>
@@ -53,6 +54,22 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   impl->is_view = true;
   impl->inference = base.impl()->inference;
   return Tensor(std::move(impl));
+}
+
+Tensor unique_elements(const Tensor& t) {
+  if (!has_internal_overlap(t)) return t;
+  Shape shape = t.shape();
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (t.strides()[d] == 0) shape[d] = std::min<int64_t>(shape[d], 1);
+  return make_view(t, std::move(shape), t.strides(), t.impl()->offset);
+}
+
+Tensor repeat_like(const Tensor& u, const Tensor& t) {
+  if (u.shape() == t.shape()) return u;
+  Shape strides = u.strides();
+  for (std::size_t d = 0; d < strides.size(); ++d)
+    if (u.shape()[d] != t.shape()[d]) strides[d] = 0;
+  return make_view(u, t.shape(), std::move(strides), u.impl()->offset);
 }
 
 int64_t physical_memory_bytes() {

@@ -28,6 +28,13 @@ inline bool has_internal_overlap(const Tensor& t) {
   return false;
 }
 
+/// t with every dim of size > 1 and stride 0 (an expand) cut to size 1, so that each element
+/// appears once; t itself when it has no such dim. A view without autograd history.
+Tensor unique_elements(const Tensor& t);
+/// `u` (a result computed from unique_elements(t)) viewed with t's shape again: the dims t
+/// repeats get stride 0.
+Tensor repeat_like(const Tensor& u, const Tensor& t);
+
 namespace detail {
 /// shape's element count, after checking that it and its size in bytes fit int64 (see
 /// Note [Tensor size limits]); the error names the current op, else `fallback`.

@@ -114,16 +114,6 @@ void check_broadcast_into(const Tensor& self, const Tensor& other, const char* o
 
 void bump(Tensor& self) { self.impl()->storage->bump_version(); }
 
-// t without its repeated elements: every stride-0 dim of an expanded tensor cut to size 1, so
-// that each memory location is visited once.
-Tensor unique_elements(const Tensor& t) {
-  if (!has_internal_overlap(t)) return t;
-  Shape shape = t.shape();
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    if (t.strides()[d] == 0) shape[d] = std::min<int64_t>(shape[d], 1);
-  return make_view(t, shape, t.strides(), t.storage_offset());
-}
-
 // self = self <kind> other, written by the kernel directly.
 Tensor& direct_binary(Tensor& self, Binary kind, const Tensor& other, const char* op) {
   check_broadcast_into(self, other, op);

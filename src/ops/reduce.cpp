@@ -73,6 +73,11 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   std::vector<int64_t> d = normalize_dims(dims, x.dim(), "mean");
   int64_t count = 1;
   for (int64_t i : d) count *= x.shape()[i];
+  // float16/bfloat16 sum and divide in float32 and round once, as PyTorch: the sum alone can
+  // overflow float16 (100,000 ones) though the mean fits.
+  if (is_reduced_float(x.dtype()))
+    return (sum(x.to(opmath_dtype(x.dtype())), d, keepdim) / static_cast<double>(count))
+        .to(x.dtype());
   return sum(x, d, keepdim) / static_cast<double>(count);
 }
 

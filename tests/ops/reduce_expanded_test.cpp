@@ -107,6 +107,13 @@ TEST(ReduceExpanded, AHugeExpandIsReducedInOneElementsTime) {
     if (n & 1) want *= base;
   EXPECT_EQ(full({}, 3.0, DType::Int64).expand({k40}).prod().item<int64_t>(),
             static_cast<int64_t>(want));
+  // 16-bit inputs are widened to float32 over their unique elements only
+  for (DType low : {DType::BFloat16, DType::Float16}) {
+    const Tensor half = full({}, 2.5, low).expand({1, k40});
+    EXPECT_EQ(half.max().item<double>(), 2.5);
+    EXPECT_EQ(half.min().item<double>(), 2.5);
+    EXPECT_EQ(argmax(half, 1).item<int64_t>(), 0);
+  }
   // the gradient of a sum over it is an expand too, never materialised
   Tensor x = full({1}, 2.5).requires_grad_(true);
   x.expand({k40}).sum().backward();

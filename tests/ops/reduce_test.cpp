@@ -294,3 +294,21 @@ TEST(SumMean, OverLeadingRowsOfWideMatricesMatchNaiveLoop) {
   }
   set_num_threads(saved_threads);
 }
+
+TEST(Reduce, MeanOf16BitValuesAccumulatesInFloat32) {
+  // The sum of 100,000 float16 ones (100,000) is past float16's largest value (65,504), but
+  // their mean is 1: the mean is taken in float32 and rounded once (as PyTorch), not the
+  // float16 sum divided. Oracle: the float64 mean rounded once to the input's dtype.
+  for (DType low : {DType::Float16, DType::BFloat16}) {
+    const Tensor x = ones({100000}, low) * 0.75;
+    EXPECT_EQ(x.mean().dtype(), low);
+    EXPECT_EQ(x.mean().item<double>(), x.to(DType::Float64).mean().to(low).item<double>());
+    const Tensor m = ones({2, 70000}, low).mean({1});
+    EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{1.0f, 1.0f}));
+  }
+  // its gradient flows back in the input's dtype
+  Tensor h = ones({70000}, DType::Float16).requires_grad_(true);
+  h.mean().backward();
+  EXPECT_EQ(h.grad().dtype(), DType::Float16);
+  EXPECT_NEAR(h.grad().to(DType::Float64).sum().item<double>(), 1.0, 1e-2);
+}

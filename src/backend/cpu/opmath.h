@@ -6,6 +6,7 @@
 #include "adjoint/tensor.h"
 #include "adjoint/tensor_impl.h"
 #include "backend/kernels.h"
+#include "core/tensor_factory.h"
 
 namespace adjoint::kernels {
 
@@ -28,6 +29,14 @@ inline bool is_reduced(const Tensor& t) {
 /// t converted to its opmath dtype (float32) if it is float16 or bfloat16, else t itself.
 inline Tensor widen(const Tensor& t) {
   return is_reduced(t) ? cast(t, opmath_dtype(t.dtype())) : t;
+}
+
+/// widen for kernels that read any strides (the reductions): an expanded t converts its unique
+/// elements only and stays expanded, so a reduction of a huge expand reads each element once
+/// (Note [Reducing repeated elements] in reduce.cpp).
+inline Tensor widen_keeping_repeats(const Tensor& t) {
+  if (!is_reduced(t)) return t;
+  return repeat_like(cast(unique_elements(t), opmath_dtype(t.dtype())), t);
 }
 
 /// t converted to dtype when it differs (undefined stays undefined).

@@ -185,7 +185,7 @@ void account_repeats(Reduce k, std::vector<Acc>& acc, int64_t repeats, Pow pow) 
 Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
   if (is_reduced(x))  // See Note [Reduced-precision kernels]
-    return narrow_to(reduce(k, widen(x), dims, keepdim), x.dtype());
+    return narrow_to(reduce(k, widen_keeping_repeats(x), dims, keepdim), x.dtype());
   Plan p = make_plan(x, dims, keepdim, op);
   p.leading_rows = leading_rows(x, dims, p);
   ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,
@@ -255,7 +255,7 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
 
 Tensor arg_reduce(ArgReduce k, const Tensor& x, int64_t dim, bool keepdim) {
   const char* op = k == ArgReduce::ArgMax ? "argmax" : "argmin";
-  if (is_reduced(x)) return arg_reduce(k, widen(x), dim, keepdim);
+  if (is_reduced(x)) return arg_reduce(k, widen_keeping_repeats(x), dim, keepdim);
   Plan p = make_plan(x, {dim}, keepdim, op);
   ADJOINT_CHECK(p.per_output > 0, Shape, op, "cannot reduce over an empty dimension (input ",
                 describe(x), ")");
