@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
   bool detect_anomaly = false;
   app.add_flag("--detect-anomaly", detect_anomaly,
                "run the steps in anomaly mode (slow): a NaN or infinite gradient stops the run "
-               "at the backward node that made it, naming its op's source line and module");
+               "at the backward node that made it, naming its op's source line and module "
+               "(with --precision fp16, also the first loss-scale overflow)");
   int64_t profile_step = 0;
   app.add_option("--profile", profile_step,
                  "profile step N: its Chrome trace (chrome://tracing, Perfetto) to trace.json "
@@ -220,10 +221,11 @@ int main(int argc, char** argv) {
       tools::write_gradient_svg(health, out_dir + "/grads.svg", "adjoint-train");
     };
     while (trainer.step() < end) {
-      if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
-      // --profile N: step N (counted from 1) op by op; made after the timeline, so stopped first.
+      // --profile N: step N (counted from 1) op by op. Made before the timeline, which
+      // train_step stops first, so each leaves the observer chain as it found it.
       std::unique_ptr<Profiler> profiler;
       if (trainer.step() + 1 == profile_step) profiler = std::make_unique<Profiler>();
+      if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
       double loss = 0;
       try {
         const DetectAnomaly anomaly(detect_anomaly);

@@ -67,7 +67,10 @@ class Profiler {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
-  /// Stops recording; the events stay. Call it on the thread that made the profiler.
+  /// Stops recording; the events stay. Call it on the thread that made the profiler. Stopped
+  /// or destroyed while a memory timeline or profiler made after it is still recording, it
+  /// keeps passing their events on (a few bytes stay allocated until the thread's chain is
+  /// gone).
   void stop();
   const std::vector<ProfileEvent>& events() const;
   /// From construction to stop() (or to now while recording).

@@ -42,6 +42,7 @@
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
 #include "core/mode_state.h"
+#include "core/tensor_factory.h"
 
 #ifdef ADJOINT_HAVE_LIBBACKTRACE
 extern "C" {
@@ -219,7 +220,8 @@ NonFinite count_non_finite(const Tensor& t) {
       tls_op_cache = cache;
     }
   } unseen;
-  for (double v : t.detach().to(DType::Float64).contiguous().to_vector<double>()) {
+  // An expanded gradient (sum's backward) is read over its unique elements only.
+  for (double v : unique_elements(t.detach()).to(DType::Float64).contiguous().to_vector<double>()) {
     r.nan += std::isnan(v);
     r.inf += std::isinf(v);
   }

@@ -50,19 +50,23 @@ uint32_t this_thread_number() {
 struct Profiler::Impl final : detail::OpObserver {
   Clock::time_point start = Clock::now();
   Clock::time_point end{};
-  bool recording = true;
+  bool recording = true;  // false after stop(): calls only pass on
   uint32_t thread = this_thread_number();
   std::vector<ProfileEvent> events;
   // Forward ops started and not yet finished, innermost last: their op name and event index.
   std::vector<std::pair<const char*, std::size_t>> open;
   std::size_t open_backward = 0;  // index of the backward node running, when one is
-  std::unordered_map<const Node*, uint64_t> forward_flops;
+  bool backward_open = false;
+  // Forward FLOPs by the sequence number of the node the op recorded (unique, where addresses
+  // of pooled nodes are reused).
+  std::unordered_map<uint64_t, uint64_t> forward_flops;
 
   int64_t now_ns() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
 
   void before_forward_op(const char* op) override {
+    if (!recording) return OpObserver::before_forward_op(op);
     ProfileEvent e;
     e.name = op;
     e.start_ns = now_ns();
@@ -75,7 +79,7 @@ struct Profiler::Impl final : detail::OpObserver {
 
   void forward_op_tensors(const char* op, const Tensor* inputs, std::size_t n,
                           const Tensor& out) override {
-    if (!open.empty() && open.back().first == op) {
+    if (recording && !open.empty() && open.back().first == op) {
       ProfileEvent& e = events[open.back().second];
       for (std::size_t i = 0; i < n; ++i) {
         e.input_shapes.push_back(inputs[i].defined() ? inputs[i].shape() : Shape{});
@@ -85,15 +89,28 @@ struct Profiler::Impl final : detail::OpObserver {
       e.flops = detail::op_flops(op, inputs, n, out);
       e.bytes = detail::tensor_bytes(inputs, n) + detail::tensor_bytes(&out, 1);
       if (out.defined())
-        if (const std::shared_ptr<Node> node = out.grad_fn()) forward_flops[node.get()] = e.flops;
+        if (const std::shared_ptr<Node> node = out.grad_fn())
+          forward_flops[node->sequence_nr()] = e.flops;
     }
     OpObserver::forward_op_tensors(op, inputs, n, out);
   }
 
-  // Drops the open entries above `op`'s own: ops that never finished. Nothing can remain
-  // there when every op reports its end or its failure; a safeguard all the same.
-  void close_to(const char* op) {
-    while (!open.empty() && open.back().first != op) drop_top();
+  // Closes `op`'s open entry and drops the entries above it (ops that never finished; none
+  // when every op reports its end or failure). False, touching nothing, when `op` is not open
+  // here: it began before this profiler, or an observer below failed after its end.
+  bool close(const char* op, bool keep) {
+    auto it =
+        std::find_if(open.rbegin(), open.rend(), [&](const auto& e) { return e.first == op; });
+    if (it == open.rend()) return false;
+    const std::size_t keep_index = it->second;
+    while (open.back().second != keep_index) drop_top();
+    if (keep) {
+      events[keep_index].end_ns = now_ns();
+      open.pop_back();
+    } else {
+      drop_top();
+    }
+    return true;
   }
   void drop_top() {
     events.erase(events.begin() + static_cast<std::ptrdiff_t>(open.back().second));
@@ -101,34 +118,36 @@ struct Profiler::Impl final : detail::OpObserver {
   }
 
   void after_forward_op(const char* op) override {
-    close_to(op);
-    if (!open.empty()) {
-      events[open.back().second].end_ns = now_ns();
-      open.pop_back();
-    }
+    if (recording) close(op, /*keep=*/true);
     OpObserver::after_forward_op(op);
   }
 
   void forward_op_failed(const char* op) override {
-    close_to(op);
-    if (!open.empty()) drop_top();  // a failed op is no event (Note [Profiler events])
+    if (recording) close(op, /*keep=*/false);  // a failed op is no event
     OpObserver::forward_op_failed(op);
   }
 
   void before_backward_node(const Node& node) override {
+    if (!recording) return OpObserver::before_backward_node(node);
+    // The previous node threw (its apply or a check after it): no event.
+    if (backward_open) events.erase(events.begin() + static_cast<std::ptrdiff_t>(open_backward));
     ProfileEvent e;
     e.name = node.name();
     e.backward = true;
     e.start_ns = now_ns();
     e.depth = static_cast<int>(open.size());
     e.thread = thread;
-    if (auto it = forward_flops.find(&node); it != forward_flops.end()) e.flops = 2 * it->second;
+    if (auto it = forward_flops.find(node.sequence_nr()); it != forward_flops.end())
+      e.flops = 2 * it->second;
     open_backward = events.size();
+    backward_open = true;
     events.push_back(std::move(e));
     OpObserver::before_backward_node(node);
   }
 
   void backward_node_tensors(const Node& node, const TensorList& grads) override {
+    if (!recording || !backward_open) return OpObserver::backward_node_tensors(node, grads);
+    backward_open = false;
     ProfileEvent& e = events[open_backward];
     e.end_ns = now_ns();
     for (const Tensor& g : grads) {
@@ -143,29 +162,40 @@ struct Profiler::Impl final : detail::OpObserver {
     next_ = detail::tls_op_observer;
     detail::tls_op_observer = this;
   }
-  void uninstall() {
-    ADJOINT_CHECK(detail::tls_op_observer == this, Value, "Profiler",
-                  "stop() must be called on the thread that made the profiler, after the "
-                  "profilers and memory timelines made inside it have stopped");
-    detail::tls_op_observer = next_;
-    // Ops still open (stop() inside an op) or that threw have no end.
+  bool on_top() const { return detail::tls_op_observer == this; }
+  // Stops recording. Unlinks from the chain when on top of it; otherwise (an observer made
+  // later is still above it) it stays linked, passing calls on, until the profiler dies.
+  void stop() {
+    if (on_top()) {
+      detail::tls_op_observer = next_;
+      linked = false;
+    }
+    if (!recording) return;
+    // Ops still open (stop() inside an op) and a node that threw have no end.
     std::erase_if(events, [](const ProfileEvent& e) { return e.end_ns < e.start_ns; });
     open.clear();
+    backward_open = false;
     forward_flops.clear();
     end = Clock::now();
     recording = false;
   }
+  bool linked = true;
 };
 
 Profiler::Profiler() : impl_(std::make_unique<Impl>()) { impl_->install(); }
 
 Profiler::~Profiler() {
-  if (impl_->recording && detail::tls_op_observer == impl_.get()) impl_->uninstall();
+  impl_->stop();
+  // Still linked below a later observer, or destroyed on another thread: the chain still
+  // points at it, so it stays, emptied and passing calls on (as a stopped GraphRecorder's
+  // observer does).
+  if (impl_->linked) {
+    impl_->events = {};
+    (void)impl_.release();
+  }
 }
 
-void Profiler::stop() {
-  if (impl_->recording) impl_->uninstall();
-}
+void Profiler::stop() { impl_->stop(); }
 
 const std::vector<ProfileEvent>& Profiler::events() const { return impl_->events; }
 

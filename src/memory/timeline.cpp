@@ -53,16 +53,22 @@ class Dispatcher final : public detail::OpObserver {
 
   void add(const std::shared_ptr<MemoryTimeline::Impl>& t) {
     t->start = sample("start", MemoryPhase::Start, /*take_window=*/active_.empty());
-    if (active_.empty() && detail::tls_op_observer != this) {
+    // Linked once: when the last timeline stopped below a later observer (a profiler), this
+    // stayed in the chain, and linking it again on top would make the chain a cycle.
+    if (!linked_) {
       next_ = detail::tls_op_observer;
       detail::tls_op_observer = this;
+      linked_ = true;
     }
     active_.push_back(t);
   }
 
   void remove(const std::shared_ptr<MemoryTimeline::Impl>& t) {
     std::erase(active_, t);
-    if (active_.empty() && detail::tls_op_observer == this) detail::tls_op_observer = next_;
+    if (active_.empty() && detail::tls_op_observer == this) {
+      detail::tls_op_observer = next_;
+      linked_ = false;
+    }
   }
 
  private:
@@ -72,6 +78,7 @@ class Dispatcher final : public detail::OpObserver {
   }
 
   std::vector<std::shared_ptr<MemoryTimeline::Impl>> active_;
+  bool linked_ = false;  // in this thread's observer chain
 };
 
 thread_local Dispatcher tls_dispatcher;

@@ -110,11 +110,11 @@ void Module::add_child(std::string name, std::shared_ptr<Module> module) {
   ADJOINT_CHECK(module != nullptr, Value, op, "submodule '", name, "' of ", type_name_, " is null");
   ADJOINT_CHECK(!module->contains(this), Value, op, "cannot register submodule '", name, "' in ",
                 type_name_, ": it contains ", type_name_, " itself, which would make a cycle");
+  children_.emplace_back(name, module);
   if (module->parent_ == nullptr) {  // its first parent names it (as named_modules lists it)
     module->parent_ = this;
-    module->name_in_parent_ = name;
+    module->name_in_parent_ = std::move(name);
   }
-  children_.emplace_back(std::move(name), std::move(module));
 }
 
 std::string Module::path() const {

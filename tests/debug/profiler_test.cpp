@@ -182,3 +182,34 @@ TEST(Profiler, AnOpThatThrowsLeavesNoEventAndProfilersNest) {
   EXPECT_EQ(fwd.at("exp"), 1);  // the inner profiler passed it on
   EXPECT_EQ(fwd.at("sin"), 1);
 }
+
+TEST(Profiler, StoppedOrDestroyedBelowALaterObserverKeepsTheChainSound) {
+  // A profiler destroyed while a memory timeline made after it still records stays in the
+  // thread's observer chain, passing events on, instead of leaving the timeline pointing at
+  // freed memory (this test crashes under ASan otherwise).
+  auto prof = std::make_unique<Profiler>();
+  MemoryTimeline timeline;
+  prof.reset();
+  Tensor y = exp(ones({3}));
+  timeline.stop();
+  std::size_t forward = 0;
+  for (const MemoryEvent& e : timeline.events()) forward += e.phase == MemoryPhase::Forward;
+  EXPECT_EQ(forward, 1u);  // exp reached the timeline through the chain
+  // A timeline that stopped below a later profiler and then records again does not make the
+  // chain a cycle (each op would otherwise recurse until the stack overflows).
+  {
+    auto first = std::make_unique<MemoryTimeline>();
+    Profiler above;
+    first.reset();  // stops below the profiler: stays linked
+    MemoryTimeline again;
+    Tensor z = sin(ones({3}));
+    above.stop();
+    again.stop();
+    ASSERT_EQ(above.events().size(), 1u);
+    EXPECT_EQ(above.events()[0].name, "sin");
+  }
+  Profiler last;
+  Tensor w = cos(ones({3}));
+  last.stop();
+  EXPECT_EQ(last.events().size(), 1u);
+}
