@@ -31,7 +31,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <utility>
 
@@ -212,14 +211,8 @@ NonFinite count_non_finite(const Tensor& t) {
   const NoGradGuard no_grad;
   const NoForwardGradGuard no_tangents;
   const DetectAnomaly off(false);
-  struct Unseen {
-    OpObserver* observer = std::exchange(tls_op_observer, nullptr);
-    OpCache* cache = std::exchange(tls_op_cache, nullptr);
-    ~Unseen() {
-      tls_op_observer = observer;
-      tls_op_cache = cache;
-    }
-  } unseen;
+  const OpObserverPause unobserved;
+  const OpCacheScope unlogged(nullptr);
   // An expanded gradient (sum's backward) is read over its unique elements only.
   for (double v : unique_elements(t.detach()).to(DType::Float64).contiguous().to_vector<double>()) {
     r.nan += std::isnan(v);
@@ -245,14 +238,19 @@ std::string CreationSite::describe() const {
   return s;
 }
 
-void note_creation(Node& node, const char* op) {
-  auto site = std::make_unique<CreationSite>();
-  site->op = op;
-  if (!tls_module_scopes.empty()) site->module_path = tls_module_scopes.back();
+namespace {
+// Where `op` is being called from now: its module scope and the raw call stack.
+CreationSite capture(const char* op) {
+  CreationSite site{op, tls_module_scopes.empty() ? "" : tls_module_scopes.back(), {}};
   void* buffer[64];
   const int n = ::backtrace(buffer, 64);
-  site->frames.assign(buffer, buffer + std::max(n, 0));
-  node.set_creation_site(std::move(site));
+  site.frames.assign(buffer, buffer + std::max(n, 0));
+  return site;
+}
+}  // namespace
+
+void note_creation(Node& node, const char* op) {
+  node.set_creation_site(std::make_unique<CreationSite>(capture(op)));
 }
 
 std::string creation_hint(const Node* node) {
@@ -269,7 +267,7 @@ void check_node_gradients(const Node& node, const TensorList& grads) {
     os << "anomaly: " << node.name() << " returned a gradient for its input " << i << " with "
        << describe_bad(bad, grads[i]);
     if (node.creation_site() != nullptr)
-      os << "; its forward op was " << node.creation_site()->describe();
+      os << creation_hint(&node);
     else
       os << "; the node was recorded outside anomaly mode, so its creation site is unknown";
     throw Error(ErrorKind::Value, "backward", os.str());
@@ -281,12 +279,9 @@ void check_forward_output(const char* op, const Tensor* inputs, std::size_t n, c
   if (bad.nan == 0) return;
   for (std::size_t i = 0; i < n; ++i)
     if (count_non_finite(inputs[i]).nan != 0) return;  // a NaN passed on, not made here
-  std::vector<void*> frames(64);
-  frames.resize(static_cast<std::size_t>(std::max(::backtrace(frames.data(), 64), 0)));
-  CreationSite site{op, tls_module_scopes.empty() ? "" : tls_module_scopes.back(), frames};
   throw Error(ErrorKind::Value, op,
               detail::str("anomaly: the output has ", describe_bad(bad, out),
-                          " though no input had a nan; ", site.describe()));
+                          " though no input had a nan; ", capture(op).describe()));
 }
 
 ModuleScope::ModuleScope(std::string path) { tls_module_scopes.push_back(std::move(path)); }

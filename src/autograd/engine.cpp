@@ -130,10 +130,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   // autocast again, even when backward is called inside an Autocast guard.
   detail::AutocastStateScope no_autocast(0);
   // Memory timelines see one event per node, not the ops inside it (Note [Op observer]).
-  struct ObserverPause {
-    detail::OpObserver* observer = std::exchange(detail::tls_op_observer, nullptr);
-    ~ObserverPause() { detail::tls_op_observer = observer; }
-  } observer_pause;
+  const detail::OpObserverPause observer_pause;
+  detail::OpObserver* const observer = observer_pause.paused;
 
   std::priority_queue<Node*, std::vector<Node*>, BySequence> ready;
   for (std::size_t i = 0; i < roots.size(); ++i)
@@ -167,11 +165,11 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       // grad() never touches .grad, and skips branches that lead to no input.
       if (!self.needed || acc) continue;
     }
-    if (observer_pause.observer) [[unlikely]]
-      observer_pause.observer->before_backward_node(*n);
+    if (observer) [[unlikely]]
+      observer->before_backward_node(*n);
     TensorList outputs = n->apply(std::move(grads));
-    if (observer_pause.observer) [[unlikely]]
-      observer_pause.observer->backward_node_tensors(*n, outputs);
+    if (observer) [[unlikely]]
+      observer->backward_node_tensors(*n, outputs);
     if (check_nan) [[unlikely]]  // Note [Anomaly mode]
       detail::check_node_gradients(*n, outputs);
     if (!keep_graph) n->release_saved();
@@ -187,8 +185,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
         ready.push(e.node.get());
       }
     }
-    if (observer_pause.observer) [[unlikely]]
-      observer_pause.observer->after_backward_node(n->name());
+    if (observer) [[unlikely]]
+      observer->after_backward_node(n->name());
   }
   // Drop buffers of nodes that never became ready (their branch had no gradient).
   task.clear_buffers();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "adjoint/storage.h"
 
@@ -124,5 +125,17 @@ class OpObserver {
 };
 
 extern constinit thread_local OpObserver* tls_op_observer;
+
+/// Hides the thread's observers while alive (what runs meanwhile is not an op of the
+/// program: a backward node's insides, a tool's own copies and checks) and puts them back.
+class OpObserverPause {
+ public:
+  OpObserverPause() : paused(std::exchange(tls_op_observer, nullptr)) {}
+  ~OpObserverPause() { tls_op_observer = paused; }
+  OpObserverPause(const OpObserverPause&) = delete;
+  OpObserverPause& operator=(const OpObserverPause&) = delete;
+
+  OpObserver* const paused;  ///< the observer chain hidden, or null
+};
 
 }  // namespace adjoint::detail

@@ -36,6 +36,19 @@ class OpCache {
 /// The innermost checkpointed region running on this thread, or null.
 extern constinit thread_local OpCache* tls_op_cache;
 
+/// Installs a region as the thread's op cache (or, given null, hides the enclosing one) for a
+/// scope.
+class OpCacheScope {
+ public:
+  explicit OpCacheScope(OpCache* cache) : prev_(tls_op_cache) { tls_op_cache = cache; }
+  ~OpCacheScope() { tls_op_cache = prev_; }
+  OpCacheScope(const OpCacheScope&) = delete;
+  OpCacheScope& operator=(const OpCacheScope&) = delete;
+
+ private:
+  OpCache* prev_;
+};
+
 /// run_forward(), or the result the region kept for this op. Op must be copyable.
 template <class Op, class Forward>
 Tensor run_watched_op(OpCache& cache, Op& op, std::vector<Tensor>& extras, Forward&& forward) {

@@ -39,18 +39,6 @@ Tensor unpack_checkpointed(const std::any& packed) {
   return holder->region->take(holder->index);
 }
 
-// Installs a region as the thread's op cache (or hides the enclosing one) for a scope.
-class OpCacheScope {
- public:
-  explicit OpCacheScope(OpCache* cache) : prev_(tls_op_cache) { tls_op_cache = cache; }
-  ~OpCacheScope() { tls_op_cache = prev_; }
-  OpCacheScope(const OpCacheScope&) = delete;
-  OpCacheScope& operator=(const OpCacheScope&) = delete;
-
- private:
-  OpCache* prev_;
-};
-
 template <class T>
 class ValueScope {
  public:

@@ -23,10 +23,10 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
-#include "adjoint/error.h"
 #include "adjoint/io/text_file.h"
 #include "adjoint/tensor.h"
 #include "autograd/memory_hooks.h"
@@ -51,12 +51,12 @@ struct Profiler::Impl final : detail::OpObserver {
   Clock::time_point start = Clock::now();
   Clock::time_point end{};
   bool recording = true;  // false after stop(): calls only pass on
+  bool linked = true;     // in this thread's observer chain
   uint32_t thread = this_thread_number();
   std::vector<ProfileEvent> events;
   // Forward ops started and not yet finished, innermost last: their op name and event index.
   std::vector<std::pair<const char*, std::size_t>> open;
-  std::size_t open_backward = 0;  // index of the backward node running, when one is
-  bool backward_open = false;
+  std::optional<std::size_t> open_node;  // the event of the backward node running
   // Forward FLOPs by the sequence number of the node the op recorded (unique, where addresses
   // of pooled nodes are reused).
   std::unordered_map<uint64_t, uint64_t> forward_flops;
@@ -65,15 +65,31 @@ struct Profiler::Impl final : detail::OpObserver {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
 
-  void before_forward_op(const char* op) override {
-    if (!recording) return OpObserver::before_forward_op(op);
+  // A new event starting now, at the depth of the forward ops open; returns its index.
+  std::size_t begin(std::string name, bool backward) {
     ProfileEvent e;
-    e.name = op;
+    e.name = std::move(name);
+    e.backward = backward;
     e.start_ns = now_ns();
+    e.end_ns = -1;  // open: see stop()
     e.depth = static_cast<int>(open.size());
     e.thread = thread;
-    open.emplace_back(op, events.size());
     events.push_back(std::move(e));
+    return events.size() - 1;
+  }
+  static void note_inputs(ProfileEvent& e, const Tensor* inputs, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      e.input_shapes.push_back(inputs[i].defined() ? inputs[i].shape() : Shape{});
+      e.input_dtypes.push_back(inputs[i].defined() ? inputs[i].dtype() : DType::Float32);
+    }
+    e.bytes += detail::tensor_bytes(inputs, n);
+  }
+  void erase(std::size_t index) {
+    events.erase(events.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+
+  void before_forward_op(const char* op) override {
+    if (recording) open.emplace_back(op, begin(op, false));
     OpObserver::before_forward_op(op);
   }
 
@@ -81,40 +97,34 @@ struct Profiler::Impl final : detail::OpObserver {
                           const Tensor& out) override {
     if (recording && !open.empty() && open.back().first == op) {
       ProfileEvent& e = events[open.back().second];
-      for (std::size_t i = 0; i < n; ++i) {
-        e.input_shapes.push_back(inputs[i].defined() ? inputs[i].shape() : Shape{});
-        e.input_dtypes.push_back(inputs[i].defined() ? inputs[i].dtype() : DType::Float32);
-      }
-      if (out.defined()) e.output_shape = out.shape();
+      note_inputs(e, inputs, n);
+      e.bytes += detail::tensor_bytes(&out, 1);
       e.flops = detail::op_flops(op, inputs, n, out);
-      e.bytes = detail::tensor_bytes(inputs, n) + detail::tensor_bytes(&out, 1);
-      if (out.defined())
+      if (out.defined()) {
+        e.output_shape = out.shape();
         if (const std::shared_ptr<Node> node = out.grad_fn())
           forward_flops[node->sequence_nr()] = e.flops;
+      }
     }
     OpObserver::forward_op_tensors(op, inputs, n, out);
   }
 
-  // Closes `op`'s open entry and drops the entries above it (ops that never finished; none
-  // when every op reports its end or failure). False, touching nothing, when `op` is not open
-  // here: it began before this profiler, or an observer below failed after its end.
-  bool close(const char* op, bool keep) {
+  // Ends `op`'s open entry (keeping its event or dropping it) and drops the entries above it
+  // (ops that never finished; none when every op reports its end or failure). Touches nothing
+  // when `op` is not open here: it began before this profiler, or an observer below failed
+  // after its end.
+  void close(const char* op, bool keep) {
     auto it =
         std::find_if(open.rbegin(), open.rend(), [&](const auto& e) { return e.first == op; });
-    if (it == open.rend()) return false;
-    const std::size_t keep_index = it->second;
-    while (open.back().second != keep_index) drop_top();
-    if (keep) {
-      events[keep_index].end_ns = now_ns();
-      open.pop_back();
-    } else {
-      drop_top();
-    }
-    return true;
-  }
-  void drop_top() {
-    events.erase(events.begin() + static_cast<std::ptrdiff_t>(open.back().second));
+    if (it == open.rend()) return;
+    const std::size_t index = it->second;
+    for (; open.back().second != index; open.pop_back()) erase(open.back().second);
     open.pop_back();
+    if (keep) {
+      events[index].end_ns = now_ns();
+    } else {
+      erase(index);
+    }
   }
 
   void after_forward_op(const char* op) override {
@@ -128,33 +138,22 @@ struct Profiler::Impl final : detail::OpObserver {
   }
 
   void before_backward_node(const Node& node) override {
-    if (!recording) return OpObserver::before_backward_node(node);
-    // The previous node threw (its apply or a check after it): no event.
-    if (backward_open) events.erase(events.begin() + static_cast<std::ptrdiff_t>(open_backward));
-    ProfileEvent e;
-    e.name = node.name();
-    e.backward = true;
-    e.start_ns = now_ns();
-    e.depth = static_cast<int>(open.size());
-    e.thread = thread;
-    if (auto it = forward_flops.find(node.sequence_nr()); it != forward_flops.end())
-      e.flops = 2 * it->second;
-    open_backward = events.size();
-    backward_open = true;
-    events.push_back(std::move(e));
+    if (recording) {
+      if (open_node) erase(*open_node);  // the previous node threw: no event
+      open_node = begin(node.name(), true);
+      if (auto it = forward_flops.find(node.sequence_nr()); it != forward_flops.end())
+        events[*open_node].flops = 2 * it->second;
+    }
     OpObserver::before_backward_node(node);
   }
 
   void backward_node_tensors(const Node& node, const TensorList& grads) override {
-    if (!recording || !backward_open) return OpObserver::backward_node_tensors(node, grads);
-    backward_open = false;
-    ProfileEvent& e = events[open_backward];
-    e.end_ns = now_ns();
-    for (const Tensor& g : grads) {
-      e.input_shapes.push_back(g.defined() ? g.shape() : Shape{});
-      e.input_dtypes.push_back(g.defined() ? g.dtype() : DType::Float32);
+    if (recording && open_node) {
+      ProfileEvent& e = events[*open_node];
+      e.end_ns = now_ns();
+      note_inputs(e, grads.data(), grads.size());
+      open_node.reset();
     }
-    e.bytes = detail::tensor_bytes(grads.data(), grads.size());
     OpObserver::backward_node_tensors(node, grads);
   }
 
@@ -162,11 +161,10 @@ struct Profiler::Impl final : detail::OpObserver {
     next_ = detail::tls_op_observer;
     detail::tls_op_observer = this;
   }
-  bool on_top() const { return detail::tls_op_observer == this; }
   // Stops recording. Unlinks from the chain when on top of it; otherwise (an observer made
   // later is still above it) it stays linked, passing calls on, until the profiler dies.
   void stop() {
-    if (on_top()) {
+    if (detail::tls_op_observer == this) {
       detail::tls_op_observer = next_;
       linked = false;
     }
@@ -174,12 +172,11 @@ struct Profiler::Impl final : detail::OpObserver {
     // Ops still open (stop() inside an op) and a node that threw have no end.
     std::erase_if(events, [](const ProfileEvent& e) { return e.end_ns < e.start_ns; });
     open.clear();
-    backward_open = false;
+    open_node.reset();
     forward_flops.clear();
     end = Clock::now();
     recording = false;
   }
-  bool linked = true;
 };
 
 Profiler::Profiler() : impl_(std::make_unique<Impl>()) { impl_->install(); }

@@ -16,11 +16,7 @@ namespace {
 // A copy of `t` taken without the copy itself reaching any observer (the recorder's own or a
 // memory timeline's): the copy is not an op of the user's program.
 Tensor quiet_copy(const Tensor& t) {
-  detail::OpObserver* saved = std::exchange(detail::tls_op_observer, nullptr);
-  struct Restore {
-    detail::OpObserver* o;
-    ~Restore() { detail::tls_op_observer = o; }
-  } restore{saved};
+  const detail::OpObserverPause quiet;
   NoGradGuard no_grad;
   return t.detach().clone();
 }
