@@ -25,6 +25,9 @@ class SavedTensor;  // src/autograd/saved_tensor.h
 namespace detail {
 struct CreationSite;  // src/autograd/anomaly.h
 }  // namespace detail
+namespace autograd {
+class GraphTask;  // src/autograd/graph_task.h
+}  // namespace autograd
 
 /// An input of a node: the node that produced it and which of that node's outputs it was.
 struct Edge {
@@ -37,6 +40,18 @@ struct Edge {
 using EdgeList = std::vector<Edge, detail::PoolAllocator<Edge>>;
 using TensorList = std::vector<Tensor, detail::PoolAllocator<Tensor>>;
 
+/// What a backward run tells each node it applies. Passed to Node::apply explicitly: a node
+/// learns from it, never from grad mode, whether the ops it runs are being recorded.
+struct BackwardRun {
+  /// The run records the nodes' ops, so the gradients have a graph of their own.
+  bool create_graph = false;
+  /// Saved tensors survive the run.
+  bool retain_graph = false;
+  /// The engine's state for this run (what lets a VJP add a leaf's gradient straight into
+  /// .grad: Note [Adding into .grad in place]); null when a node is applied outside the engine.
+  const autograd::GraphTask* task = nullptr;
+};
+
 /// One recorded operation. apply() maps gradients of its outputs to gradients of its inputs.
 class Node : public std::enable_shared_from_this<Node> {
  public:
@@ -48,7 +63,7 @@ class Node : public std::enable_shared_from_this<Node> {
   /// The op's name followed by "Backward", e.g. "MulBackward".
   virtual std::string name() const = 0;
   /// grads[i]: gradient w.r.t. output i (undefined means zero). Returns one per next edge.
-  virtual TensorList apply(TensorList&& grads) = 0;
+  virtual TensorList apply(TensorList&& grads, const BackwardRun& run) = 0;
   /// Frees saved tensors; a later apply() throws an error naming the op.
   virtual void release_saved() {}
   /// Calls visit(saved, role, index) for each tensor saved for backward, role "input",

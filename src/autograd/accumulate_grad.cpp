@@ -18,13 +18,13 @@ void AccumulateGrad::run_hooks(Tensor& g) const {
   }
 }
 
-TensorList AccumulateGrad::apply(TensorList&& grads) {
+TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
   Tensor g = std::move(grads[0]);
   if (!g.defined()) return {};
   AutogradMeta& m = leaf_->meta();
   run_hooks(g);  // outside the lock: a hook is user code and may take its time
-  const bool create_graph = tls_mode.grad_enabled;  // the engine sets grad mode to create_graph
-  std::lock_guard<std::mutex> lock(mutex_);         // See Note [Concurrent backward] in engine.cpp
+  const bool create_graph = run.create_graph;
+  std::lock_guard<std::mutex> lock(mutex_);  // See Note [Concurrent backward] in engine.cpp
   if (!m.grad.defined()) {
     // Take the incoming buffer when nothing else can see it; otherwise copy, so that later
     // in-place accumulation cannot write into a tensor the caller holds.
@@ -79,10 +79,10 @@ std::mutex& leaf_lock(const TensorImpl* leaf) {
 // The VJP then returns an undefined gradient for that input, so AccumulateGrad does nothing.
 // It adds while holding the AccumulateGrad's lock, as AccumulateGrad does (Note [Concurrent
 // backward] in engine.cpp).
-GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype) {
-  const GraphTask* task = current_graph_task();
-  if (!task || !task->options().add_into_grad || tls_mode.grad_enabled ||
-      tls_mode.dual_visible != 0 || !e.node)
+GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype, const BackwardRun& run) {
+  const GraphTask* task = run.task;
+  if (!task || !task->options().add_into_grad || run.create_graph || tls_mode.dual_visible != 0 ||
+      !e.node)
     return {};
   auto* acc = dynamic_cast<AccumulateGrad*>(e.node.get());
   if (!acc || acc->has_tensor_pre_hooks()) return {};

@@ -13,7 +13,7 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {}
   std::string name() const override { return "AccumulateGrad"; }
-  TensorList apply(TensorList&& grads) override;
+  TensorList apply(TensorList&& grads, const BackwardRun& run) override;
   /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).
   void run_hooks(Tensor& g) const;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
@@ -44,8 +44,8 @@ struct GradInto {
 /// The .grad a VJP may add input i's gradient into itself, in place, instead of returning it
 /// (returning undefined for it instead): defined only where that is exactly what AccumulateGrad
 /// would do (see Note [Adding into .grad in place]). `e` is the input's edge; shape and dtype
-/// are the input's.
-GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype);
+/// are the input's; `run` is the backward run applying the VJP.
+GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype, const BackwardRun& run);
 
 }  // namespace autograd
 

@@ -34,12 +34,11 @@
 #include "autograd/anomaly.h"
 #include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
-#include "autograd/memory_hooks.h"
-#include "autograd/op_cache.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
 #include "core/op_scope.h"
+#include "dispatch/layer.h"
 #include "vmap/batch_rule.h"
 
 namespace adjoint {
@@ -74,20 +73,27 @@ class Ctx {
   /// for it), or undefined, with the lock to hold while adding: see Note [Adding into .grad
   /// in place].
   autograd::GradInto grad_to_add_into(std::size_t i) const {
-    return edges_ ? autograd::grad_to_add_into(edges_[i], info_[i].shape, info_[i].dtype)
-                  : autograd::GradInto{};
+    return run_ ? autograd::grad_to_add_into(edges_[i], info_[i].shape, info_[i].dtype, *run_)
+                : autograd::GradInto{};
   }
+  /// Whether the ops this rule runs on x are recorded, so that a derivative of the rule's
+  /// result must see x through them (layer norm recomputes its statistics then). In backward
+  /// the run says so (create_graph); a JVP runs in the forward, under the forward's grad mode.
+  inline bool differentiated(const Tensor& x) const;
 
+  /// Backward (OpNode::apply): `run` and `edges` are the node's. Forward mode: both null, and
+  /// every input counts as needing a gradient.
   Ctx(const Tensor* inputs, const Tensor* out, const Tensor* extras, const InputInfo* info,
-      const Edge* edges, std::size_t n)
-      : inputs_(inputs), out_(out), extras_(extras), info_(info), edges_(edges), n_(n) {}
+      const Edge* edges, const BackwardRun* run, std::size_t n)
+      : inputs_(inputs), out_(out), extras_(extras), info_(info), edges_(edges), run_(run), n_(n) {}
 
  private:
   const Tensor* inputs_;
   const Tensor* out_;
   const Tensor* extras_;
   const InputInfo* info_;
-  const Edge* edges_;  // null in forward mode: every input counts as needing a gradient
+  const Edge* edges_;
+  const BackwardRun* run_;
   std::size_t n_;
 };
 
@@ -100,6 +106,14 @@ inline bool requires_grad(const Tensor& t) {
   refresh_view(t);
   return t.impl()->autograd && t.impl()->autograd->requires_grad;
 }
+}  // namespace detail
+
+bool Ctx::differentiated(const Tensor& x) const {
+  return (run_ ? run_->create_graph : tls_mode.grad_enabled) && detail::requires_grad(x);
+}
+
+namespace detail {
+
 /// "log_softmax" -> "LogSoftmaxBackward".
 std::string backward_name(const char* op);
 /// Sums (and casts) a gradient back to an input's shape and dtype.
@@ -163,7 +177,7 @@ void propagate_tangents(const Inputs& inputs, const Tensor& out, const Tensor* e
     const Tensor out_alias = alias_with_history(out);
     const uint32_t below = levels_below(li);
     copy_tangents(out, out_alias, below);
-    const Ctx c(inputs.data(), &out_alias, extras, info.data(), nullptr, inputs.size());
+    const Ctx c(inputs.data(), &out_alias, extras, info.data(), nullptr, nullptr, inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];
       tangents[i] = Tensor();
@@ -212,7 +226,7 @@ class OpNode final : public Node {
   explicit OpNode(const Op& op) : op_(op) {}
   std::string name() const override { return detail::backward_name(Op::name); }
 
-  TensorList apply(TensorList&& grads) override {
+  TensorList apply(TensorList&& grads, const BackwardRun& run) override {
     const std::size_t n = info_.size();
     if (!grads[0].defined()) return TensorList(n);
     auto self = shared_from_this();
@@ -229,7 +243,7 @@ class OpNode final : public Node {
     const Tensor out = saved_output_.unpack(self);
     std::vector<Tensor> extras;
     for (const SavedTensor& s : saved_extras_) extras.push_back(s.unpack(self));
-    const Ctx c(inputs, &out, extras.data(), info_.data(), next_edges_.data(), n);
+    const Ctx c(inputs, &out, extras.data(), info_.data(), next_edges_.data(), &run, n);
     TensorList result = detail::grads_to_list(op_.vjp(c, grads[0]));
     result.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -265,18 +279,13 @@ class OpNode final : public Node {
 
 namespace detail {
 
-// A function-try-block: an op that throws tells the observer it saw begin (profiles close
-// the event), at no cost to ops that do not throw.
-template <class Op, class Inputs, class RunForward, class RunJvp>
-Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp&& run_jvp) try {
-  // Errors raised below this op (a shape too large, memory the allocator cannot give) name
-  // it: see Note [Current op] in src/core/op_scope.h.
-  const OpScope op_scope(Op::name);
-  // Memory timelines, FLOP counting and profiles: see Note [Op observer] in memory_hooks.cpp.
-  // Read once: no op installs or removes an observer while it runs.
-  OpObserver* const observer = tls_op_observer;
-  if (observer) [[unlikely]]
-    observer->before_forward_op(Op::name);
+/// The Autograd layer of the dispatch stack for one op (Note [The dispatch stack] in
+/// src/dispatch/layer.h): decides whether to record (grad mode on and some input requires
+/// grad), runs the layers below (`below`: the kernel on the eager path), records the node
+/// with its edges and saved tensors, and propagates forward-mode tangents through the JVP.
+/// `saver` receives what the forward saved.
+template <class Op, class Inputs, class RunJvp, class Below>
+Tensor autograd_step(Op& op, const Inputs& inputs, Saver& saver, RunJvp& run_jvp, Below&& below) {
   bool any_requires_grad = false, any_tangent = false;
   for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
   const bool record = any_requires_grad && tls_mode.grad_enabled;
@@ -284,23 +293,7 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   if (tls_mode.dual_visible != 0)
     for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
-  // An input batched by vmap sends the op to its batching rule (Note [Batched tensors]).
-  int batch_level = 0;
-  if (tls_mode.vmap_depth != 0) [[unlikely]]
-    batch_level = top_batch_level(inputs, Op::name);
-
-  Saver saver;
-  Tensor out;
-  // Checkpointed regions log their ops and may replay kept results: see src/checkpoint.
-  auto forward = [&] {
-    return batch_level != 0 ? run_batched(op, inputs, batch_level, saver.tensors)
-                            : run_forward(saver);
-  };
-  if (OpCache* cache = tls_op_cache) [[unlikely]] {
-    out = run_watched_op(*cache, op, saver.tensors, forward);
-  } else {
-    out = forward();
-  }
+  Tensor out = below();
 
   // A view op's output views its input's base (Note [Views and in-place ops]).
   if (out.impl()->is_view && !inputs.empty()) [[unlikely]] {
@@ -347,15 +340,56 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
   if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
     node->saved_output_ = SavedTensor(out, true);
-  if (observer) [[unlikely]] {
-    observer->forward_op_tensors(Op::name, inputs.data(), inputs.size(), out);
-    observer->after_forward_op(Op::name);
-  }
   return out;
-} catch (...) {
-  if (OpObserver* observer = tls_op_observer) [[unlikely]]
-    observer->forward_op_failed(Op::name);
-  throw;
+}
+
+/// One call of Op as the layers of the dispatch stack see it: a copy of the inputs (layers may
+/// replace them), and the op's steps. Built only when some optional layer is on.
+template <class Op, class Inputs, class RunForward, class RunJvp>
+class TypedOpCall final : public OpCall {
+ public:
+  TypedOpCall(Op& op, const Inputs& inputs, RunForward& run_forward, RunJvp& run_jvp)
+      : OpCall(Op::name, detail::autocast_policy<Op>()),
+        op_(op),
+        inputs_(inputs),
+        run_forward_(run_forward),
+        run_jvp_(run_jvp) {}
+
+  std::span<Tensor> inputs() override { return {inputs_.data(), inputs_.size()}; }
+  Tensor run_kernel() override { return run_forward_(saver_, inputs_); }
+  Tensor run_batching_rule(int level) override {
+    return run_batched(op_, inputs_, level, saver_.tensors);
+  }
+  Tensor run_autograd() override {
+    return autograd_step(op_, inputs_, saver_, run_jvp_, [this] { return next(Layer::Autograd); });
+  }
+  std::any op() const override { return std::any(op_); }
+  void set_op(const std::any& op) override { op_ = std::any_cast<const Op&>(op); }
+  std::vector<Tensor>& saved() override { return saver_.tensors; }
+
+ private:
+  Op& op_;
+  Inputs inputs_;
+  RunForward& run_forward_;
+  RunJvp& run_jvp_;
+  Saver saver_;
+};
+
+/// Every differentiable op call starts here: run_forward(saver, inputs) is the kernel,
+/// run_jvp(ctx, tangents) the JVP rule.
+template <class Op, class Inputs, class RunForward, class RunJvp>
+Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp&& run_jvp) {
+  // Errors raised below this op (a shape too large, memory the allocator cannot give) name
+  // it: see Note [Current op] in src/core/op_scope.h.
+  const OpScope op_scope(Op::name);
+  if (tls_mode.layers != 0) [[unlikely]] {
+    TypedOpCall<Op, Inputs, std::remove_reference_t<RunForward>, std::remove_reference_t<RunJvp>>
+        call(op, inputs, run_forward, run_jvp);
+    return call.dispatch();
+  }
+  // The eager path: Autograd with the kernel right below it.
+  Saver saver;
+  return autograd_step(op, inputs, saver, run_jvp, [&] { return run_forward(saver, inputs); });
 }
 
 template <class Op, std::size_t... I>
@@ -364,24 +398,24 @@ Tensor jvp_fixed(const Op& op, const Ctx& c, const std::vector<Tensor>& t,
   return op.jvp(c, t[I]...);
 }
 
-}  // namespace detail
-
-namespace detail {
-
 template <class Op, class... Ts>
 Tensor apply_fixed(Op& op, const Ts&... xs) {
-  const std::array<Tensor, sizeof...(Ts)> inputs{xs...};
+  constexpr std::size_t n = sizeof...(Ts);
+  const std::array<Tensor, n> inputs{xs...};
   return detail::apply_core(
       op, inputs,
-      [&](Saver& saver) {
-        if constexpr (requires { op.forward(saver, xs...); }) {
-          return op.forward(saver, xs...);
-        } else {
-          return op.forward(xs...);
+      [&](Saver& saver, const std::array<Tensor, n>& in) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+          if constexpr (requires { op.forward(saver, xs...); }) {
+            return op.forward(saver, in[I]...);
+          } else {
+            return op.forward(in[I]...);
+          }
         }
+        (std::make_index_sequence<n>{});
       },
       [&](const Ctx& c, const std::vector<Tensor>& t) {
-        return detail::jvp_fixed(op, c, t, std::index_sequence_for<Ts...>{});
+        return detail::jvp_fixed(op, c, t, std::make_index_sequence<n>{});
       });
 }
 
@@ -389,11 +423,11 @@ template <class Op>
 Tensor apply_list_inputs(Op& op, const std::vector<Tensor>& inputs) {
   return detail::apply_core(
       op, inputs,
-      [&](Saver& saver) {
-        if constexpr (requires { op.forward(saver, inputs); }) {
-          return op.forward(saver, inputs);
+      [&](Saver& saver, const std::vector<Tensor>& in) {
+        if constexpr (requires { op.forward(saver, in); }) {
+          return op.forward(saver, in);
         } else {
-          return op.forward(inputs);
+          return op.forward(in);
         }
       },
       [&](const Ctx& c, const std::vector<Tensor>& t) { return op.jvp(c, t); });
@@ -401,32 +435,16 @@ Tensor apply_list_inputs(Op& op, const std::vector<Tensor>& inputs) {
 
 }  // namespace detail
 
-/// Runs `op` on fixed inputs with all the autograd chores (see the comment at the top).
+/// Runs `op` on fixed inputs through the dispatch stack (see the comment at the top).
 template <class Op, class... Ts>
 Tensor apply(Op op, const Ts&... xs) {
   static_assert((std::is_same_v<Ts, Tensor> && ...), "apply takes tensors");
-  // Autocast converts the inputs first (src/autograd/autocast.h); ops without a policy never
-  // look at it.
-  if constexpr (constexpr AutocastPolicy policy = detail::autocast_policy<Op>();
-                policy != AutocastPolicy::Follow) {
-    if (tls_mode.autocast != 0) [[unlikely]]
-      return detail::apply_fixed(op, detail::autocast_input(xs, policy)...);
-  }
   return detail::apply_fixed(op, xs...);
 }
 
 /// apply for ops over a list of tensors (Op::variadic).
 template <class Op>
 Tensor apply_list(Op op, const std::vector<Tensor>& inputs) {
-  if constexpr (constexpr AutocastPolicy policy = detail::autocast_policy<Op>();
-                policy != AutocastPolicy::Follow) {
-    if (tls_mode.autocast != 0) [[unlikely]] {
-      std::vector<Tensor> cast;
-      cast.reserve(inputs.size());
-      for (const Tensor& x : inputs) cast.push_back(detail::autocast_input(x, policy));
-      return detail::apply_list_inputs(op, cast);
-    }
-  }
   return detail::apply_list_inputs(op, inputs);
 }
 

@@ -62,13 +62,13 @@ Autocast::Autocast(DType dtype, bool enabled, bool cache_casts)
     : prev_state_(tls_mode.autocast), prev_cache_(tls_autocast.cache_enabled) {
   ADJOINT_CHECK(is_reduced_float(dtype), DType, "Autocast",
                 "autocasts to float16 or bfloat16, got ", dtype);
-  tls_mode.autocast = enabled ? static_cast<uint8_t>(1 + static_cast<uint8_t>(dtype)) : 0;
+  set_autocast_state(enabled ? static_cast<uint8_t>(1 + static_cast<uint8_t>(dtype)) : 0);
   tls_autocast.cache_enabled = cache_casts;
   ++tls_autocast.nesting;
 }
 
 Autocast::~Autocast() {
-  tls_mode.autocast = prev_state_;
+  set_autocast_state(prev_state_);
   tls_autocast.cache_enabled = prev_cache_;
   if (--tls_autocast.nesting == 0) tls_autocast.cache.clear();
 }

@@ -57,9 +57,9 @@ Tensor autocast_call(AutocastPolicy policy, F&& f, const Ts&... xs);
 class AutocastStateScope {
  public:
   explicit AutocastStateScope(uint8_t state) : prev_(tls_mode.autocast) {
-    tls_mode.autocast = state;
+    set_autocast_state(state);
   }
-  ~AutocastStateScope() { tls_mode.autocast = prev_; }
+  ~AutocastStateScope() { set_autocast_state(prev_); }
   AutocastStateScope(const AutocastStateScope&) = delete;
   AutocastStateScope& operator=(const AutocastStateScope&) = delete;
 

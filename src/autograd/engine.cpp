@@ -118,9 +118,10 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     for (const Capture& c : captures) targets.push_back(c.node);
     mark_needed(task, targets);
   }
-  autograd::CurrentGraphTask current(&task);
+  // What every node is told about the run (Node::apply): explicit, never read from grad mode.
+  const BackwardRun run{create_graph, keep_graph, &task};
 
-  // Grad mode inside backward is create_graph: VJPs record only when asked to.
+  // Grad mode inside backward is create_graph: the ops VJPs run record only when asked to.
   struct GradModeRestore {
     bool prev = tls_mode.grad_enabled;
     ~GradModeRestore() { tls_mode.grad_enabled = prev; }
@@ -167,7 +168,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
     }
     if (observer) [[unlikely]]
       observer->before_backward_node(*n);
-    TensorList outputs = n->apply(std::move(grads));
+    TensorList outputs = n->apply(std::move(grads), run);
     if (observer) [[unlikely]]
       observer->backward_node_tensors(*n, outputs);
     if (check_nan) [[unlikely]]  // Note [Anomaly mode]

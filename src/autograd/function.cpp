@@ -75,7 +75,7 @@ class CustomNode final : public Node {
 
   std::string name() const override { return name_ + "Backward"; }
 
-  TensorList apply(TensorList&& grads) override {
+  TensorList apply(TensorList&& grads, const BackwardRun& /*run*/) override {
     // Undefined output gradients become zeros, as the user's backward expects tensors.
     std::vector<Tensor> gs(std::make_move_iterator(grads.begin()),
                            std::make_move_iterator(grads.end()));

@@ -9,8 +9,6 @@
 namespace adjoint::autograd {
 namespace {
 
-thread_local const GraphTask* tls_current_task = nullptr;
-
 // Note [Graph task claims]
 // A run must find a node's slot in a few instructions (discovery visits every edge, the run
 // loop looks up every edge again) without keeping anything per run on the node, since runs on
@@ -138,12 +136,5 @@ void GraphTask::grow_table() {
   }
   table_ = std::move(bigger);
 }
-
-const GraphTask* current_graph_task() { return tls_current_task; }
-
-CurrentGraphTask::CurrentGraphTask(const GraphTask* task) : prev_(tls_current_task) {
-  tls_current_task = task;
-}
-CurrentGraphTask::~CurrentGraphTask() { tls_current_task = prev_; }
 
 }  // namespace adjoint::autograd

@@ -78,19 +78,4 @@ class GraphTask {
   std::size_t table_entries_ = 0;
 };
 
-/// The run whose nodes this thread is applying now (the innermost, when runs nest), or null.
-const GraphTask* current_graph_task();
-
-/// Makes `task` the current run on this thread while alive.
-class CurrentGraphTask {
- public:
-  explicit CurrentGraphTask(const GraphTask* task);
-  ~CurrentGraphTask();
-  CurrentGraphTask(const CurrentGraphTask&) = delete;
-  CurrentGraphTask& operator=(const CurrentGraphTask&) = delete;
-
- private:
-  const GraphTask* prev_;
-};
-
 }  // namespace adjoint::autograd

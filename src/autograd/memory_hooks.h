@@ -12,6 +12,7 @@
 #include "adjoint/storage.h"
 
 #include "adjoint/autograd.h"
+#include "core/mode_state.h"
 
 namespace adjoint::detail {
 
@@ -124,14 +125,21 @@ class OpObserver {
   OpObserver* next_ = nullptr;
 };
 
+/// The top of the thread's observer chain; set it with set_op_observer.
 extern constinit thread_local OpObserver* tls_op_observer;
+
+/// Makes `o` the top of the chain (null: none), with the dispatch stack's Observe layer.
+inline void set_op_observer(OpObserver* o) {
+  tls_op_observer = o;
+  set_layer_active(Layer::Observe, o != nullptr);
+}
 
 /// Hides the thread's observers while alive (what runs meanwhile is not an op of the
 /// program: a backward node's insides, a tool's own copies and checks) and puts them back.
 class OpObserverPause {
  public:
-  OpObserverPause() : paused(std::exchange(tls_op_observer, nullptr)) {}
-  ~OpObserverPause() { tls_op_observer = paused; }
+  OpObserverPause() : paused(tls_op_observer) { set_op_observer(nullptr); }
+  ~OpObserverPause() { set_op_observer(paused); }
   OpObserverPause(const OpObserverPause&) = delete;
   OpObserverPause& operator=(const OpObserverPause&) = delete;
 

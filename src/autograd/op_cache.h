@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "adjoint/tensor.h"
+#include "core/mode_state.h"
 
 namespace adjoint::detail {
 
@@ -40,26 +41,17 @@ extern constinit thread_local OpCache* tls_op_cache;
 /// scope.
 class OpCacheScope {
  public:
-  explicit OpCacheScope(OpCache* cache) : prev_(tls_op_cache) { tls_op_cache = cache; }
-  ~OpCacheScope() { tls_op_cache = prev_; }
+  explicit OpCacheScope(OpCache* cache) : prev_(tls_op_cache) { set(cache); }
+  ~OpCacheScope() { set(prev_); }
   OpCacheScope(const OpCacheScope&) = delete;
   OpCacheScope& operator=(const OpCacheScope&) = delete;
 
  private:
+  static void set(OpCache* cache) {
+    tls_op_cache = cache;
+    set_layer_active(Layer::OpCache, cache != nullptr);
+  }
   OpCache* prev_;
 };
-
-/// run_forward(), or the result the region kept for this op. Op must be copyable.
-template <class Op, class Forward>
-Tensor run_watched_op(OpCache& cache, Op& op, std::vector<Tensor>& extras, Forward&& forward) {
-  if (std::optional<KeptOpResult> kept = cache.before_op(Op::name)) {
-    extras = std::move(kept->extras);
-    op = std::any_cast<const Op&>(kept->op);
-    return std::move(kept->output);
-  }
-  Tensor out = forward();
-  if (cache.after_op(Op::name, out)) cache.keep_op(KeptOpResult{out, extras, std::any(op)});
-  return out;
-}
 
 }  // namespace adjoint::detail

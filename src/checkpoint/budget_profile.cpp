@@ -51,9 +51,9 @@ class FlopCounter final : public detail::OpObserver {
  public:
   FlopCounter() {
     next_ = detail::tls_op_observer;
-    detail::tls_op_observer = this;
+    detail::set_op_observer(this);
   }
-  ~FlopCounter() override { detail::tls_op_observer = next_; }
+  ~FlopCounter() override { detail::set_op_observer(next_); }
   FlopCounter(const FlopCounter&) = delete;
   FlopCounter& operator=(const FlopCounter&) = delete;
 

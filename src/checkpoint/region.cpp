@@ -23,7 +23,7 @@ constexpr const char* kDeterminism =
 class CheckpointNode final : public Node {
  public:
   std::string name() const override { return "CheckpointBackward"; }
-  TensorList apply(TensorList&&) override {
+  TensorList apply(TensorList&&, const BackwardRun&) override {
     ADJOINT_ASSERT(false, "CheckpointBackward is never part of a graph");
   }
 };

@@ -28,11 +28,39 @@ struct ModeState {
   /// Anomaly mode (src/autograd/anomaly.h): 0 is off, else its AnomalyBits. Read where a
   /// node is recorded, beside grad_enabled.
   uint8_t anomaly = 0;
+  /// The optional layers of the dispatch stack that are on, one bit per Layer (Note [The
+  /// dispatch stack] in src/dispatch/layer.h); zero is the eager path, tested once per op.
+  uint8_t layers = 0;
 };
 
 // constinit: constant-initialised, so every access is a plain thread-local load, with no
 // call to an initialisation wrapper (GCC's UBSan misread that wrapper's result as a null
 // pointer in some inlined callers).
 extern constinit thread_local ModeState tls_mode;
+
+/// The layers of the dispatch stack, top to bottom (Note [The dispatch stack] in
+/// src/dispatch/layer.h).
+enum class Layer : uint8_t { Autocast, Observe, Autograd, OpCache, Batching, Kernel };
+
+constexpr uint8_t layer_bit(Layer l) { return static_cast<uint8_t>(1u << static_cast<int>(l)); }
+
+/// Turns an optional layer on or off for this thread: the guards of autocast, observers,
+/// checkpointed regions and vmap call it as their state changes.
+inline void set_layer_active(Layer l, bool on) {
+  tls_mode.layers = on ? static_cast<uint8_t>(tls_mode.layers | layer_bit(l))
+                       : static_cast<uint8_t>(tls_mode.layers & ~layer_bit(l));
+}
+
+/// Autocast's state (ModeState::autocast) with its layer.
+inline void set_autocast_state(uint8_t state) {
+  tls_mode.autocast = state;
+  set_layer_active(Layer::Autocast, state != 0);
+}
+
+/// The number of open vmap levels (ModeState::vmap_depth) with the batching layer.
+inline void set_vmap_depth(int depth) {
+  tls_mode.vmap_depth = depth;
+  set_layer_active(Layer::Batching, depth != 0);
+}
 
 }  // namespace adjoint

@@ -159,13 +159,13 @@ struct Profiler::Impl final : detail::OpObserver {
 
   void install() {
     next_ = detail::tls_op_observer;
-    detail::tls_op_observer = this;
+    detail::set_op_observer(this);
   }
   // Stops recording. Unlinks from the chain when on top of it; otherwise (an observer made
   // later is still above it) it stays linked, passing calls on, until the profiler dies.
   void stop() {
     if (detail::tls_op_observer == this) {
-      detail::tls_op_observer = next_;
+      detail::set_op_observer(next_);
       linked = false;
     }
     if (!recording) return;

@@ -106,15 +106,16 @@ void GraphRecorder::Impl::on_grad(Node* node, uint32_t k, const Tensor& grad) {
   Tensor g = quiet_copy(grad);
   BackwardStep step;
   // The VJP again, on a copy, to show what this node sends to each input: the engine sums
-  // what several consumers send into one gradient, so the pieces are seen only here. Every
-  // leaf among the inputs carries a hook, which keeps the VJP from adding into .grad itself
-  // (Note [Adding into .grad in place]): this second run changes nothing.
+  // what several consumers send into one gradient, so the pieces are seen only here. Applied
+  // outside the engine's run (no task), the VJP cannot add into .grad itself (Note [Adding
+  // into .grad in place]), and every leaf among the inputs carries a hook besides: this
+  // second run changes nothing.
   if (node->num_outputs() == 1 && !dynamic_cast<AccumulateGrad*>(node)) {
     try {
       NoGradGuard no_grad;
       TensorList in;
       in.push_back(g.clone());
-      TensorList out = node->apply(std::move(in));
+      TensorList out = node->apply(std::move(in), BackwardRun{});
       for (const Tensor& t : out) step.vjp.push_back(t.defined() ? quiet_copy(t) : Tensor());
     } catch (const std::exception& e) {
       step.vjp.clear();
@@ -135,7 +136,7 @@ void GraphRecorder::Impl::on_grad(Node* node, uint32_t k, const Tensor& grad) {
 
 GraphRecorder::GraphRecorder() : impl_(std::make_shared<Impl>()) {
   impl_->observer = std::make_unique<Observer>(impl_);
-  detail::tls_op_observer = impl_->observer.get();
+  detail::set_op_observer(impl_->observer.get());
 }
 
 GraphRecorder::~GraphRecorder() {
@@ -150,7 +151,7 @@ void GraphRecorder::stop_forward() {
   if (!impl_->observer) return;
   auto* o = static_cast<Observer*>(impl_->observer.get());
   if (detail::tls_op_observer == o) {
-    detail::tls_op_observer = o->previous();
+    detail::set_op_observer(o->previous());
   } else {
     // Stopped out of nesting order, or on another thread: an observer installed after this
     // one still calls it, so it stays (forwarding only) for the rest of the thread.

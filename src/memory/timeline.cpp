@@ -57,7 +57,7 @@ class Dispatcher final : public detail::OpObserver {
     // stayed in the chain, and linking it again on top would make the chain a cycle.
     if (!linked_) {
       next_ = detail::tls_op_observer;
-      detail::tls_op_observer = this;
+      detail::set_op_observer(this);
       linked_ = true;
     }
     active_.push_back(t);
@@ -66,7 +66,7 @@ class Dispatcher final : public detail::OpObserver {
   void remove(const std::shared_ptr<MemoryTimeline::Impl>& t) {
     std::erase(active_, t);
     if (active_.empty() && detail::tls_op_observer == this) {
-      detail::tls_op_observer = next_;
+      detail::set_op_observer(next_);
       linked_ = false;
     }
   }

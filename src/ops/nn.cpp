@@ -245,8 +245,8 @@ struct LayerNorm {
   // (mean, rstd): saved, or recomputed with ops. See Note [Layer norm statistics in backward].
   std::pair<Tensor, Tensor> stats(const Ctx& c) const {
     const Tensor& x = c.input(0);
-    const bool differentiate = (tls_mode.grad_enabled && detail::requires_grad(x)) ||
-                               (tls_mode.dual_visible != 0 && detail::has_visible_tangent(x));
+    const bool differentiate =
+        c.differentiated(x) || (tls_mode.dual_visible != 0 && detail::has_visible_tangent(x));
     if (!differentiate) return {c.saved(0), c.saved(1)};
     Tensor mu = mean(x, norm_dims, true);
     Tensor var = mean((x - mu).square(), norm_dims, true);

@@ -20,12 +20,12 @@ std::vector<VmapLevel>& vmap_levels() {
 
 VmapLevelGuard::VmapLevelGuard(int64_t size, Randomness randomness) : id_(++next_level_id) {
   vmap_levels().push_back(VmapLevel{id_, size, randomness});
-  ++tls_mode.vmap_depth;
+  set_vmap_depth(tls_mode.vmap_depth + 1);
 }
 
 VmapLevelGuard::~VmapLevelGuard() {
   vmap_levels().pop_back();
-  --tls_mode.vmap_depth;
+  set_vmap_depth(tls_mode.vmap_depth - 1);
 }
 
 Tensor make_batched(Tensor value, int64_t bdim, int level) {
@@ -99,8 +99,8 @@ Tensor draw_at(std::size_t depth, const Shape& shape, const char* op,
     // The factory itself, without coming back here.
     struct NoVmap {
       int depth = tls_mode.vmap_depth;
-      NoVmap() { tls_mode.vmap_depth = 0; }
-      ~NoVmap() { tls_mode.vmap_depth = depth; }
+      NoVmap() { set_vmap_depth(0); }
+      ~NoVmap() { set_vmap_depth(depth); }
     } no_vmap;
     return draw(shape);
   }

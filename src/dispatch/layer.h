@@ -1,0 +1,97 @@
+// The dispatch stack: the layers every op call passes through, top to bottom, and the
+// type-erased call they see. See Note [The dispatch stack] (docs/architecture.md has the
+// picture and how a new transform plugs in).
+#pragma once
+
+#include <any>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "adjoint/tensor.h"
+#include "autograd/autocast.h"
+#include "core/mode_state.h"
+
+namespace adjoint::detail {
+
+// Note [The dispatch stack]
+// apply<Op> hands every differentiable op call to a fixed, ordered stack of layers (PyTorch's
+// dispatch keys, functorch's DynamicLayer, JAX's interpreters). Each layer sees the call (an
+// OpCall: the op's name and policy, its inputs, what its forward saved, and the op's own
+// steps behind virtual functions: kernel, batching rule, autograd), may change it, and passes
+// it to the next active layer below with call.next(its layer); the bottom runs the kernel.
+// Top to bottom (enum Layer, in src/core/mode_state.h beside the bits):
+//   Autocast  converts the inputs by the op's policy              (an Autocast guard is alive)
+//   Observe   profiles, memory timelines, FLOP counts see the op   (an OpObserver is installed)
+//   Autograd  records the node for reverse mode and pushes tangents for forward mode (always)
+//   OpCache   a checkpointed region logs the op, or hands back a kept result (region running)
+//   Batching  an input batched by vmap sends the op to its batching rule (a vmap is open)
+//   Kernel    the op's forward
+// A layer that is off costs nothing: ModeState::layers holds one bit per optional layer, set
+// by the guard that turns it on, and apply<Op> tests the whole byte once. When it is zero (the
+// eager path), Autograd runs with the kernel directly below it, inlined as before the stack
+// existed; otherwise the call is built on the stack and walks the active layers.
+//
+// Transforms nest by levels, inside their layer: a batching rule computes with ordinary ops
+// on the physical values, and those ops enter the stack again from the top, so what lies
+// below a vmap (an outer grad, jvp or vmap) happens to them, while a grad or jvp inside the
+// vmap recorded its node on the logical values before the rule ran. Forward mode's dual
+// levels and vmap's levels are handled by their layers (the highest level among the inputs
+// first), which is what makes vmap(grad(f)), grad(vmap(f)), jvp(vmap(f)) and vmap(vmap(f))
+// mean what they mean in JAX.
+
+/// One op call as the layers see it. apply<Op> builds it (TypedOpCall in
+/// src/autograd/apply.h) only when some optional layer is on.
+class OpCall {
+ public:
+  const char* name() const { return name_; }
+  AutocastPolicy autocast_policy() const { return autocast_; }
+  /// The inputs; a layer may replace them (autocast converts them) before passing the call on.
+  virtual std::span<Tensor> inputs() = 0;
+  /// The extra tensors the forward (or the batching rule) saved for backward.
+  virtual std::vector<Tensor>& saved() = 0;
+
+  /// Passes the call to the next active layer below `from`, or runs the kernel.
+  Tensor next(Layer from) { return run_from(static_cast<int>(from) + 1); }
+  /// Runs the call through the active layers from the top.
+  Tensor dispatch() { return run_from(0); }
+
+  // The op's own steps, which only its struct knows.
+  /// The forward on inputs(), saving into saved().
+  virtual Tensor run_kernel() = 0;
+  /// The batching rule for inputs batched at vmap level `level`; the result is batched there.
+  virtual Tensor run_batching_rule(int level) = 0;
+  /// Reverse-mode recording and forward-mode tangents around next(Layer::Autograd).
+  virtual Tensor run_autograd() = 0;
+  /// A copy of the op struct (its attributes, and members its forward set).
+  virtual std::any op() const = 0;
+  /// Replaces the op struct with a copy made by op() (a kept result's).
+  virtual void set_op(const std::any& op) = 0;
+
+ protected:
+  OpCall(const char* name, AutocastPolicy autocast)
+      : name_(name),
+        autocast_(autocast),
+        active_(static_cast<uint8_t>(tls_mode.layers | layer_bit(Layer::Autograd))) {}
+  ~OpCall() = default;
+  OpCall(const OpCall&) = delete;
+  OpCall& operator=(const OpCall&) = delete;
+
+ private:
+  Tensor run_from(int layer);
+
+  const char* name_;
+  AutocastPolicy autocast_;
+  uint8_t active_;  // the layers on when the call began (Autograd always)
+};
+
+/// A layer of the stack. Layers keep no state of their own: what they act on is the thread's
+/// mode (the observer installed, the region running, the vmaps open).
+class DispatchLayer {
+ public:
+  virtual ~DispatchLayer() = default;
+  /// Handles the call; call.next(this layer) passes it on.
+  virtual Tensor run(OpCall& call) = 0;
+};
+
+}  // namespace adjoint::detail

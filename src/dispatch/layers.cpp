@@ -1,0 +1,100 @@
+// The layers of the dispatch stack (Note [The dispatch stack] in layer.h), top to bottom.
+#include <array>
+
+#include "autograd/memory_hooks.h"
+#include "autograd/op_cache.h"
+#include "dispatch/layer.h"
+#include "vmap/batched.h"
+
+namespace adjoint::detail {
+namespace {
+
+// Converts the floating inputs as the op's policy asks (src/autograd/autocast.h), with
+// recorded casts, so the layers below see (and Autograd records) the converted call.
+class AutocastLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override {
+    if (const AutocastPolicy policy = call.autocast_policy(); policy != AutocastPolicy::Follow)
+      for (Tensor& x : call.inputs()) x = autocast_input(x, policy);
+    return call.next(Layer::Autocast);
+  }
+};
+
+// Tells the thread's observer chain (Note [Op observer] in memory_hooks.cpp) about the op:
+// before it runs, its tensors and end once its node and saved tensors are in place, or that
+// it failed.
+class ObserveLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override {
+    OpObserver* const observer = tls_op_observer;
+    observer->before_forward_op(call.name());
+    Tensor out;
+    try {
+      out = call.next(Layer::Observe);
+    } catch (...) {
+      observer->forward_op_failed(call.name());
+      throw;
+    }
+    const std::span<Tensor> inputs = call.inputs();
+    observer->forward_op_tensors(call.name(), inputs.data(), inputs.size(), out);
+    observer->after_forward_op(call.name());
+    return out;
+  }
+};
+
+// Reverse and forward mode: the op's own template code (apply.h), since the node it records
+// is an OpNode<Op>.
+class AutogradLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override { return call.run_autograd(); }
+};
+
+// A checkpointed region logs the op and may keep its result, or hands back the result it kept
+// in the first run instead of running the op again (Note [Op log] in src/checkpoint/region.h).
+// It sits below Autograd, so a recomputation records its node around the kept result.
+class OpCacheLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override {
+    OpCache& cache = *tls_op_cache;
+    if (std::optional<KeptOpResult> kept = cache.before_op(call.name())) {
+      call.saved() = std::move(kept->extras);
+      call.set_op(kept->op);
+      return std::move(kept->output);
+    }
+    Tensor out = call.next(Layer::OpCache);
+    if (cache.after_op(call.name(), out)) cache.keep_op(KeptOpResult{out, call.saved(), call.op()});
+    return out;
+  }
+};
+
+// An input batched by an open vmap sends the op to its batching rule at the highest level
+// among the inputs (Note [Batched tensors] in src/vmap/batched.h); unbatched calls pass on.
+class BatchingLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override {
+    if (const int level = top_batch_level(call.inputs(), call.name()))
+      return call.run_batching_rule(level);
+    return call.next(Layer::Batching);
+  }
+};
+
+AutocastLayer autocast_layer;
+ObserveLayer observe_layer;
+AutogradLayer autograd_layer;
+OpCacheLayer op_cache_layer;
+BatchingLayer batching_layer;
+
+// Indexed by Layer; the kernel is the call's own.
+constexpr std::size_t kLayers = static_cast<std::size_t>(Layer::Kernel);
+const std::array<DispatchLayer*, kLayers> layers = {
+    &autocast_layer, &observe_layer, &autograd_layer, &op_cache_layer, &batching_layer};
+
+}  // namespace
+
+Tensor OpCall::run_from(int layer) {
+  for (int l = layer; l < static_cast<int>(kLayers); ++l)
+    if (active_ & (1u << l)) return layers[static_cast<std::size_t>(l)]->run(*this);
+  return run_kernel();
+}
+
+}  // namespace adjoint::detail
