@@ -65,12 +65,15 @@ struct MatMul {
   // batch dims takes an unbatched operand along.
   Tensor vmap(const BatchArgs& b) const {
     // A shared matrix times a batch of matrices (jacrev's batched cotangents meet the
-    // weights this way): the batch goes into the columns, one GEMM instead of B.
+    // weights this way): one GEMM instead of B, in row form, W x_b = (x_bᵀ Wᵀ)ᵀ, so that
+    // for a batch of vectors (n = 1) neither the operand nor the result is copied or left
+    // strided (the column form, W [x_1 .. x_B], transposed both: two copies as large as the
+    // batch, each slower than the GEMM at jacrev's sizes).
     if (!b.batched(0) && b[0].dim() == 2 && b.batched(1) && b.logical_dim(1) == 2) {
       const Tensor& x = b[1];  // [B, k, n]
       const int64_t batch = x.size(0), k = x.size(1), n = x.size(2);
-      const Tensor cols = matmul(b[0], x.permute({1, 0, 2}).reshape({k, batch * n}));
-      return cols.reshape({b[0].size(0), batch, n}).permute({1, 0, 2});
+      const Tensor rows = matmul(x.transpose(1, 2).reshape({batch * n, k}), b[0].t());
+      return rows.reshape({batch, n, b[0].size(0)}).transpose(1, 2);
     }
     const int64_t r = b.max_logical_dim();
     return matmul(b.aligned(0, r), b.aligned(1, r));

@@ -123,6 +123,27 @@ TEST(Vmap, MatmulLinearLayerNormCrossEntropy) {
                            {0, no_batch, 0, 0});
 }
 
+// A shared matrix times a batch of matrices or vectors: the MatMul rule's one-GEMM branch
+// (jacrev's cotangents meet the weights this way), with the batch in front and last, the
+// result used by later views (reshape after a matrix-vector product), and under grad.
+TEST(Vmap, SharedMatrixTimesBatch) {
+  const Tensor w = rnd({5, 4}, 41);
+  ListF vec = [&](const std::vector<Tensor>& x) { return tanh(matmul(w, x[0])).reshape({1, 5}); };
+  ListF mat = [&](const std::vector<Tensor>& x) { return matmul(w, x[0]) * 2.0; };
+  for (const int64_t n : {1, 3}) {
+    expect_vmap_matches_loop(mat, {rnd({6, 4, n}, 42)}, {0});
+    expect_vmap_matches_loop(mat, {rnd({4, n, 6}, 43)}, {-1}, 1);
+  }
+  expect_vmap_matches_loop(vec, {rnd({6, 4}, 44)}, {0});
+  expect_vmap_matches_loop(vec, {rnd({4, 6}, 45)}, {1});
+  // Per-example gradients through it: the VJP multiplies the shared wᵀ by the batch.
+  auto loss = [&](const Tensor& x) { return tanh(matmul(w, x)).square().sum(); };
+  const Tensor xs = rnd({6, 4, 3}, 46);
+  const Tensor got = vmap(grad(loss))(xs);
+  for (int64_t b = 0; b < 6; ++b)
+    EXPECT_LT(max_diff(got.select(0, b), grad(loss)(xs.select(0, b))), 1e-12) << "example " << b;
+}
+
 TEST(Vmap, IndexingWithBatchedIndices) {
   const Tensor table = rnd({7, 3}, 21);
   const Tensor idx = tensor(std::vector<int64_t>{0, 6, 2, 2, 5, 1, 3, 3, 0}, Shape{3, 3});
