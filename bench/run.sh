@@ -14,7 +14,7 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-2}
 WORKLOADS=${WORKLOADS:-op-overhead mlp deep-mlp hvp jacobian per-sample-grads ode-adjoint gpt-tiny}
 # Workloads the libtorch reference does not have: adjoint runs alone.
-ADJOINT_ONLY=" jacobian ode-adjoint "
+ADJOINT_ONLY=" ode-adjoint "
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 SHARED=${ADJOINT_SHARED_DIR:-$REPO/../shared}
 TORCH_BUILD=${TORCH_BUILD:-/tmp/torch-ref-build}

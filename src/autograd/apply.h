@@ -1,8 +1,10 @@
-// apply<Op>: the one generic step every differentiable op goes through. It decides whether
-// to record (grad mode on and some input requires grad), runs the forward, builds the node
-// with its edges and saved tensors, and propagates forward-mode tangents through the op's JVP.
-// In backward, OpNode<Op> unpacks what was saved, calls the VJP and sums each gradient back
-// to its input's shape (unbroadcasting), so no op repeats these chores.
+// apply<Op>: the one generic step every differentiable op goes through. It hands the call to
+// the dispatch stack (Note [The dispatch stack] in src/dispatch/layer.h); its Autograd layer
+// decides whether to record (grad mode on and some input requires grad), runs the layers
+// below (the kernel, on the eager path), builds the node with its edges and saved tensors, and
+// propagates forward-mode tangents through the op's JVP. In backward, OpNode<Op> unpacks what
+// was saved, calls the VJP and sums each gradient back to its input's shape (unbroadcasting),
+// so no op repeats these chores.
 //
 // An op is a small struct (see src/ops/unary.cpp for many):
 //   struct Exp {
@@ -16,7 +18,8 @@
 // may set members of the op (they are copied into the node afterwards). vjp returns a Tensor
 // for one input or std::array<Tensor, N>; an undefined gradient means zero. Ops over a list
 // of tensors (cat, stack) set `static constexpr bool variadic = true` and take and return
-// std::vector<Tensor>. An op that autocast should convert names its policy,
+// std::vector<Tensor>. The batching rule for vmap sits beside them (src/vmap/batch_rule.h).
+// An op that autocast should convert names its policy,
 // `static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;` (src/autograd/autocast.h).
 #pragma once
 

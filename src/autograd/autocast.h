@@ -1,10 +1,11 @@
 // Autocast's side of apply<Op> (see include/adjoint/autocast.h for the user's side). An op
 // names its policy beside its forward, VJP and JVP:
 //   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
-// apply<Op> converts the op's floating inputs by that policy before anything else happens,
-// with recorded (differentiable) casts, so the gradient of a float32 parameter flows back
-// through the cast and arrives in float32. Ops without the member follow their inputs, and
-// pay nothing: apply reads the thread-local switch only for ops that have a policy.
+// The Autocast layer, the top of the dispatch stack (src/dispatch/layers.cpp), converts the
+// op's floating inputs by that policy before the other layers see the call, with recorded
+// (differentiable) casts, so the gradient of a float32 parameter flows back through the cast
+// and arrives in float32. Ops without the member follow their inputs. The layer is on only
+// inside an enabled Autocast guard; otherwise it costs nothing.
 #pragma once
 
 #include <array>

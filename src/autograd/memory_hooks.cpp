@@ -16,10 +16,13 @@
 //
 // Note [Op observer]
 // Memory timelines need a point after every op, FLOP counting an op's tensors, profiles a
-// point before and after each. apply<Op> and the engine each test one thread-local pointer;
-// while it is set they call it: before_forward_op at apply<Op>'s entry, forward_op_tensors and
-// after_forward_op at its end; before_backward_node, backward_node_tensors and
-// after_backward_node around each node the engine runs. The engine clears the pointer while a
+// point before and after each. In forward, the observer chain is the Observe layer of the
+// dispatch stack (Note [The dispatch stack] in src/dispatch/layer.h), on while a chain is
+// installed (set_op_observer): before_forward_op as the call reaches it, forward_op_tensors
+// and after_forward_op once the layers below (Autograd's node included) are done,
+// forward_op_failed if they threw. The engine tests the same pointer: before_backward_node,
+// backward_node_tensors and after_backward_node around each node it runs, and it clears the
+// pointer while a
 // node's VJP runs (the ops inside a backward node are that node's, not forward ops). Several
 // tools at once form a chain: each observer keeps the one it displaced in `next_`, and the base
 // class's methods pass every call on, so an observer overrides only what it needs and calls

@@ -1,8 +1,8 @@
-// The window checkpointed regions (src/checkpoint) have into apply<Op>: while a checkpointed
-// function runs, every op reports itself before it runs and after, so the region can log the
-// op sequence (a recomputation must repeat it) and, under a selective policy, keep an op's
-// result in forward and hand it back instead of running the op again in the recomputation.
-// One thread-local pointer, tested once per op. See Note [Op log] in src/checkpoint/region.h.
+// What checkpointed regions (src/checkpoint) see of each op: the OpCache layer of the
+// dispatch stack (src/dispatch/layers.cpp), on while a region runs, reports every op before it
+// runs and after, so the region can log the op sequence (a recomputation must repeat it) and,
+// under a selective policy, keep an op's result in forward and hand it back instead of running
+// the op again in the recomputation. See Note [Op log] in src/checkpoint/region.h.
 #pragma once
 
 #include <any>

@@ -21,7 +21,7 @@
 // the in-place version check: an input modified between forward and backward throws.
 //
 // Note [Op log]
-// Every op of the first run is logged (tls_op_cache, see src/autograd/op_cache.h) and the
+// Every op of the first run is logged (the OpCache layer, see src/autograd/op_cache.h) and the
 // recomputation must run the same ops in the same order, saving tensors of the same shapes
 // and dtypes; anything else throws, naming the op. Under a selective policy the log also keeps
 // the results of the ops the policy saves: the recomputation takes those instead of running
