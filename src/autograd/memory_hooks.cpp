@@ -20,15 +20,15 @@
 // dispatch stack (Note [The dispatch stack] in src/dispatch/layer.h), on while a chain is
 // installed (set_op_observer): before_forward_op as the call reaches it, forward_op_tensors
 // and after_forward_op once the layers below (Autograd's node included) are done,
-// forward_op_failed if they threw. The engine tests the same pointer: before_backward_node,
-// backward_node_tensors and after_backward_node around each node it runs, and it clears the
-// pointer while a
-// node's VJP runs (the ops inside a backward node are that node's, not forward ops). Several
-// tools at once form a chain: each observer keeps the one it displaced in `next_`, and the base
-// class's methods pass every call on, so an observer overrides only what it needs and calls
-// the base version after. Users: memory timelines (src/memory/timeline.cpp), the checkpoint
-// planner's FLOP counter (src/checkpoint/budget_profile.cpp), graph recorders
-// (src/debug/recorder.cpp) and the profiler (src/debug/profiler.cpp).
+// forward_op_failed if anything threw. The engine tests the same pointer:
+// before_backward_node, backward_node_tensors and after_backward_node around each node it
+// runs, and it clears the pointer for the whole run (the ops inside a backward node are that
+// node's, not forward ops). Several tools at once form a chain: each observer keeps the one it
+// displaced in `next_`, and the base class's methods pass every call on, so an observer
+// overrides only what it needs and calls the base version after. Users: memory timelines
+// (src/memory/timeline.cpp), the checkpoint planner's FLOP counter
+// (src/checkpoint/budget_profile.cpp), graph recorders (src/debug/recorder.cpp) and the profiler
+// (src/debug/profiler.cpp).
 #include "autograd/memory_hooks.h"
 
 #include <algorithm>

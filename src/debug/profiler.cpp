@@ -2,12 +2,12 @@
 // timestamps each forward op and backward node, and the table and trace made from its events.
 //
 // Note [Profiler events]
-// - A forward op is timed from before_forward_op (at apply<Op>'s entry, before inputs are
-//   checked or the kernel runs) to after_forward_op (its node, saved tensors and tangents in
+// - A forward op is timed from before_forward_op (as the call reaches the Observe layer,
+//   before the kernel runs) to after_forward_op (its node, saved tensors and tangents in
 //   place): everything the op costs the caller. Ops called inside another op's forward nest:
 //   they get depth > 0, and only depth-0 events are summed into totals, so that no time
-//   counts twice. An op that throws reports forward_op_failed (apply<Op> is a
-//   function-try-block, free until something throws) and leaves no event.
+//   counts twice. An op that throws reports forward_op_failed (the dispatch stack's Observe
+//   layer catches, free until something throws) and leaves no event.
 // - A backward node is timed around its apply() alone: the engine's bookkeeping between nodes
 //   (summing gradients into buffers, the ready queue) is in no event, so the top-level events
 //   of a step sum to a little less than its wall time. The ops a node's VJP runs are not

@@ -35,10 +35,11 @@ namespace adjoint::detail {
 // Transforms nest by levels, inside their layer: a batching rule computes with ordinary ops
 // on the physical values, and those ops enter the stack again from the top, so what lies
 // below a vmap (an outer grad, jvp or vmap) happens to them, while a grad or jvp inside the
-// vmap recorded its node on the logical values before the rule ran. Forward mode's dual
-// levels and vmap's levels are handled by their layers (the highest level among the inputs
-// first), which is what makes vmap(grad(f)), grad(vmap(f)), jvp(vmap(f)) and vmap(vmap(f))
-// mean what they mean in JAX.
+// vmap recorded its node on the logical values before the rule ran. Each transform's levels
+// are handled inside its layer: Batching sends a call to the rule of the highest vmap level
+// among its inputs; Autograd pushes tangents at every visible dual level, the innermost last,
+// each JVP rule seeing only the levels below its own. That is what makes vmap(grad(f)),
+// grad(vmap(f)), jvp(vmap(f)) and vmap(vmap(f)) mean what they mean in JAX.
 
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in
 /// src/autograd/apply.h) only when some optional layer is on.

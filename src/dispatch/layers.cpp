@@ -27,18 +27,19 @@ class ObserveLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
     OpObserver* const observer = tls_op_observer;
-    observer->before_forward_op(call.name());
-    Tensor out;
+    // Whatever throws, an observer of the chain included (a recorder's copy out of memory),
+    // the chain hears that the op failed, so that profiles close what they opened.
     try {
-      out = call.next(Layer::Observe);
+      observer->before_forward_op(call.name());
+      Tensor out = call.next(Layer::Observe);
+      const std::span<Tensor> inputs = call.inputs();
+      observer->forward_op_tensors(call.name(), inputs.data(), inputs.size(), out);
+      observer->after_forward_op(call.name());
+      return out;
     } catch (...) {
       observer->forward_op_failed(call.name());
       throw;
     }
-    const std::span<Tensor> inputs = call.inputs();
-    observer->forward_op_tensors(call.name(), inputs.data(), inputs.size(), out);
-    observer->after_forward_op(call.name());
-    return out;
   }
 };
 

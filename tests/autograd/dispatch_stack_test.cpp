@@ -5,6 +5,7 @@
 
 #include "adjoint/adjoint.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
 #include "core/mode_state.h"
 
@@ -49,7 +50,8 @@ TEST(DispatchStack, EachLayerIsOnExactlyWhileItsGuardLives) {
 }
 
 // Per-example gradients of tanh(x w).sum(), with the function checkpointed, under a profiler,
-// inside vmap: every optional layer but autocast is on for the ops of the recomputation.
+// inside vmap: the first run passes Observe, OpCache and Batching at once; the recomputation
+// (inside backward, where the engine hides observers) OpCache and Batching.
 Tensor example_loss(const Tensor& w, const Tensor& x) { return tanh(matmul(x, w)).sum(); }
 
 TEST(DispatchStack, AllLayersTogetherGiveTheLoopsGradients) {
@@ -88,6 +90,32 @@ TEST(DispatchStack, CheckpointUnderAutocastRecomputesInTheLowDtype) {
   const Tensor recomputed = run(true);
   EXPECT_EQ(plain.dtype(), DType::Float32);
   EXPECT_EQ(max_diff(plain, recomputed), 0.0) << "the recomputation casts as the first run did";
+}
+
+// Observers chain; the Observe layer tells the whole chain that an op failed whatever threw,
+// an observer above included, so that those below (a profiler) close what they opened.
+struct CountingObserver : detail::OpObserver {
+  int begun = 0, ended = 0, failed = 0;
+  void before_forward_op(const char* op) override { ++begun; }
+  void after_forward_op(const char* op) override { ++ended; }
+  void forward_op_failed(const char* op) override { ++failed; }
+};
+struct ThrowingObserver : detail::OpObserver {
+  explicit ThrowingObserver(OpObserver* below) { next_ = below; }
+  void forward_op_tensors(const char*, const Tensor*, std::size_t, const Tensor&) override {
+    throw std::runtime_error("observer out of memory");
+  }
+};
+
+TEST(DispatchStack, AnObserverThatThrowsFailsTheOpForTheWholeChain) {
+  CountingObserver below;
+  ThrowingObserver above(&below);
+  detail::set_op_observer(&above);
+  EXPECT_THROW(exp(ones({2})), std::runtime_error);
+  detail::set_op_observer(nullptr);
+  EXPECT_EQ(below.begun, 1);
+  EXPECT_EQ(below.failed, 1);
+  EXPECT_EQ(below.ended, 0);
 }
 
 // AccumulateGrad keeps the incoming gradient itself under create_graph (it carries the graph
