@@ -352,7 +352,7 @@ template <class Op, class Inputs, class RunForward, class RunJvp>
 class TypedOpCall final : public OpCall {
  public:
   TypedOpCall(Op& op, const Inputs& inputs, RunForward& run_forward, RunJvp& run_jvp)
-      : OpCall(Op::name, detail::autocast_policy<Op>()),
+      : OpCall(Op::name, detail::autocast_policy<Op>(), layers_for(detail::autocast_policy<Op>())),
         op_(op),
         inputs_(inputs),
         run_forward_(run_forward),
@@ -385,7 +385,8 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   // Errors raised below this op (a shape too large, memory the allocator cannot give) name
   // it: see Note [Current op] in src/core/op_scope.h.
   const OpScope op_scope(Op::name);
-  if (tls_mode.layers != 0) [[unlikely]] {
+  constexpr uint8_t relevant = layers_for(autocast_policy<Op>());
+  if ((tls_mode.layers & relevant) != 0) [[unlikely]] {
     TypedOpCall<Op, Inputs, std::remove_reference_t<RunForward>, std::remove_reference_t<RunJvp>>
         call(op, inputs, run_forward, run_jvp);
     return call.dispatch();

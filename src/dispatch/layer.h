@@ -28,9 +28,10 @@ namespace adjoint::detail {
 //   Batching  an input batched by vmap sends the op to its batching rule (a vmap is open)
 //   Kernel    the op's forward
 // A layer that is off costs nothing: ModeState::layers holds one bit per optional layer, set
-// by the guard that turns it on, and apply<Op> tests the whole byte once. When it is zero (the
-// eager path), Autograd runs with the kernel directly below it, inlined as before the stack
-// existed; otherwise the call is built on the stack and walks the active layers.
+// by the guard that turns it on, and apply<Op> tests the byte once, masked by the layers the
+// op takes part in (layers_for: an op without an autocast policy skips Autocast). When that is
+// zero (the eager path), Autograd runs with the kernel directly below it, inlined as before
+// the stack existed; otherwise the call is built on the stack and walks the active layers.
 //
 // Transforms nest by levels, inside their layer: a batching rule computes with ordinary ops
 // on the physical values, and those ops enter the stack again from the top, so what lies
@@ -40,6 +41,14 @@ namespace adjoint::detail {
 // among its inputs; Autograd pushes tangents at every visible dual level, the innermost last,
 // each JVP rule seeing only the levels below its own. That is what makes vmap(grad(f)),
 // grad(vmap(f)), jvp(vmap(f)) and vmap(vmap(f)) mean what they mean in JAX.
+
+/// The optional layers a call with this autocast policy takes part in: every one, except
+/// that an op autocast leaves alone (AutocastPolicy::Follow, most ops) skips the Autocast
+/// layer, so under an Autocast guard it stays on the eager path.
+constexpr uint8_t layers_for(AutocastPolicy policy) {
+  return policy == AutocastPolicy::Follow ? static_cast<uint8_t>(~layer_bit(Layer::Autocast))
+                                          : static_cast<uint8_t>(0xff);
+}
 
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in
 /// src/autograd/apply.h) only when some optional layer is on.
@@ -70,10 +79,11 @@ class OpCall {
   virtual void set_op(const std::any& op) = 0;
 
  protected:
-  OpCall(const char* name, AutocastPolicy autocast)
+  /// `layers`: the optional layers this op takes part in (layers_for).
+  OpCall(const char* name, AutocastPolicy autocast, uint8_t layers)
       : name_(name),
         autocast_(autocast),
-        active_(static_cast<uint8_t>(tls_mode.layers | layer_bit(Layer::Autograd))) {}
+        active_(static_cast<uint8_t>((tls_mode.layers & layers) | layer_bit(Layer::Autograd))) {}
   ~OpCall() = default;
   OpCall(const OpCall&) = delete;
   OpCall& operator=(const OpCall&) = delete;
