@@ -55,11 +55,17 @@ Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
   // float16's range needs loss scaling; bfloat16 has float32's (docs/mixed-precision.md).
   if (autocast_ == DType::Float16)
     scaler_.emplace(optim::GradScalerOptions{.init_scale = config.init_loss_scale});
+  ADJOINT_CHECK(!config.master_weights || autocast_, Value, "train",
+                "--master-weights keeps 16-bit weights: it needs --precision bf16 or fp16, got ",
+                config.precision);
   Generator init(config.seed);
   model_ = std::make_shared<nn::GPT>(config.model, &init);
+  // Initialised in float32 (the same draws as every precision), then rounded once.
+  if (config.master_weights) model_->to(*autocast_);
   params_ = model_->parameters();
   optimizer_ = std::make_unique<optim::AdamW>(
       params_, optim::AdamWOptions{.lr = config.lr, .weight_decay = config.weight_decay});
+  if (config.master_weights) optimizer_->keep_master_weights();
   set_checkpointing(config.checkpoint);
 }
 
@@ -193,6 +199,11 @@ void Trainer::resume(const std::string& path) {
 std::shared_ptr<nn::GPT> load_model(const std::string& path) {
   const io::SafetensorsFile file = io::load_safetensors(path);
   auto model = std::make_shared<nn::GPT>(decode_model_config(file.metadata, path));
+  // A run with --master-weights stored 16-bit weights: sample in their dtype.
+  if (const auto m = file.metadata.find("master_weights");
+      m != file.metadata.end() && m->second == "1")
+    if (const auto p = file.metadata.find("precision"); p != file.metadata.end())
+      if (const std::optional<DType> low = autocast_dtype_of(p->second)) model->to(*low);
   io::load_checkpoint(file, path, model->named_parameters(), nullptr, /*strict=*/false);
   model->eval();
   return model;

@@ -49,6 +49,10 @@ struct TrainConfig {
   std::string precision = "fp32";
   /// fp16's initial loss scale (PyTorch's GradScaler default, 2^16).
   double init_loss_scale = 65536.0;
+  /// With bf16 or fp16: the weights themselves are 16-bit (half the parameter and gradient
+  /// memory), and AdamW updates float32 master copies of them (its moments in float32 too),
+  /// rounding each into its weight after the step (Optimizer::keep_master_weights).
+  bool master_weights = false;
 };
 
 /// The autocast dtype of a --precision value (nullopt for fp32); throws for an unknown one.
@@ -91,6 +95,7 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DataIdentity& data_identity() const { return data_id_; }
   nn::GPT& model() { return *model_; }
+  const optim::AdamW& optimizer() const { return *optimizer_; }
   /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
   void set_checkpointing(const std::string& mode);
   double lr() const { return optimizer_->lr(); }

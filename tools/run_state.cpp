@@ -237,6 +237,12 @@ void merge(TrainConfig& config, const TrainConfig& stored_in,
   } else if (config.precision != stored.precision) {
     mismatch(path, "--precision", stored.precision, config.precision);
   }
+  if (!given("--master-weights")) {
+    config.master_weights = stored.master_weights;
+  } else if (config.master_weights != stored.master_weights) {
+    mismatch(path, "--master-weights", stored.master_weights ? "on" : "off",
+             config.master_weights ? "on" : "off");
+  }
   if (!given("--loss-scale")) {
     config.init_loss_scale = stored.init_loss_scale;
   } else if (config.precision == "fp16" && config.init_loss_scale != stored.init_loss_scale) {
@@ -267,6 +273,7 @@ io::Metadata encode_run_state(const RunState& state) {
   m["step"] = std::to_string(state.step);
   m["threads"] = std::to_string(state.threads);
   m["precision"] = c.precision;
+  if (c.master_weights) m["master_weights"] = "1";
   if (c.precision == "fp16") {
     m["grad_scaler.init_scale"] = real_text(c.init_loss_scale);
     m["grad_scaler.scale"] = real_text(state.loss_scale);
@@ -319,6 +326,11 @@ RunState decode_run_state(const io::Metadata& metadata, const std::string& path)
   if (const std::string* p = r.find("precision")) {
     if (*p != "fp32" && *p != "bf16" && *p != "fp16") r.fail("precision", "fp32, bf16 or fp16");
     s.config.precision = *p;
+  }
+  if (const std::string* m = r.find("master_weights")) {
+    if (*m != "1" || s.config.precision == "fp32")
+      r.fail("master_weights", "1, with precision bf16 or fp16");
+    s.config.master_weights = true;
   }
   if (s.config.precision == "fp16") {
     s.config.init_loss_scale = r.real("grad_scaler.init_scale", kInf);

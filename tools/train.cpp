@@ -131,6 +131,9 @@ int main(int argc, char** argv) {
                  "fp16's initial loss scale; it halves on every overflow and doubles after "
                  "2000 good steps")
       ->capture_default_str();
+  app.add_flag("--master-weights", c.master_weights,
+               "with --precision bf16 or fp16: 16-bit weights (half the parameter memory), "
+               "updated through float32 master copies");
   bool detect_anomaly = false;
   app.add_flag("--detect-anomaly", detect_anomaly,
                "run the steps in anomaly mode (slow): a NaN or infinite gradient stops the run "

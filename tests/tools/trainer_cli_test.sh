@@ -57,6 +57,22 @@ rc=0
 [ "$rc" = 1 ] || fail "a resume with another --precision: exit status $rc, expected 1"
 grep -q -- "--precision is fp16 in the checkpoint but bf16 was given" err.txt || fail "$(cat err.txt)"
 
+echo "1c. --precision bf16 --master-weights: bfloat16 weights in the checkpoint, the same resume"
+mw=(--precision bf16 --master-weights)
+"$train" "${tiny[@]}" "${mw[@]}" --steps 30 --out straightmw >/dev/null 2>&1
+"$train" "${tiny[@]}" "${mw[@]}" --steps 30 --stop-after 17 --out splitmw >/dev/null 2>&1
+[ "$(meta splitmw/checkpoint.safetensors master_weights)" = 1 ] || fail "no master_weights in the metadata"
+grep -aq '"wte.weight":{"dtype":"BF16"' splitmw/checkpoint.safetensors ||
+  fail "the weights are not stored as BF16"
+"$train" --resume splitmw/checkpoint.safetensors --out splitmw >/dev/null 2>splitmw.err ||
+  fail "master-weights resume failed: $(cat splitmw.err)"
+cmp straightmw/checkpoint.safetensors splitmw/checkpoint.safetensors || fail "master-weights checkpoints differ"
+cmp straightmw/loss.csv splitmw/loss.csv || fail "master-weights loss.csv differs"
+rc=0
+"$train" --resume split/checkpoint.safetensors --precision fp32 --master-weights --out split >/dev/null 2>err.txt || rc=$?
+[ "$rc" = 1 ] || fail "a resume adding --master-weights: exit status $rc, expected 1"
+grep -q -- "--master-weights is off in the checkpoint but on was given" err.txt || fail "$(cat err.txt)"
+
 echo "2. a resume whose --steps contradicts the checkpoint is refused"
 "$train" "${tiny[@]}" --steps 12 --out short >/dev/null 2>&1
 rc=0

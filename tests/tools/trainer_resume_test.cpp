@@ -296,6 +296,12 @@ TEST(RunState, RoundTripsExactly) {
   ASSERT_EQ(r.dropout_gens.size(), 1u);
   EXPECT_EQ(r.dropout_gens.at("blocks.1.attn.drop").s1, 8u);
   EXPECT_EQ(r.config.data, "/data/corpus.txt");
+  EXPECT_FALSE(r.config.master_weights);
+  s.config.precision = "bf16";
+  s.config.master_weights = true;
+  const tools::RunState m = tools::decode_run_state(tools::encode_run_state(s), "x");
+  EXPECT_TRUE(m.config.master_weights);
+  EXPECT_EQ(m.config.precision, "bf16");
 }
 
 // adjoint-train's --resume: flags left out take the checkpoint's values, given ones must agree
