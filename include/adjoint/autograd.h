@@ -126,6 +126,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 /// The edge a gradient for `t` flows along: its grad_fn, or the AccumulateGrad of a leaf.
 Edge gradient_edge(const Tensor& t);
 
+/// Runs `callback` once the backward run going on on this thread has run all its nodes (and
+/// so every post-accumulate-grad hook), before backward() or grad() returns; callbacks run in
+/// the order queued, and one may queue another. Only during a run (from a hook or a node):
+/// elsewhere it throws. A run nested inside a node has its own queue. PyTorch's
+/// queue_callback; data-parallel training waits for its all-reduces there.
+void queue_callback(std::function<void()> callback);
+
 }  // namespace autograd
 
 /// Pack/unpack hooks for every tensor an op saves for backward while this guard lives.

@@ -121,6 +121,11 @@ class Tensor {
                 bool create_graph = false) const;
   /// A hook that sees (and may replace, by returning a defined tensor) this tensor's gradient.
   HookHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  /// On a leaf that requires grad: `hook(leaf)` runs once the leaf's .grad is final for a
+  /// backward() run (after the run added this run's gradient into it, whichever way), once
+  /// per run that reaches the leaf. autograd::grad, which never writes .grad, does not run it.
+  /// What data-parallel training starts each gradient's all-reduce from.
+  HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   /// Same storage, no history, requires_grad false.
   Tensor detach() const;
   /// Makes this handle (and every copy of it) refer to `data`'s values, shape and dtype while

@@ -31,7 +31,9 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;  ///< a leaf's AccumulateGrad node, made on demand
   std::vector<TangentSlot> tangents;     ///< forward-mode tangents, one per dual level
   std::vector<std::pair<int, TensorHook>> leaf_hooks;  ///< hooks of a leaf, by id
-  uint32_t output_nr = 0;                              ///< which output of grad_fn this tensor is
+  /// A leaf's hooks run once its .grad is final for a backward run, by id.
+  std::vector<std::pair<int, std::function<void(const Tensor&)>>> post_accumulate_hooks;
+  uint32_t output_nr = 0;  ///< which output of grad_fn this tensor is
   bool requires_grad = false;
   bool retains_grad = false;
   int retain_hook_id = -1;

@@ -18,13 +18,26 @@ void AccumulateGrad::run_hooks(Tensor& g) const {
   }
 }
 
+void AccumulateGrad::run_post_accumulate_hooks() const {
+  if (!leaf_->autograd || leaf_->autograd->post_accumulate_hooks.empty()) return;
+  // A copy: a hook may remove itself (or register another) while the list is walked.
+  const auto hooks = leaf_->autograd->post_accumulate_hooks;
+  const Tensor leaf(leaf_);
+  for (const auto& [id, hook] : hooks) hook(leaf);
+}
+
 TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
   Tensor g = std::move(grads[0]);
-  if (!g.defined()) return {};
+  if (!g.defined()) {
+    // No gradient reached the buffer: none flowed here, or a VJP added it into .grad itself.
+    const autograd::GraphTask::Slot* s = run.task ? run.task->find(this) : nullptr;
+    if (s && s->added_into) run_post_accumulate_hooks();
+    return {};
+  }
   AutogradMeta& m = leaf_->meta();
   run_hooks(g);  // outside the lock: a hook is user code and may take its time
   const bool create_graph = run.create_graph;
-  std::lock_guard<std::mutex> lock(mutex_);  // See Note [Concurrent backward] in engine.cpp
+  std::unique_lock<std::mutex> lock(mutex_);  // See Note [Concurrent backward] in engine.cpp
   if (!m.grad.defined()) {
     // Take the incoming buffer when nothing else can see it; otherwise copy, so that later
     // in-place accumulation cannot write into a tensor the caller holds.
@@ -43,6 +56,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
     NoGradGuard no_grad;
     m.grad.add_(g);
   }
+  lock.unlock();  // hooks are user code: .grad is final, and other runs may go on meanwhile
+  run_post_accumulate_hooks();
   return {};
 }
 
@@ -94,7 +109,7 @@ GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype, const 
   const Tensor& g = m->grad;
   if (g.requires_grad() || !g.is_contiguous() || g.shape() != shape || g.dtype() != dtype)
     return {};
-  return {g, std::move(lock)};
+  return {g, std::move(lock), &s->added_into};
 }
 
 Edge gradient_edge(const Tensor& t) {

@@ -16,6 +16,8 @@ class AccumulateGrad final : public Node {
   TensorList apply(TensorList&& grads, const BackwardRun& run) override;
   /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).
   void run_hooks(Tensor& g) const;
+  /// Runs the leaf's post-accumulate-grad hooks, once its .grad is final for a run.
+  void run_post_accumulate_hooks() const;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
   /// Held while .grad changes: backward runs on several threads may reach one leaf.
   std::mutex& mutex() { return mutex_; }
@@ -39,6 +41,13 @@ struct GradInto {
   Tensor grad;
   std::unique_lock<std::mutex> lock;
   bool defined() const { return grad.defined(); }
+  /// Call once the VJP has added into `grad`: bumps its version (saved tensors of it see the
+  /// change) and tells the run, so that the leaf's post-accumulate hooks still run.
+  void added() const {
+    grad.impl()->storage->bump_version();
+    if (slot_added) *slot_added = true;
+  }
+  bool* slot_added = nullptr;  ///< the run's record for the leaf (GraphTask::Slot::added_into)
 };
 
 /// The .grad a VJP may add input i's gradient into itself, in place, instead of returning it

@@ -4,6 +4,7 @@
 // graph of a million nodes does not touch the stack depth, and it releases each node's saved
 // tensors and buffers as soon as the node has run (unless retain_graph).
 #include <algorithm>
+#include <functional>
 #include <queue>
 #include <utility>
 
@@ -93,6 +94,22 @@ void accumulate(Tensor& slot, Tensor g) {
   }
 }
 
+// The callback list of the backward run going on on this thread (the innermost, when runs
+// nest), or null: where autograd::queue_callback puts a callback.
+thread_local std::vector<std::function<void()>>* tls_run_callbacks = nullptr;
+
+class CallbackQueueScope {
+ public:
+  explicit CallbackQueueScope(std::vector<std::function<void()>>* list)
+      : prev_(std::exchange(tls_run_callbacks, list)) {}
+  ~CallbackQueueScope() { tls_run_callbacks = prev_; }
+  CallbackQueueScope(const CallbackQueueScope&) = delete;
+  CallbackQueueScope& operator=(const CallbackQueueScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* prev_;
+};
+
 struct Capture {
   Node* node;
   uint32_t input_nr;
@@ -120,6 +137,9 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   }
   // What every node is told about the run (Node::apply): explicit, never read from grad mode.
   const BackwardRun run{create_graph, keep_graph, &task};
+  // autograd::queue_callback's list for this run (a run nested in a node has its own).
+  std::vector<std::function<void()>> callbacks;
+  const CallbackQueueScope callback_scope(&callbacks);
 
   // Grad mode inside backward is create_graph: the ops VJPs run record only when asked to.
   struct GradModeRestore {
@@ -191,6 +211,8 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   }
   // Drop buffers of nodes that never became ready (their branch had no gradient).
   task.clear_buffers();
+  // End-of-run callbacks, in the order queued; one may queue another.
+  for (std::size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
 }
 
 Tensor seed_for(const Tensor& out, const Tensor& given, std::size_t i, const char* op) {
@@ -265,6 +287,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     result.push_back(std::move(captures[i].grad));
   }
   return result;
+}
+
+void queue_callback(std::function<void()> callback) {
+  ADJOINT_CHECK(tls_run_callbacks != nullptr, Autograd, "queue_callback",
+                "called outside a backward run: queue end-of-backward callbacks from a hook or "
+                "node that backward() or grad() is running");
+  tls_run_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace autograd

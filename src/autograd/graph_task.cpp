@@ -104,7 +104,7 @@ uint32_t GraphTask::visit(Node* n, bool& fresh) {
 
 uint32_t GraphTask::add_slot(Node* n) {
   const auto index = static_cast<uint32_t>(slots_.size());
-  slots_.push_back(Slot{n, 0, static_cast<uint32_t>(buffers_.size()), false, false});
+  slots_.push_back(Slot{n, 0, static_cast<uint32_t>(buffers_.size()), false, false, false});
   const uint32_t outputs = n->num_outputs();
   if (outputs == 1) [[likely]] {  // resize's general loop costs more than the whole visit
     buffers_.emplace_back();

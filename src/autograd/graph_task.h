@@ -20,6 +20,10 @@ class GraphTask {
     uint32_t buffer;        ///< index of the gradient of its output 0 in the buffers
     bool needed;            ///< grad(): some capture target lies behind it
     bool queued;            ///< pushed onto the ready queue
+    /// A leaf's: a VJP added this run's gradient straight into its .grad (Note [Adding into
+    /// .grad in place]), so its AccumulateGrad, which then gets none, still runs the leaf's
+    /// post-accumulate hooks. Set through a const slot by the VJP's GradInto.
+    mutable bool added_into = false;
   };
 
   struct Options {

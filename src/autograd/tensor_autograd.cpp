@@ -1,4 +1,6 @@
 // The autograd methods of Tensor: requires_grad, .grad, hooks, retain_grad, detach, backward.
+#include <atomic>
+
 #include "adjoint/autograd.h"
 #include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
@@ -142,6 +144,24 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
   return HookHandle([weak, id] {
     if (auto impl = weak.lock())
       std::erase_if(impl->meta().leaf_hooks, [id](const auto& h) { return h.first == id; });
+  });
+}
+
+HookHandle Tensor::register_post_accumulate_grad_hook(
+    std::function<void(const Tensor&)> hook) const {
+  ADJOINT_CHECK(defined() && requires_grad() && !grad_fn(), Autograd,
+                "register_post_accumulate_grad_hook",
+                "needs a leaf tensor that requires grad (one whose .grad backward() fills), got ",
+                defined() ? describe(*this) : std::string("an undefined tensor"),
+                defined() && grad_fn() ? " with a grad_fn" : "");
+  static std::atomic<int> next_id{0};
+  const int id = next_id++;
+  impl()->meta().post_accumulate_hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<TensorImpl> weak = impl_ptr();
+  return HookHandle([weak, id] {
+    if (auto impl = weak.lock())
+      std::erase_if(impl->meta().post_accumulate_hooks,
+                    [id](const auto& h) { return h.first == id; });
   });
 }
 

@@ -127,7 +127,7 @@ struct Linear {
         if (into.defined() && g2.dtype() == grad.dtype() && x2.dtype() == grad.dtype() &&
             !grad.shares_storage(g2) && !grad.shares_storage(x2)) {
           kernels::matmul_add_into(grad, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
-          grad.impl()->storage->bump_version();
+          into.added();
         } else {
           dw = matmul(g2.t(), x2);
         }
