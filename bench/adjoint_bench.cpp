@@ -5,14 +5,18 @@
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
-//                 [--verbose]
+//                 [--data-parallel] [--verbose]
+// --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
+// gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "adjoint/adjoint.h"
+#include "adjoint/distributed.h"
 #include "checkpoint_modes.h"
 #include "report.h"
 
@@ -40,7 +44,7 @@ void print_usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-               "[--precision fp32|bf16] [--verbose]\n",
+               "[--precision fp32|bf16] [--data-parallel] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -61,6 +65,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--verbose") {
       o.verbose = true;
+      continue;
+    }
+    if (a == "--data-parallel") {
+      o.data_parallel = true;
       continue;
     }
     if (a == "-h" || a == "--help") {
@@ -121,12 +129,22 @@ int main(int argc, char** argv) {
                  o.workload.c_str());
     return 2;
   }
+  if (o.data_parallel && o.workload != "mlp" && o.workload != "gpt-tiny") {
+    std::fprintf(stderr, "error: --data-parallel applies to mlp and gpt-tiny, not %s\n",
+                 o.workload.c_str());
+    return 2;
+  }
   if (o.steps == 0) o.steps = w->default_steps;
   if (o.blas_threads < 1) o.blas_threads = o.threads;
 
   // adjoint's own pool (elementwise, reductions) and OpenBLAS's pthread pool.
   adjoint::set_num_threads(o.threads);
   if (o.blas_threads != o.threads) openblas_set_num_threads(o.blas_threads);
+
+  // --data-parallel: MPI for the whole run (finalised when main returns).
+  std::optional<adjoint::dist::Environment> env;
+  if (o.data_parallel) env.emplace();
+  const bool prints = !env || env->group().rank() == 0;
 
   bench::Json j;
   j.str("impl", "adjoint");
@@ -135,6 +153,8 @@ int main(int argc, char** argv) {
   try {
     w->fn(o, j);
   } catch (const std::exception& e) {
+    // The other ranks may be waiting in a collective: end the whole job.
+    if (env) env->group().abort(std::string("error: ") + e.what());
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
@@ -143,6 +163,6 @@ int main(int argc, char** argv) {
   j.integer("adjoint_threads", adjoint::get_num_threads());
   j.integer("blas_threads", openblas_get_num_threads());
   j.str("blas", std::string(openblas_get_config()) + " core=" + openblas_get_corename());
-  std::cout << j.dump() << std::endl;
+  if (prints) std::cout << j.dump() << std::endl;
   return 0;
 }

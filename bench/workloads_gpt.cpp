@@ -10,6 +10,7 @@
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
 #include "checkpoint_modes.h"
+#include "data_parallel_mode.h"
 #include "report.h"
 
 namespace bench {
@@ -25,8 +26,9 @@ void gpt_tiny(const Opts& o, Json& j) {
   adjoint::nn::GPT model(adjoint::nn::GPTConfig{kVocab, kCtx, kDModel, kHeads, kLayers, 0.0}, &gen);
   const std::vector<Tensor> params = model.parameters();
   const Tensor tokens = adjoint::randint(0, kVocab, {kBatch, kCtx + 1}, &gen);
-  const Tensor inputs = tokens.slice(1, 0, kCtx).contiguous();
-  const Tensor targets = tokens.slice(1, 1, kCtx + 1).contiguous();
+  DataParallelMode dp(o, model);  // --data-parallel: this rank's rows, DDP
+  const Tensor inputs = dp.rows(tokens.slice(1, 0, kCtx));
+  const Tensor targets = dp.rows(tokens.slice(1, 1, kCtx + 1));
   adjoint::optim::AdamW opt(
       params, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
 
@@ -61,6 +63,7 @@ void gpt_tiny(const Opts& o, Json& j) {
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
       peak.add(static_cast<double>(adjoint::memory_stats().peak_bytes));
+      dp.record();
     }
   }
   // One more (untimed) forward and backward, with saved tensors counted.
@@ -92,6 +95,7 @@ void gpt_tiny(const Opts& o, Json& j) {
   j.num("first_loss", first_loss);
   j.num("loss", last_loss.item<double>());
   j.integer("peak_storage_bytes", static_cast<long long>(peak.median()));
+  dp.report(j);
 }
 
 static RegisterWorkload register_gpt_tiny{"gpt-tiny", gpt_tiny, 20};

@@ -7,6 +7,7 @@
 
 #include "adjoint/adjoint.h"
 #include "checkpoint_modes.h"
+#include "data_parallel_mode.h"
 #include "mlp_model.h"
 #include "report.h"
 
@@ -24,8 +25,9 @@ void mlp(const Opts& o, Json& j) {
   const Linear fc1(784, 1024, gen), fc2(1024, 1024, gen), fc3(1024, 10, gen);
   const std::vector<Tensor> params = {fc1.weight, fc1.bias,   fc2.weight,
                                       fc2.bias,   fc3.weight, fc3.bias};
-  const Tensor x = adjoint::randn({kBatch, 784}, {}, &gen);
-  const Tensor labels = adjoint::randint(0, 10, {kBatch}, &gen);
+  DataParallelMode dp(o, params);  // --data-parallel: this rank's rows, DDP
+  const Tensor x = dp.rows(adjoint::randn({kBatch, 784}, {}, &gen));
+  const Tensor labels = dp.rows(adjoint::randint(0, 10, {kBatch}, &gen));
   auto forward = [&](const Tensor& in) { return fc3(adjoint::relu(fc2(adjoint::relu(fc1(in))))); };
 
   Samples fwd, bwd, step, total;
@@ -56,6 +58,7 @@ void mlp(const Opts& o, Json& j) {
       bwd.add(ms(t2, t3));
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
+      dp.record();
     }
   }
   const long long P = count_params(params);
@@ -70,6 +73,7 @@ void mlp(const Opts& o, Json& j) {
   j.num("flops_per_step", flops);
   j.num("gflops", flops / (total.median() * 1e6));
   j.num("loss", last_loss.item<double>());
+  dp.report(j);
 }
 
 // 32 x (Linear(512,512) + tanh), loss = mean(out^2), forward + backward, grads set to none.

@@ -4,6 +4,7 @@
 
 #include "adjoint/distributed/comm_backend.h"
 #include "adjoint/distributed/data_parallel.h"
+#include "adjoint/distributed/ddp.h"
 #include "adjoint/distributed/functional.h"
 #include "adjoint/distributed/process_group.h"
 #include "adjoint/distributed/sampler.h"

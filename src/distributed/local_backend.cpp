@@ -19,6 +19,7 @@ class LocalBackend final : public CommBackend {
   std::shared_ptr<WorkState> enqueue(CommRequest request) override {
     auto state = std::make_shared<WorkState>();
     state->output = request.output;
+    state->started = std::chrono::steady_clock::now();
     try {
       if (request.check) check_agreement(request, {request.descriptor}, 0);
       if (request.local_error) throw Error(*request.local_error);
@@ -27,8 +28,10 @@ class LocalBackend final : public CommBackend {
                           request.kind == CollectiveKind::ReduceScatter;
       if (copies && request.input.numel() > 0)
         std::memcpy(request.output.raw_data(), request.input.raw_data(), request.input.nbytes());
+      state->finished = std::chrono::steady_clock::now();
       state->complete();
     } catch (...) {
+      state->finished = std::chrono::steady_clock::now();
       state->complete(std::current_exception());
     }
     return state;

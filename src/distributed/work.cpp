@@ -34,4 +34,9 @@ Tensor Work::result() const {
   return state_ ? state_->output : Tensor();
 }
 
+std::chrono::steady_clock::duration Work::elapsed() const {
+  wait();
+  return state_ ? state_->finished - state_->started : std::chrono::steady_clock::duration{};
+}
+
 }  // namespace adjoint::dist

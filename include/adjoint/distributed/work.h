@@ -2,6 +2,7 @@
 // its collectives make progress (the MPI communication thread; a CUDA event for NCCL later).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -24,6 +25,9 @@ class WorkState {
 
   /// The collective's result (the tensor itself for the in-place ones).
   Tensor output;
+  /// When the backend began and ended moving the data (the communication thread's clock),
+  /// set before complete(): what DDP reports as time spent in collectives.
+  std::chrono::steady_clock::time_point started{}, finished{};
 
  protected:
   mutable std::mutex mutex_;
@@ -45,6 +49,8 @@ class Work {
   bool is_completed() const;
   /// wait(), then the result: the reduced/broadcast tensor, or the new gathered/scattered one.
   Tensor result() const;
+  /// wait(), then how long the backend spent moving the data (zero for an empty handle).
+  std::chrono::steady_clock::duration elapsed() const;
 
  private:
   std::shared_ptr<WorkState> state_;

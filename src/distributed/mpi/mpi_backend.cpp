@@ -188,11 +188,13 @@ class MpiBackend final : public CommBackend {
       // Completed after the handler has ended: the waiting thread rethrows the exception,
       // and this thread must be done with it by then.
       std::exception_ptr error;
+      item.state->started = std::chrono::steady_clock::now();
       try {
         execute(item.request);
       } catch (...) {
         error = std::current_exception();
       }
+      item.state->finished = std::chrono::steady_clock::now();
       item.state->complete(std::move(error));
     }
   }

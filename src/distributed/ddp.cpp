@@ -1,0 +1,289 @@
+// DistributedDataParallel's reducer: buckets of gradients, each all-reduced as soon as its
+// last gradient is final, in bucket order, while backward goes on; the end of backward waits
+// for them and writes the averages into .grad. See Note [DDP reducer].
+#include "adjoint/distributed/ddp.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "adjoint/autograd.h"
+#include "adjoint/distributed/data_parallel.h"
+#include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/ops.h"
+
+namespace adjoint::dist {
+
+// Note [DDP reducer]
+// Each parameter gets a post-accumulate-grad hook, which the engine runs once the parameter's
+// .grad is final for the backward run (after fan-in is summed, also when linear's VJP added
+// into .grad itself). The hook copies .grad into its slot of a flat bucket; when a bucket's
+// last slot is filled, its all-reduce (average) is queued on the communication thread and
+// runs while the engine goes on with earlier layers. Buckets are launched strictly in bucket
+// order, even when a later one fills first: every rank must issue collectives in the same
+// order, and the bucket order is the same everywhere while the ready order need not be.
+// The first hook of a run queues the end-of-run callback (autograd::queue_callback), which
+// fills the slots of parameters that got no gradient, launches what is left, waits for every
+// bucket and copies the averages back into .grad.
+//
+// Buckets start in reverse parameter order (a model's last layers get their gradients first)
+// and, after the first synchronising backward, are rebuilt in the order the gradients really
+// became final there; rank 0's order is broadcast so every rank builds the same buckets. A
+// bucket holds one dtype; the first is capped at first_bucket_bytes so that communication
+// starts early, the rest at bucket_bytes.
+//
+// A parameter reached by no gradient in a run contributes its .grad as it stands (what it
+// accumulated in no_sync micro-batches) or, without one, zeros. Without one and without
+// find_unused_parameters that is an error, raised on that rank after its collectives have
+// completed (so the other ranks do not wait for it): leaving zeros would make an optimizer
+// decay and move a parameter that one process would skip. With find_unused_parameters, one
+// more all-reduce (max) of "had a gradient" flags tells which parameters had none on any rank;
+// those keep .grad as it was.
+
+struct DistributedDataParallel::Bucket {
+  Tensor flat;  // the members' gradients, flattened one after another
+  Work work;
+};
+
+double DdpStepStats::overlap() const {
+  if (comm_ms <= 0) return 0;
+  return std::clamp(1.0 - exposed_ms / comm_ms, 0.0, 1.0);
+}
+
+namespace {
+
+constexpr const char* kOp = "dist.DistributedDataParallel";
+
+double ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::pair<std::string, Tensor>> numbered(const std::vector<Tensor>& params) {
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    named.emplace_back("parameter " + std::to_string(i), params[i]);
+  return named;
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, DdpOptions options)
+    : DistributedDataParallel(module.named_parameters(), module.buffers(), options) {}
+
+DistributedDataParallel::DistributedDataParallel(const std::vector<Tensor>& params,
+                                                 DdpOptions options)
+    : DistributedDataParallel(numbered(params), {}, options) {}
+
+DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::string, Tensor>> named,
+                                                 std::vector<Tensor> buffers, DdpOptions options)
+    : options_(options), group_(options.group ? *options.group : default_group()) {
+  ADJOINT_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, Value, kOp,
+                "bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
+                " and first_bucket_bytes ", options.first_bucket_bytes);
+  std::vector<Tensor> all;
+  for (auto& [name, p] : named) {
+    ADJOINT_CHECK(p.defined(), Value, kOp, name, " is undefined");
+    all.push_back(p);
+    if (!p.requires_grad()) continue;
+    ADJOINT_CHECK(is_floating(p.dtype()) && !p.grad_fn(), DType, kOp, name, " ", describe(p),
+                  " must be a floating-point leaf");
+    params_.push_back(p);
+    names_.push_back(name);
+  }
+  // The same number of parameters everywhere (their shapes are checked by the broadcast).
+  Tensor count = tensor(std::vector<int64_t>{static_cast<int64_t>(params_.size())});
+  Tensor counts = group_.all_gather(count);
+  for (int r = 0; r < group_.world_size(); ++r)
+    ADJOINT_CHECK(counts.data_ptr<int64_t>()[r] == count.data_ptr<int64_t>()[0], Value, kOp,
+                  "rank ", r, " has ", counts.data_ptr<int64_t>()[r],
+                  " parameters that require grad, this rank (", group_.rank(), ") has ",
+                  params_.size(), ": every rank must wrap the same model");
+  if (options.broadcast_at_start) {
+    broadcast_tensors(all, 0, &group_);
+    broadcast_tensors(buffers, 0, &group_);
+  }
+
+  std::vector<int64_t> reverse(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    reverse[i] = static_cast<int64_t>(params_.size() - 1 - i);
+  build_buckets(reverse);
+
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto index = static_cast<int64_t>(i);
+    hooks_.push_back(params_[i].register_post_accumulate_grad_hook(
+        [this, index](const Tensor&) { on_grad_ready(index); }));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (HookHandle& h : hooks_) h.remove();
+}
+
+void DistributedDataParallel::build_buckets(const std::vector<int64_t>& order) {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  std::vector<int64_t> position(n);
+  for (int64_t k = 0; k < n; ++k) position[order[k]] = k;
+
+  // One open bucket per dtype, closed when it reaches its cap.
+  std::map<DType, std::pair<std::vector<int64_t>, int64_t>> open;
+  std::vector<std::vector<int64_t>> closed;
+  for (int64_t i : order) {
+    auto& [members, bytes] = open[params_[i].dtype()];
+    members.push_back(i);
+    bytes += static_cast<int64_t>(params_[i].nbytes());
+    const int64_t cap = closed.empty() ? options_.first_bucket_bytes : options_.bucket_bytes;
+    if (bytes >= cap) {
+      closed.push_back(std::move(members));
+      members.clear();
+      bytes = 0;
+    }
+  }
+  for (auto& [dtype, open_bucket] : open)
+    if (!open_bucket.first.empty()) closed.push_back(std::move(open_bucket.first));
+  // Launch order: by when each bucket's first member becomes final.
+  std::stable_sort(closed.begin(), closed.end(), [&](const auto& a, const auto& b) {
+    return position[a.front()] < position[b.front()];
+  });
+
+  bucket_members_ = std::move(closed);
+  buckets_.assign(bucket_members_.size(), Bucket{});
+  bucket_of_.assign(n, 0);
+  offset_of_.assign(n, 0);
+  for (std::size_t b = 0; b < bucket_members_.size(); ++b) {
+    int64_t numel = 0;
+    for (int64_t i : bucket_members_[b]) {
+      bucket_of_[i] = static_cast<int64_t>(b);
+      offset_of_[i] = numel;
+      numel += params_[i].numel();
+    }
+    buckets_[b].flat = zeros({numel}, params_[bucket_members_[b].front()].dtype());
+  }
+}
+
+void DistributedDataParallel::reset_run() {
+  ready_.assign(params_.size(), 0);
+  pending_.resize(bucket_members_.size());
+  for (std::size_t b = 0; b < bucket_members_.size(); ++b)
+    pending_[b] = static_cast<int64_t>(bucket_members_[b].size());
+  next_launch_ = 0;
+  launched_from_hooks_ = 0;
+  order_.clear();
+}
+
+void DistributedDataParallel::on_grad_ready(int64_t index) {
+  if (!sync_) return;  // no_sync: .grad just accumulates
+  if (!in_run_) {
+    reset_run();
+    in_run_ = true;
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+  ADJOINT_CHECK(!ready_[index], Autograd, kOp, "the gradient of ", names_[index],
+                " became final twice in one backward run: an earlier backward was interrupted "
+                "by an error before its end, or two backward runs reach the model at once");
+  const Tensor& p = params_[index];
+  Tensor slot = buckets_[bucket_of_[index]].flat.narrow(0, offset_of_[index], p.numel());
+  {
+    NoGradGuard no_grad;
+    const Tensor g = p.grad();
+    if (g.defined()) {
+      slot.copy_(g.reshape({-1}));
+    } else {
+      slot.zero_();
+    }
+  }
+  ready_[index] = 1;
+  order_.push_back(index);
+  if (--pending_[bucket_of_[index]] == 0) launch_ready_buckets(true);
+}
+
+void DistributedDataParallel::launch_ready_buckets(bool from_hook) {
+  while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
+    Bucket& b = buckets_[next_launch_++];
+    b.work = group_.all_reduce_async(b.flat, ReduceOp::Average);
+    if (from_hook) ++launched_from_hooks_;
+  }
+}
+
+void DistributedDataParallel::finish_backward() {
+  struct EndRun {
+    bool& in_run;
+    ~EndRun() { in_run = false; }
+  } end_run{in_run_};
+  const auto start = std::chrono::steady_clock::now();
+  NoGradGuard no_grad;
+
+  // Parameters no gradient reached in this run: their .grad as it stands, or zeros.
+  const int64_t n = static_cast<int64_t>(params_.size());
+  Tensor had_grad = zeros({n}, DType::Int64);
+  auto* had = had_grad.data_ptr<int64_t>();
+  std::vector<int64_t> without;
+  for (int64_t i = 0; i < n; ++i) {
+    had[i] = ready_[i] || params_[i].grad().defined();
+    if (ready_[i]) continue;
+    Tensor slot = buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], params_[i].numel());
+    const Tensor g = params_[i].grad();
+    if (g.defined()) {
+      slot.copy_(g.reshape({-1}));
+    } else {
+      slot.zero_();
+      without.push_back(i);
+    }
+    --pending_[bucket_of_[i]];
+  }
+  launch_ready_buckets(false);
+  ADJOINT_ASSERT(next_launch_ == buckets_.size(), "every bucket launched at the end of backward");
+  Work flags;
+  if (options_.find_unused_parameters) flags = group_.all_reduce_async(had_grad, ReduceOp::Max);
+
+  stats_ = DdpStepStats{};
+  for (Bucket& b : buckets_) {
+    b.work.wait();
+    stats_.comm_ms += ms(b.work.elapsed());
+    stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
+  }
+  flags.wait();
+  stats_.exposed_ms = ms(std::chrono::steady_clock::now() - start);
+  stats_.buckets = static_cast<int>(buckets_.size());
+  stats_.launched_during_backward = launched_from_hooks_;
+
+  for (int64_t i = 0; i < n; ++i) {
+    if (options_.find_unused_parameters && !had[i]) continue;  // no gradient on any rank
+    const Tensor& p = params_[i];
+    Tensor avg =
+        buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], p.numel()).reshape(p.shape());
+    Tensor g = p.grad();
+    if (g.defined()) {
+      g.copy_(avg);
+    } else {
+      p.set_grad(avg.clone());
+    }
+  }
+
+  if (!without.empty() && !options_.find_unused_parameters) {
+    std::string list;
+    for (int64_t i : without)
+      list += (list.empty() ? "" : ", ") + names_[i] + " " + describe(params_[i]);
+    throw Error(
+        ErrorKind::Autograd, kOp,
+        detail::str("no gradient reached ", list, " in this backward on rank ", group_.rank(),
+                    "; if parameters may go unused in a step, construct with "
+                    "DdpOptions{.find_unused_parameters = true}"));
+  }
+
+  if (options_.rebuild_buckets && !rebuilt_) {
+    rebuilt_ = true;
+    first_order_ = order_;
+    for (int64_t i = n - 1; i >= 0; --i)
+      if (!ready_[i]) first_order_.push_back(i);
+    Tensor order = tensor(first_order_);
+    group_.broadcast(order, 0);  // every rank builds rank 0's buckets
+    build_buckets(order.to_vector<int64_t>());
+  }
+}
+
+}  // namespace adjoint::dist
