@@ -9,3 +9,4 @@
 #include "adjoint/distributed/process_group.h"
 #include "adjoint/distributed/sampler.h"
 #include "adjoint/distributed/work.h"
+#include "adjoint/distributed/zero.h"

@@ -42,8 +42,13 @@ namespace adjoint::dist {
 // those keep .grad as it was.
 
 struct DistributedDataParallel::Bucket {
-  Tensor flat;  // the members' gradients, flattened one after another
+  int64_t numel = 0;   // the members' elements
+  int64_t padded = 0;  // numel rounded up to a multiple of the world size
+  // The members' gradients, flattened one after another, then zeros. Stage 2 makes it at the
+  // bucket's first gradient of a run and frees it once reduce-scattered.
+  Tensor flat;
   Work work;
+  Tensor shard_grad;  // stage 2: this rank's chunk of the average, summed over runs
 };
 
 double DdpStepStats::overlap() const {
@@ -85,6 +90,11 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
   ADJOINT_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, Value, kOp,
                 "bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes,
                 " and first_bucket_bytes ", options.first_bucket_bytes);
+  ADJOINT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, Value, kOp,
+                "zero_stage must be 0, 1 or 2, got ", options.zero_stage);
+  ADJOINT_CHECK(options.zero_stage == 0 || !options.find_unused_parameters, Value, kOp,
+                "find_unused_parameters does not combine with ZeRO stage ", options.zero_stage,
+                ": a sharded optimizer would update a parameter no rank had a gradient for");
   std::vector<Tensor> all;
   for (auto& [name, p] : named) {
     ADJOINT_CHECK(p.defined(), Value, kOp, name, " is undefined");
@@ -161,8 +171,56 @@ void DistributedDataParallel::build_buckets(const std::vector<int64_t>& order) {
       offset_of_[i] = numel;
       numel += params_[i].numel();
     }
-    buckets_[b].flat = zeros({numel}, params_[bucket_members_[b].front()].dtype());
+    Bucket& bucket = buckets_[b];
+    const int64_t world = group_.world_size();
+    bucket.numel = numel;
+    bucket.padded = (numel + world - 1) / world * world;
+    if (options_.zero_stage < 2) bucket.flat = zeros({bucket.padded}, bucket_dtype(b));
   }
+}
+
+DType DistributedDataParallel::bucket_dtype(std::size_t b) const {
+  return params_[bucket_members_[b].front()].dtype();
+}
+
+Tensor DistributedDataParallel::bucket_slot(int64_t index) {
+  Bucket& b = buckets_[bucket_of_[index]];
+  if (!b.flat.defined()) b.flat = zeros({b.padded}, bucket_dtype(bucket_of_[index]));
+  return b.flat.narrow(0, offset_of_[index], params_[index].numel());
+}
+
+// The parameter's gradient goes into its bucket slot (zeros without one); stage 2 then
+// releases .grad, so that only the shards stay.
+void DistributedDataParallel::fill_slot(int64_t index) {
+  NoGradGuard no_grad;
+  Tensor slot = bucket_slot(index);
+  const Tensor& p = params_[index];
+  const Tensor g = p.grad();
+  if (g.defined()) {
+    slot.copy_(g.reshape({-1}));
+  } else {
+    slot.zero_();
+  }
+  if (options_.zero_stage == 2) p.set_grad(Tensor());
+}
+
+int64_t DistributedDataParallel::bucket_numel(std::size_t b) const { return buckets_.at(b).numel; }
+int64_t DistributedDataParallel::bucket_padded_numel(std::size_t b) const {
+  return buckets_.at(b).padded;
+}
+const Tensor& DistributedDataParallel::shard_gradient(std::size_t b) const {
+  return buckets_.at(b).shard_grad;
+}
+void DistributedDataParallel::clear_shard_gradients() {
+  for (Bucket& b : buckets_) b.shard_grad = Tensor();
+}
+int64_t DistributedDataParallel::buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.flat.defined()) bytes += static_cast<int64_t>(b.flat.nbytes());
+    if (b.shard_grad.defined()) bytes += static_cast<int64_t>(b.shard_grad.nbytes());
+  }
+  return bytes;
 }
 
 void DistributedDataParallel::reset_run() {
@@ -185,17 +243,7 @@ void DistributedDataParallel::on_grad_ready(int64_t index) {
   ADJOINT_CHECK(!ready_[index], Autograd, kOp, "the gradient of ", names_[index],
                 " became final twice in one backward run: an earlier backward was interrupted "
                 "by an error before its end, or two backward runs reach the model at once");
-  const Tensor& p = params_[index];
-  Tensor slot = buckets_[bucket_of_[index]].flat.narrow(0, offset_of_[index], p.numel());
-  {
-    NoGradGuard no_grad;
-    const Tensor g = p.grad();
-    if (g.defined()) {
-      slot.copy_(g.reshape({-1}));
-    } else {
-      slot.zero_();
-    }
-  }
+  fill_slot(index);
   ready_[index] = 1;
   order_.push_back(index);
   if (--pending_[bucket_of_[index]] == 0) launch_ready_buckets(true);
@@ -204,7 +252,8 @@ void DistributedDataParallel::on_grad_ready(int64_t index) {
 void DistributedDataParallel::launch_ready_buckets(bool from_hook) {
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
     Bucket& b = buckets_[next_launch_++];
-    b.work = group_.all_reduce_async(b.flat, ReduceOp::Average);
+    b.work = options_.zero_stage == 2 ? group_.reduce_scatter_async(b.flat, ReduceOp::Average)
+                                      : group_.all_reduce_async(b.flat, ReduceOp::Average);
     if (from_hook) ++launched_from_hooks_;
   }
 }
@@ -225,14 +274,8 @@ void DistributedDataParallel::finish_backward() {
   for (int64_t i = 0; i < n; ++i) {
     had[i] = ready_[i] || params_[i].grad().defined();
     if (ready_[i]) continue;
-    Tensor slot = buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], params_[i].numel());
-    const Tensor g = params_[i].grad();
-    if (g.defined()) {
-      slot.copy_(g.reshape({-1}));
-    } else {
-      slot.zero_();
-      without.push_back(i);
-    }
+    if (!params_[i].grad().defined()) without.push_back(i);
+    fill_slot(i);
     --pending_[bucket_of_[i]];
   }
   launch_ready_buckets(false);
@@ -247,11 +290,22 @@ void DistributedDataParallel::finish_backward() {
     stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
   }
   flags.wait();
+  if (options_.zero_stage == 2) {
+    for (Bucket& b : buckets_) {
+      const Tensor mine = b.work.result();  // this rank's chunk of the average
+      if (b.shard_grad.defined()) {
+        b.shard_grad.add_(mine);
+      } else {
+        b.shard_grad = mine;
+      }
+      b.flat = Tensor();
+    }
+  }
   stats_.exposed_ms = ms(std::chrono::steady_clock::now() - start);
   stats_.buckets = static_cast<int>(buckets_.size());
   stats_.launched_during_backward = launched_from_hooks_;
 
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n && options_.zero_stage < 2; ++i) {
     if (options_.find_unused_parameters && !had[i]) continue;  // no gradient on any rank
     const Tensor& p = params_[i];
     Tensor avg =
@@ -275,7 +329,7 @@ void DistributedDataParallel::finish_backward() {
                     "DdpOptions{.find_unused_parameters = true}"));
   }
 
-  if (options_.rebuild_buckets && !rebuilt_) {
+  if (options_.rebuild_buckets && options_.zero_stage == 0 && !rebuilt_) {
     rebuilt_ = true;
     first_order_ = order_;
     for (int64_t i = n - 1; i >= 0; --i)

@@ -33,6 +33,12 @@ struct DdpOptions {
   bool rebuild_buckets = true;
   /// Broadcast rank 0's parameters and buffers at construction.
   bool broadcast_at_start = true;
+  /// ZeRO sharding (with dist::ZeroOptimizer, zero.h): 0 plain data parallel; 1 the same
+  /// all-reduce, the optimizer state sharded; 2 each bucket reduce-scattered, so that a rank
+  /// keeps only its shard of the gradients (parameters' .grad are released as they are
+  /// copied into a bucket). With a stage, buckets keep reverse parameter order (the shards
+  /// must not move under the optimizer state) and find_unused_parameters is refused.
+  int zero_stage = 0;
 };
 
 /// What the last synchronising backward did (for benchmarks and tests).
@@ -89,12 +95,32 @@ class DistributedDataParallel {
   /// backward (empty before it).
   const std::vector<int64_t>& observed_ready_order() const { return first_order_; }
   const DdpStepStats& last_stats() const { return stats_; }
+  int zero_stage() const { return options_.zero_stage; }
+  ProcessGroup& group() { return group_; }
+
+  // ---- the bucket layout, for ZeroOptimizer: bucket b holds its members' elements one after
+  // another, zero-padded to a multiple of the world size; rank r owns the r-th equal chunk ----
+
+  /// Elements of bucket b (its members' numel summed) and its padded length.
+  int64_t bucket_numel(std::size_t b) const;
+  int64_t bucket_padded_numel(std::size_t b) const;
+  /// Where parameter i's elements start in its bucket.
+  int64_t offset_in_bucket(std::size_t i) const { return offset_of_.at(i); }
+  /// Stage 2: this rank's chunk of bucket b's averaged gradient, summed over the synchronising
+  /// backward runs since clear_shard_gradients(); undefined before any.
+  const Tensor& shard_gradient(std::size_t b) const;
+  void clear_shard_gradients();
+  /// Bytes of the bucket buffers and shard gradients held now (memory reports).
+  int64_t buffer_bytes() const;
 
  private:
   struct Bucket;
   DistributedDataParallel(std::vector<std::pair<std::string, Tensor>> named,
                           std::vector<Tensor> buffers, DdpOptions options);
   void build_buckets(const std::vector<int64_t>& order);
+  DType bucket_dtype(std::size_t b) const;
+  Tensor bucket_slot(int64_t index);
+  void fill_slot(int64_t index);
   void on_grad_ready(int64_t index);
   void launch_ready_buckets(bool from_hook);
   void finish_backward();
