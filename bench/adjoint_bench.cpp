@@ -5,7 +5,7 @@
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
-//                 [--data-parallel] [--verbose]
+//                 [--data-parallel [--zero 0|1|2]] [--verbose]
 // --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
 // gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
@@ -44,7 +44,7 @@ void print_usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-               "[--precision fp32|bf16] [--data-parallel] [--verbose]\n",
+               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2]] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
       print_usage(argv[0]);
       return 0;
     }
-    int* target = a == "--steps"          ? &o.steps
+    int* target = a == "--zero"           ? &o.zero
+                  : a == "--steps"        ? &o.steps
                   : a == "--warmup"       ? &o.warmup
                   : a == "--threads"      ? &o.threads
                   : a == "--blas-threads" ? &o.blas_threads
@@ -98,7 +99,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (target && i + 1 < argc) {
-      if (!parse_int(argv[++i], *target, target == &o.steps || target == &o.blas_threads)) {
+      if (!parse_int(argv[++i], *target,
+                     target == &o.steps || target == &o.blas_threads || target == &o.zero)) {
         std::fprintf(stderr, "error: bad value '%s' for %s\n", argv[i], a.c_str());
         print_usage(argv[0]);
         return 2;
@@ -132,6 +134,10 @@ int main(int argc, char** argv) {
   if (o.data_parallel && o.workload != "mlp" && o.workload != "gpt-tiny") {
     std::fprintf(stderr, "error: --data-parallel applies to mlp and gpt-tiny, not %s\n",
                  o.workload.c_str());
+    return 2;
+  }
+  if (o.zero != 0 && (!o.data_parallel || o.workload != "gpt-tiny" || o.zero > 2)) {
+    std::fprintf(stderr, "error: --zero 1|2 needs --data-parallel and gpt-tiny\n");
     return 2;
   }
   if (o.steps == 0) o.steps = w->default_steps;

@@ -26,11 +26,12 @@ void gpt_tiny(const Opts& o, Json& j) {
   adjoint::nn::GPT model(adjoint::nn::GPTConfig{kVocab, kCtx, kDModel, kHeads, kLayers, 0.0}, &gen);
   const std::vector<Tensor> params = model.parameters();
   const Tensor tokens = adjoint::randint(0, kVocab, {kBatch, kCtx + 1}, &gen);
-  DataParallelMode dp(o, model);  // --data-parallel: this rank's rows, DDP
+  const adjoint::optim::AdamWOptions adamw{
+      .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+  adjoint::optim::AdamW opt(params, adamw);
+  DataParallelMode dp(o, model, adamw);  // --data-parallel: this rank's rows, DDP (ZeRO)
   const Tensor inputs = dp.rows(tokens.slice(1, 0, kCtx));
   const Tensor targets = dp.rows(tokens.slice(1, 1, kCtx + 1));
-  adjoint::optim::AdamW opt(
-      params, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
 
   model.run_blocks = block_runner(o.checkpoint);
 
@@ -40,7 +41,7 @@ void gpt_tiny(const Opts& o, Json& j) {
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     adjoint::reset_peak_memory_stats();
     const auto t0 = Clock::now();
-    opt.zero_grad(/*set_to_none=*/false);  // in place, as libtorch 1.13
+    dp.zero_grad(opt);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
     Tensor loss;
     {
@@ -51,7 +52,7 @@ void gpt_tiny(const Opts& o, Json& j) {
     const auto t2 = Clock::now();
     loss.backward();
     const auto t3 = Clock::now();
-    opt.step();
+    dp.step(opt);
     const auto t4 = Clock::now();
     last_loss = loss.detach();
     loss = Tensor();
@@ -63,12 +64,12 @@ void gpt_tiny(const Opts& o, Json& j) {
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
       peak.add(static_cast<double>(adjoint::memory_stats().peak_bytes));
-      dp.record();
+      dp.record(&opt);
     }
   }
   // One more (untimed) forward and backward, with saved tensors counted.
   const double saved_peak = saved_peak_bytes([&] {
-    opt.zero_grad(/*set_to_none=*/false);
+    dp.zero_grad(opt);
     Tensor loss;
     {
       std::optional<adjoint::Autocast> amp;

@@ -46,7 +46,7 @@ double learning_rate(const TrainConfig& c, int64_t step) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + std::cos(std::numbers::pi * progress));
 }
 
-Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
+Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data, ParallelOptions parallel)
     : config_(config),
       data_(data),
       data_id_(identity_of(data)),
@@ -67,6 +67,45 @@ Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data)
       params_, optim::AdamWOptions{.lr = config.lr, .weight_decay = config.weight_decay});
   if (config.master_weights) optimizer_->keep_master_weights();
   set_checkpointing(config.checkpoint);
+  set_parallel(parallel);
+}
+
+Trainer::~Trainer() = default;
+
+// Note [Data-parallel training]
+// Every rank draws the same global batch from the same generator and trains on its 1/N of the
+// rows, so N ranks see exactly the batches one process would, and the batch order's state in
+// a checkpoint is the same whatever the world size. DistributedDataParallel averages the
+// gradients while backward runs (with ZeRO, each rank then updates its shard of the
+// parameters and all-gathers them); the loss reported is the ranks' average, the loss of the
+// whole batch. Checkpoints are consolidated (ZeroOptimizer::state_dict), so a run saved under
+// N ranks resumes under any number of ranks, ZeRO stage or none.
+void Trainer::set_parallel(const ParallelOptions& parallel) {
+  ADJOINT_CHECK(parallel.zero >= 0 && parallel.zero <= 2, Value, "train",
+                "--zero must be 0, 1 or 2, got ", parallel.zero);
+  ADJOINT_CHECK(parallel.group || parallel.zero == 0, Value, "train",
+                "ZeRO needs a process group (ParallelOptions::group)");
+  if (!parallel.group) return;
+  group_ = parallel.group;
+  const int world = group_->world_size();
+  ADJOINT_CHECK(config_.batch % world == 0, Value, "train", "--batch ", config_.batch,
+                " must be a multiple of the number of ranks (", world,
+                "): each rank trains on an equal share of every batch");
+  ADJOINT_CHECK(parallel.zero == 0 || !scaler_, Value, "train", "--zero ", parallel.zero,
+                " does not combine with --precision fp16: the GradScaler's overflow check would "
+                "see only this rank's shard of the gradients (use bf16, or --zero 0)");
+  ddp_ = std::make_unique<dist::DistributedDataParallel>(
+      *model_, dist::DdpOptions{.group = group_, .zero_stage = parallel.zero});
+  if (parallel.zero == 0) return;
+  const optim::AdamWOptions options{.lr = config_.lr, .weight_decay = config_.weight_decay};
+  const bool master = config_.master_weights;
+  zero_ = std::make_unique<dist::ZeroOptimizer>(
+      *ddp_, [options, master](const std::vector<Tensor>& shard) {
+        auto adamw = std::make_unique<optim::AdamW>(shard, options);
+        if (master) adamw->keep_master_weights();
+        return adamw;
+      });
+  optimizer_.reset();
 }
 
 void Trainer::set_checkpointing(const std::string& mode) {
@@ -79,10 +118,16 @@ void Trainer::set_checkpointing(const std::string& mode) {
 
 double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
   model_->train();
-  optimizer_->set_lr(learning_rate(config_, step_));
+  const double lr = learning_rate(config_, step_);
+  zero_ ? zero_->set_lr(lr) : optimizer_->set_lr(lr);
   data::TextBatch b =
       data_.batch(data::Split::Train, config_.batch, config_.model.context, data_gen_);
-  optimizer_->zero_grad();
+  if (group_) {  // this rank's rows of the global batch (Note [Data-parallel training])
+    const int64_t rows = config_.batch / group_->world_size();
+    b.inputs = b.inputs.narrow(0, group_->rank() * rows, rows);
+    b.targets = b.targets.narrow(0, group_->rank() * rows, rows);
+  }
+  zero_ ? zero_->zero_grad() : optimizer_->zero_grad();
   Tensor loss;
   {
     std::optional<Autocast> amp;
@@ -91,7 +136,14 @@ double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
   }
   (scaler_ ? scaler_->scale(loss) : loss).backward();
   if (timeline) timeline->stop();  // forward and backward only: not the optimizer
-  const double loss_value = loss.item<double>();
+  double loss_value = loss.item<double>();
+  if (group_ && group_->world_size() > 1) {  // the whole batch's loss
+    Tensor l = full({1}, loss_value, DType::Float64);
+    group_->all_reduce(l, dist::ReduceOp::Average);
+    loss_value = l.item<double>();
+  }
+  // ZeRO-2 keeps only gradient shards: no whole gradient for the health records to read.
+  if (ddp_ && ddp_->zero_stage() == 2) health = nullptr;
   // fp16: the gradients divided by the scale again, and whether one overflowed (then this step
   // changes nothing: no update, no health record, and the scale backs off).
   last_skipped_ = false;
@@ -100,11 +152,19 @@ double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
     last_skipped_ = scaler_->found_inf(*optimizer_);
   }
   if (health && !last_skipped_) health->after_backward(step_ + 1, loss_value);
-  if (config_.grad_clip > 0 && !last_skipped_) optim::clip_grad_norm_(params_, config_.grad_clip);
+  if (config_.grad_clip > 0 && !last_skipped_) {
+    if (zero_) {
+      zero_->clip_grad_norm_(config_.grad_clip);  // the global norm over every rank's shard
+    } else {
+      optim::clip_grad_norm_(params_, config_.grad_clip);
+    }
+  }
   if (scaler_) {
     scaler_->step(*optimizer_);
     scaler_->update();
     skipped_steps_ += last_skipped_ ? 1 : 0;
+  } else if (zero_) {
+    zero_->step();
   } else {
     optimizer_->step();
   }
@@ -151,7 +211,11 @@ void Trainer::save(const std::string& path) const {
              .skipped_steps = skipped_steps_};
   for (const auto& [name, d] : active_dropouts(*model_))
     s.dropout_gens[name] = d->generator().state();
-  io::save_checkpoint(path, model_->named_parameters(), optimizer_.get(), encode_run_state(s));
+  // ZeRO gathers the shards' state on every rank (a collective); the ranks hold the same
+  // weights and state, and rank 0 writes them.
+  const optim::StateDict optimizer_state = zero_ ? zero_->state_dict() : optimizer_->state_dict();
+  if (rank() != 0) return;
+  io::save_checkpoint(path, model_->named_parameters(), optimizer_state, encode_run_state(s));
 }
 
 void Trainer::resume(const std::string& path) {
@@ -187,7 +251,15 @@ void Trainer::resume(const std::string& path) {
     optim::GradScaler check = *scaler_;
     check.load_state_dict(*scaler_state);  // validated before anything changes
   }
-  io::load_checkpoint(file, path, model_->named_parameters(), optimizer_.get());
+  if (zero_) {
+    // Each rank keeps its shard of the consolidated state (validated whole before anything
+    // changes); then the weights, checked against the model before any is copied. The run
+    // settings were compared above, so the weights' names and shapes match.
+    zero_->load_state_dict(io::optimizer_state_of(file));
+    io::load_checkpoint(file, path, model_->named_parameters(), nullptr);
+  } else {
+    io::load_checkpoint(file, path, model_->named_parameters(), optimizer_.get());
+  }
   // Nothing below throws: the run is restored whole or not at all.
   step_ = s.step;
   if (scaler_) scaler_->load_state_dict(*scaler_state);

@@ -13,6 +13,7 @@
 
 #include "adjoint/adjoint.h"
 #include "adjoint/data/text.h"
+#include "adjoint/distributed.h"
 #include "adjoint/io.h"
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
@@ -67,10 +68,24 @@ struct DataIdentity {
 };
 DataIdentity identity_of(const data::ByteDataset& data);
 
+/// How the run spreads over processes: not a setting of the run (a checkpoint resumes under
+/// any world size and any stage), so it lives beside TrainConfig, not in it.
+struct ParallelOptions {
+  /// The ranks that train together, each on its 1/N of every batch, with gradients averaged
+  /// by DistributedDataParallel; null: this process alone, as without MPI.
+  dist::ProcessGroup* group = nullptr;
+  /// ZeRO stage with a group (0: plain data parallel; 1: optimizer state sharded; 2: the
+  /// gradients too). Not with --precision fp16 (the GradScaler's overflow check would see only
+  /// this rank's shard). Stage 2 keeps no whole gradients, so the gradient health records and
+  /// NaN stop are off.
+  int zero = 0;
+};
+
 /// The model, optimizer, schedule and data order of one training run.
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const data::ByteDataset& data);
+  Trainer(const TrainConfig& config, const data::ByteDataset& data, ParallelOptions parallel = {});
+  ~Trainer();
 
   /// One step on a fresh training batch; returns its loss (before the update). With a
   /// timeline, its forward and backward are recorded into it. With `health`, the gradients are
@@ -82,7 +97,8 @@ class Trainer {
   double evaluate(data::Split split);
 
   /// Saves model, optimizer state, the step, every random generator's state, all of config()
-  /// and the data's identity (see run_state.h), atomically.
+  /// and the data's identity (see run_state.h), atomically. With a group every rank calls it
+  /// (ZeRO consolidates the optimizer state) and rank 0 writes the file.
   void save(const std::string& path) const;
   /// Restores what save() wrote. Every setting in the checkpoint must equal config()'s (the
   /// activation checkpointing mode and the data's path aside) and the data must be the same
@@ -95,10 +111,16 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DataIdentity& data_identity() const { return data_id_; }
   nn::GPT& model() { return *model_; }
+  /// The AdamW of one process or of plain data parallelism (not ZeRO: see zero_optimizer()).
   const optim::AdamW& optimizer() const { return *optimizer_; }
+  /// With ZeRO, the sharded optimizer; else null.
+  dist::ZeroOptimizer* zero_optimizer() const { return zero_.get(); }
+  /// This process's rank and the number of ranks training together (0 and 1 alone).
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int world_size() const { return group_ ? group_->world_size() : 1; }
   /// Applies config().checkpoint to the model (the constructor does; throws on a bad mode).
   void set_checkpointing(const std::string& mode);
-  double lr() const { return optimizer_->lr(); }
+  double lr() const { return zero_ ? zero_->lr() : optimizer_->lr(); }
   /// fp16's loss scale (1 otherwise), and the steps it skipped because a gradient overflowed.
   double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
   int64_t skipped_steps() const { return skipped_steps_; }
@@ -106,11 +128,16 @@ class Trainer {
   bool last_step_skipped() const { return last_skipped_; }
 
  private:
+  void set_parallel(const ParallelOptions& parallel);
+
   TrainConfig config_;
   const data::ByteDataset& data_;
   DataIdentity data_id_;
   std::shared_ptr<nn::GPT> model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::AdamW> optimizer_;  // one process or plain DDP
+  dist::ProcessGroup* group_ = nullptr;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  std::unique_ptr<dist::ZeroOptimizer> zero_;  // ZeRO stages 1 and 2
   std::vector<Tensor> params_;
   Generator data_gen_;
   int64_t step_ = 0;

@@ -7,7 +7,10 @@
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
 //                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
 //                 [--grad-every 10] [--grad-vanish 1e-6] [--grad-vanish-records 5]
-//                 [--grad-explode 1e2] [--profile N] [--detect-anomaly]
+//                 [--grad-explode 1e2] [--profile N] [--detect-anomaly] [--zero 0|1|2]
+// Under `mpirun -np N adjoint-train ...` the ranks train data-parallel, each on 1/N of every
+// batch (--zero 1|2 shards the optimizer state, and the gradients); rank 0 alone prints and
+// writes the checkpoint, plots and sample.
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -17,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include "gpt_trainer.h"
 #include "gradient_health.h"
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
   c.data = "/usr/share/common-licenses";
   int64_t sample_length = 400, stop_after = 0;
   int threads = 0;
+  int zero = 0;
   tools::GradientHealthOptions health_options;
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
@@ -144,9 +149,22 @@ int main(int argc, char** argv) {
                  "profile step N: its Chrome trace (chrome://tracing, Perfetto) to trace.json "
                  "and its per-op table to profile.txt (0: none)")
       ->capture_default_str();
+  app.add_option("--zero", zero,
+                 "under mpirun: 0 data parallel (every rank keeps all optimizer state), 1 ZeRO "
+                 "stage 1 (optimizer state sharded over the ranks), 2 stage 2 (gradients too)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // One process without mpirun (world size 1, no MPI); the ranks of the job under it.
+  dist::Environment env;
+  dist::ProcessGroup& group = env.group();
+  const bool lead = group.rank() == 0;  // prints, plots and writes
   try {
+    // Ranks on one machine share its cores.
+    if (threads == 0 && group.world_size() > 1) {
+      const unsigned cores = std::thread::hardware_concurrency();
+      threads = std::max(1, static_cast<int>(cores) / group.world_size());
+    }
     if (threads > 0) set_num_threads(threads);
     // Resuming continues the same run: what the flags leave out comes from the checkpoint,
     // and what they give must agree with it (Trainer::resume checks again, with the data).
@@ -165,34 +183,45 @@ int main(int argc, char** argv) {
     // Where this invocation stops; the run itself (its schedule) always spans c.steps.
     const int64_t end = stop_after > 0 ? std::min(stop_after, c.steps) : c.steps;
     data::ByteDataset data(c.data);
-    std::fprintf(stderr, "data: %s, %zu files, %lld training and %lld validation bytes\n",
-                 c.data.c_str(), data.files().size(), static_cast<long long>(data.train_size()),
-                 static_cast<long long>(data.validation_size()));
-    tools::Trainer trainer(c, data);
+    if (lead)
+      std::fprintf(stderr, "data: %s, %zu files, %lld training and %lld validation bytes\n",
+                   c.data.c_str(), data.files().size(), static_cast<long long>(data.train_size()),
+                   static_cast<long long>(data.validation_size()));
+    const bool parallel = group.world_size() > 1 || zero > 0;
+    tools::Trainer trainer(c, data, {.group = parallel ? &group : nullptr, .zero = zero});
+    if (lead && parallel)
+      std::fprintf(stderr, "data parallel: %d ranks, %lld sequences each, %d threads each%s\n",
+                   group.world_size(), static_cast<long long>(c.batch / group.world_size()),
+                   get_num_threads(),
+                   zero > 0 ? (zero == 1 ? ", ZeRO stage 1" : ", ZeRO stage 2") : "");
     if (!resume.empty()) {
       trainer.resume(resume);
-      std::fprintf(stderr, "resumed from %s at step %lld of %lld\n", resume.c_str(),
-                   static_cast<long long>(trainer.step()), static_cast<long long>(c.steps));
+      if (lead)
+        std::fprintf(stderr, "resumed from %s at step %lld of %lld\n", resume.c_str(),
+                     static_cast<long long>(trainer.step()), static_cast<long long>(c.steps));
       // Reductions are split per thread, so only the same count promises the same bits.
-      if (stored->threads != get_num_threads())
+      if (lead && stored->threads != get_num_threads())
         std::fprintf(stderr,
                      "note: the checkpoint was written with %lld threads, this run has %d: it "
                      "continues, but float sums may round differently than in one go\n",
                      static_cast<long long>(stored->threads), get_num_threads());
     }
-    std::fprintf(stderr,
-                 "model: %lld layers, width %lld, %lld heads, context %lld: %lld "
-                 "parameters\n",
-                 static_cast<long long>(c.model.layers), static_cast<long long>(c.model.d_model),
-                 static_cast<long long>(c.model.heads), static_cast<long long>(c.model.context),
-                 static_cast<long long>(trainer.model().num_parameters()));
-    std::filesystem::create_directories(out_dir);
+    if (lead)
+      std::fprintf(stderr,
+                   "model: %lld layers, width %lld, %lld heads, context %lld: %lld "
+                   "parameters\n",
+                   static_cast<long long>(c.model.layers), static_cast<long long>(c.model.d_model),
+                   static_cast<long long>(c.model.heads), static_cast<long long>(c.model.context),
+                   static_cast<long long>(trainer.model().num_parameters()));
     const std::string ckpt = out_dir + "/checkpoint.safetensors";
-    // A run killed while writing one of these leaves its temporary: drop it now (the
-    // checkpoint's are also dropped by every save).
-    for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv",
-                             "grads.svg", "grads.csv", "trace.json", "profile.txt"})
-      io::remove_stale_temporaries(out_dir + "/" + name);
+    if (lead) {
+      std::filesystem::create_directories(out_dir);
+      // A run killed while writing one of these leaves its temporary: drop it now (the
+      // checkpoint's are also dropped by every save).
+      for (const char* name : {"checkpoint.safetensors", "loss.svg", "memory.svg", "memory.csv",
+                               "grads.svg", "grads.csv", "trace.json", "profile.txt"})
+        io::remove_stale_temporaries(out_dir + "/" + name);
+    }
 
     tools::Series train_curve{"train loss", {}, {}, "#1f77b4"};
     tools::Series val_curve{"validation loss", {}, {}, "#d62728", true};
@@ -200,10 +229,13 @@ int main(int argc, char** argv) {
     tools::Series skipped_curve{"skipped step (fp16 overflow)", {}, {}, "#ff7f0e", true};
     double last_val = NAN;
     const std::string csv_path = out_dir + "/loss.csv";
-    tools::LossLog log = resume.empty() ? tools::LossLog::create(csv_path)
-                                        : tools::LossLog::resume(csv_path, trainer.step());
-    if (!log.note().empty()) std::fprintf(stderr, "%s\n", log.note().c_str());
-    for (const tools::LossRow& row : log.kept()) {  // the plot shows the whole run
+    std::optional<tools::LossLog> log;  // rank 0's
+    if (lead) {
+      log.emplace(resume.empty() ? tools::LossLog::create(csv_path)
+                                 : tools::LossLog::resume(csv_path, trainer.step()));
+      if (!log->note().empty()) std::fprintf(stderr, "%s\n", log->note().c_str());
+    }
+    for (const tools::LossRow& row : log ? log->kept() : std::vector<tools::LossRow>{}) {
       train_curve.x.push_back(static_cast<double>(row.step));
       train_curve.y.push_back(row.train_loss);
       if (!row.val_loss) continue;
@@ -219,7 +251,7 @@ int main(int argc, char** argv) {
     // Gradient norms and update ratios of this invocation's steps (a resumed run starts anew).
     tools::GradientHealth health(trainer.model().named_parameters(), health_options);
     auto write_health = [&] {
-      if (health.records().empty()) return;
+      if (!lead || health.records().empty()) return;
       tools::write_gradient_csv(health, out_dir + "/grads.csv");
       tools::write_gradient_svg(health, out_dir + "/grads.svg", "adjoint-train");
     };
@@ -227,8 +259,8 @@ int main(int argc, char** argv) {
       // --profile N: step N (counted from 1) op by op. Made before the timeline, which
       // train_step stops first, so each leaves the observer chain as it found it.
       std::unique_ptr<Profiler> profiler;
-      if (trainer.step() + 1 == profile_step) profiler = std::make_unique<Profiler>();
-      if (trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
+      if (lead && trainer.step() + 1 == profile_step) profiler = std::make_unique<Profiler>();
+      if (lead && trainer.step() == first) timeline = std::make_unique<MemoryTimeline>();
       double loss = 0;
       try {
         const DetectAnomaly anomaly(detect_anomaly);
@@ -247,7 +279,7 @@ int main(int argc, char** argv) {
                      table.c_str());
       }
       for (const std::string& w : health.take_warnings())
-        std::fprintf(stderr, "\rwarning: %s%20s\n", w.c_str(), "");
+        if (lead) std::fprintf(stderr, "\rwarning: %s%20s\n", w.c_str(), "");
       if (timeline) {
         timeline->write_csv(out_dir + "/memory.csv");
         timeline->write_svg(
@@ -260,14 +292,15 @@ int main(int argc, char** argv) {
       train_curve.y.push_back(loss);
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       const double per_step = elapsed / static_cast<double>(step - first);
-      progress(step, c.steps, loss, c.batch * c.model.context / per_step,
-               per_step * static_cast<double>(end - step), scaler_status(trainer));
+      if (lead)
+        progress(step, c.steps, loss, c.batch * c.model.context / per_step,
+                 per_step * static_cast<double>(end - step), scaler_status(trainer));
       if (trainer.last_step_skipped()) {
         skipped_curve.x.push_back(static_cast<double>(step));
         skipped_curve.y.push_back(loss);
       }
       std::optional<double> val;
-      if (step % c.eval_every == 0 || step == c.steps) {
+      if (lead && (step % c.eval_every == 0 || step == c.steps)) {
         last_val = trainer.evaluate(data::Split::Validation);
         val_curve.x.push_back(static_cast<double>(step));
         val_curve.y.push_back(last_val);
@@ -276,12 +309,13 @@ int main(int argc, char** argv) {
                      duration(elapsed).c_str(), "");
         val = last_val;
       }
-      log.append(step, loss, val);  // flushed: a kill keeps every row written so far
+      if (log) log->append(step, loss, val);  // flushed: a kill keeps every row written so far
       // The final step is saved below, after the loop.
       if (c.save_every > 0 && step % c.save_every == 0 && step < end) trainer.save(ckpt);
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    trainer.save(ckpt);
+    trainer.save(ckpt);  // every rank (ZeRO gathers its state); rank 0 writes
+    if (!lead) return 0;
     tools::write_svg_plot(out_dir + "/loss.svg", "adjoint-train: byte-level GPT", "step",
                           "loss (nats per byte)",
                           skipped_curve.x.empty()
@@ -300,10 +334,9 @@ int main(int argc, char** argv) {
     const std::string prompt = "This program is ";
     std::printf("\nsample (temperature 0.8, top-k 40):\n%s%s\n", prompt.c_str(),
                 tools::generate(trainer.model(), prompt, sample_length, 0.8, 40, gen).c_str());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {  // std::filesystem, allocation: still no terminate()
+  } catch (const std::exception& e) {  // adjoint::Error, std::filesystem, allocation
+    // The other ranks may wait for this one in a collective: end the whole job.
+    if (group.world_size() > 1) group.abort(std::string("error: ") + e.what());
     std::fprintf(stderr, "\nerror: %s\n", e.what());
     return 1;
   }

@@ -76,21 +76,33 @@ std::size_t remove_stale_temporaries(const std::string& path) {
 
 void save_checkpoint(const std::string& path, const NamedTensors& params,
                      const optim::Optimizer* optimizer, const Metadata& metadata) {
+  save_checkpoint(path, params, optimizer ? optimizer->state_dict() : optim::StateDict{}, metadata);
+}
+
+void save_checkpoint(const std::string& path, const NamedTensors& params,
+                     const optim::StateDict& optimizer_state, const Metadata& metadata) {
   constexpr const char* kOp = "io.save_checkpoint";
   NamedTensors all;
-  all.reserve(params.size());
+  all.reserve(params.size() + optimizer_state.size());
   for (const auto& [name, t] : params) {
-    ADJOINT_CHECK(!(optimizer && has_prefix(name, kOptimizerPrefix)), Value, kOp, "'", path,
-                  "': the parameter name '", name, "' would clash with the optimizer's entries (",
-                  kOptimizerPrefix, "*)");
+    ADJOINT_CHECK(optimizer_state.empty() || !has_prefix(name, kOptimizerPrefix), Value, kOp, "'",
+                  path, "': the parameter name '", name,
+                  "' would clash with the optimizer's entries (", kOptimizerPrefix, "*)");
     all.emplace_back(name, t);
   }
-  if (optimizer)
-    for (auto& [name, t] : optimizer->state_dict()) all.emplace_back(kOptimizerPrefix + name, t);
+  for (const auto& [name, t] : optimizer_state) all.emplace_back(kOptimizerPrefix + name, t);
   // A process killed while saving leaves its temporary (megabytes for a model) behind: the
   // next save of the same target is the natural place to drop it.
   remove_stale_temporaries(path);
   save_safetensors(path, all, metadata);
+}
+
+optim::StateDict optimizer_state_of(const SafetensorsFile& file) {
+  optim::StateDict state;
+  const std::string prefix = kOptimizerPrefix;
+  for (const auto& [name, t] : file.tensors)
+    if (has_prefix(name, kOptimizerPrefix)) state.emplace_back(name.substr(prefix.size()), t);
+  return state;
 }
 
 Metadata load_checkpoint(const std::string& path, const NamedTensors& params,

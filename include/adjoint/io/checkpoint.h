@@ -21,6 +21,12 @@ inline constexpr const char* kOptimizerPrefix = "optim.";
 /// starting with "optim." is an error when an optimizer is saved with it.
 void save_checkpoint(const std::string& path, const NamedTensors& params,
                      const optim::Optimizer* optimizer = nullptr, const Metadata& metadata = {});
+/// The same with an optimizer state given as a state_dict (a sharded optimizer's consolidated
+/// one, say); an empty one saves none.
+void save_checkpoint(const std::string& path, const NamedTensors& params,
+                     const optim::StateDict& optimizer_state, const Metadata& metadata = {});
+/// The optimizer's entries of a checkpoint, without their "optim." prefix.
+optim::StateDict optimizer_state_of(const SafetensorsFile& file);
 
 /// Restores a checkpoint into the existing `params` (copied in place, so a model and an
 /// optimizer holding these tensors see the new values) and, when `optimizer` is given, its
