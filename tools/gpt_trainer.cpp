@@ -91,9 +91,12 @@ void Trainer::set_parallel(const ParallelOptions& parallel) {
   ADJOINT_CHECK(config_.batch % world == 0, Value, "train", "--batch ", config_.batch,
                 " must be a multiple of the number of ranks (", world,
                 "): each rank trains on an equal share of every batch");
-  ADJOINT_CHECK(parallel.zero == 0 || !scaler_, Value, "train", "--zero ", parallel.zero,
-                " does not combine with --precision fp16: the GradScaler's overflow check would "
-                "see only this rank's shard of the gradients (use bf16, or --zero 0)");
+  // ZeRO: each rank checks its shard of the gradients for overflow; the ranks combine their
+  // flags so that all skip the same steps.
+  if (scaler_ && parallel.zero > 0)
+    scaler_.emplace(
+        optim::GradScalerOptions{.init_scale = config_.init_loss_scale,
+                                 .combine_found_inf = dist::found_inf_on_any_rank(*group_)});
   ddp_ = std::make_unique<dist::DistributedDataParallel>(
       *model_, dist::DdpOptions{.group = group_, .zero_stage = parallel.zero});
   if (parallel.zero == 0) return;
@@ -142,14 +145,16 @@ double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
     group_->all_reduce(l, dist::ReduceOp::Average);
     loss_value = l.item<double>();
   }
-  // ZeRO-2 keeps only gradient shards: no whole gradient for the health records to read.
-  if (ddp_ && ddp_->zero_stage() == 2) health = nullptr;
+  // The health records read whole, unscaled gradients: ZeRO-2 keeps only shards, and ZeRO-1
+  // under fp16 unscales only its shard.
+  const int stage = ddp_ ? ddp_->zero_stage() : 0;
+  if (stage == 2 || (stage == 1 && scaler_)) health = nullptr;
   // fp16: the gradients divided by the scale again, and whether one overflowed (then this step
   // changes nothing: no update, no health record, and the scale backs off).
   last_skipped_ = false;
   if (scaler_) {
-    scaler_->unscale_(*optimizer_);
-    last_skipped_ = scaler_->found_inf(*optimizer_);
+    zero_ ? zero_->unscale_(*scaler_) : scaler_->unscale_(*optimizer_);
+    last_skipped_ = scaler_->found_inf(zero_ ? zero_->shard_optimizer() : *optimizer_);
   }
   if (health && !last_skipped_) health->after_backward(step_ + 1, loss_value);
   if (config_.grad_clip > 0 && !last_skipped_) {
@@ -160,7 +165,7 @@ double Trainer::train_step(MemoryTimeline* timeline, GradientHealth* health) {
     }
   }
   if (scaler_) {
-    scaler_->step(*optimizer_);
+    zero_ ? zero_->step(*scaler_) : scaler_->step(*optimizer_);
     scaler_->update();
     skipped_steps_ += last_skipped_ ? 1 : 0;
   } else if (zero_) {

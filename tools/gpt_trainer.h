@@ -75,9 +75,8 @@ struct ParallelOptions {
   /// by DistributedDataParallel; null: this process alone, as without MPI.
   dist::ProcessGroup* group = nullptr;
   /// ZeRO stage with a group (0: plain data parallel; 1: optimizer state sharded; 2: the
-  /// gradients too). Not with --precision fp16 (the GradScaler's overflow check would see only
-  /// this rank's shard). Stage 2 keeps no whole gradients, so the gradient health records and
-  /// NaN stop are off.
+  /// gradients too). The gradient health records and NaN stop read whole, unscaled
+  /// gradients, so they are off with stage 2, and with stage 1 under fp16.
   int zero = 0;
 };
 

@@ -152,24 +152,57 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm) {
   return total;
 }
 
+// The shard starts each update from the model's current values (a loaded model, say).
+void ZeroOptimizer::refresh_shards() {
+  NoGradGuard no_grad;
+  const int64_t rank = group_.rank();
+  for (std::size_t b = 0; b < shard_.size(); ++b) {
+    const int64_t chunk = shard_[b].numel();
+    for_each_piece(ddp_, b, rank * chunk, chunk,
+                   [&](int64_t i, int64_t from, int64_t to, int64_t n) {
+                     Tensor(shard_[b]).narrow(0, to, n).copy_(
+                         ddp_.parameters()[i].detach().reshape({-1}).narrow(0, from, n));
+                   });
+  }
+}
+
 void ZeroOptimizer::step() {
   gather_shard_gradients();
-  {
-    // The shard starts from the model's current values (a loaded model, say).
-    NoGradGuard no_grad;
-    const int64_t rank = group_.rank();
-    for (std::size_t b = 0; b < shard_.size(); ++b) {
-      const int64_t chunk = shard_[b].numel();
-      for_each_piece(ddp_, b, rank * chunk, chunk,
-                     [&](int64_t i, int64_t from, int64_t to, int64_t n) {
-                       Tensor(shard_[b]).narrow(0, to, n).copy_(
-                           ddp_.parameters()[i].detach().reshape({-1}).narrow(0, from, n));
-                     });
-    }
-  }
+  refresh_shards();
   inner_->step();
   all_gather_parameters();
   grads_ready_ = false;
+}
+
+void ZeroOptimizer::unscale_(optim::GradScaler& scaler) {
+  gather_shard_gradients();
+  scaler.unscale_(*inner_);
+}
+
+bool ZeroOptimizer::step(optim::GradScaler& scaler) {
+  gather_shard_gradients();
+  refresh_shards();
+  const bool stepped = scaler.step(*inner_);
+  // Every rank must agree, or some would all-gather while others do not.
+  Tensor flags = full({2}, 0.0, DType::Int64);
+  flags.data_ptr<int64_t>()[0] = stepped ? 1 : 0;
+  flags.data_ptr<int64_t>()[1] = stepped ? 0 : 1;
+  group_.all_reduce(flags, ReduceOp::Max);
+  ADJOINT_CHECK(flags.data_ptr<int64_t>()[0] == 0 || flags.data_ptr<int64_t>()[1] == 0, Value, kOp,
+                "the ranks disagree on skipping this step (some saw an Inf or NaN gradient in "
+                "their shard, others not): construct the GradScaler with combine_found_inf = "
+                "dist::found_inf_on_any_rank(group)");
+  if (stepped) all_gather_parameters();
+  grads_ready_ = false;
+  return stepped;
+}
+
+std::function<bool(bool)> found_inf_on_any_rank(ProcessGroup& group) {
+  return [&group](bool found) {
+    Tensor flag = full({1}, found ? 1.0 : 0.0, DType::Int64);
+    group.all_reduce(flag, ReduceOp::Max);
+    return flag.item<int64_t>() != 0;
+  };
 }
 
 void ZeroOptimizer::all_gather_parameters() {

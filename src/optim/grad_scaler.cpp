@@ -66,6 +66,7 @@ void GradScaler::unscale_(Optimizer& opt) {
     found = found || has_non_finite(g);
     g.mul_(inv_scale);
   }
+  if (options_.combine_found_inf) found = options_.combine_found_inf(found);
   state.found_inf = found;
   state.stage = Stage::Unscaled;
 }

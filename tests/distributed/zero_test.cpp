@@ -5,6 +5,8 @@
 // to and from a plain optimizer (any world size). Label unit (one process) and mpi (two ranks).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
 #include "distributed/dist_support.h"
@@ -215,6 +217,51 @@ TEST(Zero, APlainOptimizersCheckpointLoadsIntoShards) {
   for (std::size_t i = 0; i < m->parameters().size(); ++i)
     expect_close(m->parameters()[i].detach(), single->parameters()[i].detach(), 1e-12);
   EXPECT_EQ(opt.step_count(), single_opt.step_count());
+}
+
+// An overflow in one parameter that lies wholly in rank 0's chunk: only rank 0's shard sees
+// it. With the flags combined over the ranks every rank skips the step; without, the ranks
+// disagree, which is an error on every rank (never a silent divergence or a hang).
+TEST(Zero, GradScalerSkipsOnEveryRankWhenOneShardOverflows) {
+  const int n = pg().world_size();
+  const Data d(1, DType::Float32);
+  for (int stage : {1, 2}) {
+    for (bool combined : {true, false}) {
+      if (!combined && n == 1) continue;
+      auto m = mlp(10, DType::Float32);
+      dist::DistributedDataParallel ddp(*m, zero_options(stage));
+      dist::ZeroOptimizer opt(ddp, adamw());
+      int64_t target = -1;  // a parameter inside rank 0's chunk of its bucket
+      for (std::size_t b = 0; b < ddp.buckets().size() && target < 0; ++b)
+        for (int64_t i : ddp.buckets()[b])
+          if (ddp.offset_in_bucket(i) + ddp.parameters()[i].numel() <=
+              ddp.bucket_padded_numel(b) / n) {
+            target = i;
+            break;
+          }
+      ASSERT_GE(target, 0);
+      optim::GradScalerOptions options;
+      if (combined) options.combine_found_inf = dist::found_inf_on_any_rank(pg());
+      optim::GradScaler scaler(options);
+      std::vector<Tensor> before;
+      for (const Tensor& p : m->parameters()) before.push_back(p.detach().clone());
+      opt.zero_grad();
+      const Tensor& p = ddp.parameters()[target];
+      Tensor loss = mse(*m, d.mine(d.x, 0, 0), d.mine(d.y, 0, 0)) +
+                    (p * std::numeric_limits<double>::infinity()).sum();
+      scaler.scale(loss).backward();
+      if (combined) {
+        EXPECT_FALSE(opt.step(scaler)) << "stage " << stage;
+        scaler.update();
+        EXPECT_EQ(scaler.get_scale(), 65536.0 / 2);
+        for (std::size_t i = 0; i < before.size(); ++i)
+          expect_close(m->parameters()[i].detach(), before[i], 0);
+      } else {
+        expect_error([&] { opt.step(scaler); }, ErrorKind::Value,
+                     {"[dist.ZeroOptimizer]", "disagree", "found_inf_on_any_rank"});
+      }
+    }
+  }
 }
 
 TEST(Zero, MisuseIsNamed) {

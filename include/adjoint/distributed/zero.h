@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adjoint/distributed/ddp.h"
+#include "adjoint/optim/grad_scaler.h"
 #include "adjoint/optim/optimizer.h"
 
 namespace adjoint::dist {
@@ -30,6 +31,10 @@ struct ZeroMemory {
   int64_t optimizer_state = 0;  ///< the shard optimizer's state (moments, master copies)
 };
 
+/// For GradScalerOptions::combine_found_inf: true on every rank when it is true on any.
+/// Collective (each call is a one-element all-reduce).
+std::function<bool(bool)> found_inf_on_any_rank(ProcessGroup& group);
+
 class ZeroOptimizer {
  public:
   /// `ddp` must have been built with zero_stage 1 or 2 and outlive this object.
@@ -46,6 +51,13 @@ class ZeroOptimizer {
   double clip_grad_norm_(double max_norm);
   /// Updates this rank's shard, then all-gathers the parameters. Collective.
   void step();
+  /// Mixed precision: the GradScaler's unscale_ and step over this rank's shard gradients.
+  /// The scaler must combine its overflow flag over the ranks (GradScalerOptions::
+  /// combine_found_inf = found_inf_on_any_rank(group)): a rank sees only its shard, and ranks
+  /// that disagree on skipping a step are an error on every rank. step returns whether it
+  /// stepped. Collective.
+  void unscale_(optim::GradScaler& scaler);
+  bool step(optim::GradScaler& scaler);
   double lr() const { return inner_->lr(); }
   void set_lr(double lr) { inner_->set_lr(lr); }
   int64_t step_count() const { return inner_->step_count(); }
@@ -65,6 +77,7 @@ class ZeroOptimizer {
 
  private:
   void gather_shard_gradients();
+  void refresh_shards();
   void all_gather_parameters();
 
   DistributedDataParallel& ddp_;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -33,6 +34,12 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;  ///< finite steps in a row before the scale grows
   bool enabled = true;             ///< false: every call passes through (loss unscaled)
+  /// Combines this process's "some gradient is Inf or NaN" with the other processes' (an OR
+  /// over the ranks), for data-parallel training whose ranks hold different gradients, such
+  /// as ZeRO's shards (dist::found_inf_on_any_rank), so that every rank skips the same steps.
+  /// Empty: this process's flag alone (plain data parallelism averages the gradients first,
+  /// so an overflow anywhere reaches every rank).
+  std::function<bool(bool)> combine_found_inf = {};
 };
 
 class GradScaler {
