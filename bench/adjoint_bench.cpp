@@ -5,7 +5,7 @@
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
-//                 [--data-parallel [--zero 0|1|2]] [--verbose]
+//                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25]] [--verbose]
 // --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
 // gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
@@ -44,7 +44,8 @@ void print_usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2]] [--verbose]\n",
+               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25]] "
+               "[--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     int* target = a == "--zero"           ? &o.zero
+                  : a == "--bucket-mb"    ? &o.bucket_mb
                   : a == "--steps"        ? &o.steps
                   : a == "--warmup"       ? &o.warmup
                   : a == "--threads"      ? &o.threads

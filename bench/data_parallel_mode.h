@@ -28,7 +28,8 @@ class DataParallelMode {
     rank_ = pg.rank();
     world_ = pg.world_size();
     ddp_ = std::make_unique<adjoint::dist::DistributedDataParallel>(
-        model, adjoint::dist::DdpOptions{.zero_stage = o.zero});
+        model, adjoint::dist::DdpOptions{.bucket_bytes = int64_t{o.bucket_mb} << 20,
+                                         .zero_stage = o.zero});
     if (o.zero > 0)
       zero_ = std::make_unique<adjoint::dist::ZeroOptimizer>(
           *ddp_, [adamw](const std::vector<adjoint::Tensor>& shard) {
