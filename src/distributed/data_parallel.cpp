@@ -1,5 +1,5 @@
-// broadcast_tensors / broadcast_module and average_gradients: data parallelism without
-// overlap (the gradients are averaged after backward has finished).
+// broadcast_tensors / broadcast_module and average_gradients: data parallelism by hand,
+// without overlap (the gradients are averaged after backward has finished).
 #include "adjoint/distributed/data_parallel.h"
 
 #include "adjoint/error.h"

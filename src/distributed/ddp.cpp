@@ -40,6 +40,14 @@ namespace adjoint::dist {
 // decay and move a parameter that one process would skip. With find_unused_parameters, one
 // more all-reduce (max) of "had a gradient" flags tells which parameters had none on any rank;
 // those keep .grad as it was.
+//
+// ZeRO (zero_stage, with ZeroOptimizer): buckets are padded to a multiple of the world size
+// and keep reverse parameter order (no rebuild: the optimizer's shards are cut from them).
+// Stage 2 reduce-scatters each bucket instead, so a rank receives only its chunk of the
+// average (summed over synchronising runs until clear_shard_gradients), makes a bucket's
+// buffer at its first gradient of a run and frees it once reduced, and releases each
+// parameter's .grad as soon as it is copied in: between steps a rank holds gradient shards
+// only. See Note [ZeRO shards] in zero.cpp.
 
 struct DistributedDataParallel::Bucket {
   int64_t numel = 0;   // the members' elements

@@ -1,7 +1,5 @@
-// Data parallelism, first step: the same model on every rank, parameters broadcast from one
-// rank at the start, gradients averaged after backward. The all-reduce does not overlap
-// backward yet; DistributedDataParallel with bucketed, overlapped all-reduce comes with the
-// engine's gradient hooks (docs/distributed.md, "Still to come").
+// Data parallelism by hand: parameters broadcast from one rank, gradients averaged after
+// backward (no overlap). DistributedDataParallel (ddp.h) averages them during backward.
 #pragma once
 
 #include <cstdint>
