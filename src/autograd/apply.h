@@ -37,6 +37,7 @@
 #include "autograd/anomaly.h"
 #include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
+#include "autograd/op_census.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
@@ -443,12 +444,14 @@ Tensor apply_list_inputs(Op& op, const std::vector<Tensor>& inputs) {
 template <class Op, class... Ts>
 Tensor apply(Op op, const Ts&... xs) {
   static_assert((std::is_same_v<Ts, Tensor> && ...), "apply takes tensors");
+  (void)detail::OpCensus<Op>::registered;  // Note [Op census]: no code
   return detail::apply_fixed(op, xs...);
 }
 
 /// apply for ops over a list of tensors (Op::variadic).
 template <class Op>
 Tensor apply_list(Op op, const std::vector<Tensor>& inputs) {
+  (void)detail::OpCensus<Op>::registered;  // Note [Op census]: no code
   return detail::apply_list_inputs(op, inputs);
 }
 

@@ -268,6 +268,31 @@ TEST(LinalgGradients, DetGradientAtSingularMatricesIsTheCofactorMatrix) {
   EXPECT_NEAR(td.item<double>(), (a3.grad() * t).sum().item<double>(), 1e-12);
 }
 
+// Matrices with two equal rows, scaled: the LU of A and the LU of Aᵀ (which the VJP's inverse
+// factors) need not both meet an exactly zero pivot. Where A's does not but Aᵀ's does, the
+// gradient is still the cofactor matrix, never a singular-matrix error.
+TEST(LinalgGradients, DetGradientWhereOnlyTheTransposesLuIsExactlySingular) {
+  Generator gen(17);
+  int disagreements = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    Tensor r = randn({2, 3}, DType::Float64, &gen);
+    Tensor a = (cat({r, r.narrow(0, 0, 1)}, 0) * 1.01).detach();
+    const bool only_transpose = linalg::det(a).item<double>() != 0 &&
+                                linalg::det(a.t().contiguous()).item<double>() == 0;
+    disagreements += only_transpose;
+    Tensor x = a.clone().requires_grad_(true);
+    linalg::det(x).backward();
+    std::vector<double> m = a.to_vector<double>(), want(9);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const int r0 = (i + 1) % 3, r1 = (i + 2) % 3, c0 = (j + 1) % 3, c1 = (j + 2) % 3;
+        want[i * 3 + j] = m[r0 * 3 + c0] * m[r1 * 3 + c1] - m[r0 * 3 + c1] * m[r1 * 3 + c0];
+      }
+    expect_values(x.grad(), want, 1e-9);
+  }
+  EXPECT_GT(disagreements, 0) << "no trial reached the case this test is about";
+}
+
 TEST(LinalgGradients, DetSecondDerivativeAtASingularMatrix) {
   // det [[a, b], [c, d]] = ad - bc has the constant Hessian H -> [[h_d, -h_c], [-h_b, h_a]]:
   // exact at the singular A below too, where the gradient comes from the SVD.
