@@ -111,7 +111,11 @@ class Trainer {
   const DataIdentity& data_identity() const { return data_id_; }
   nn::GPT& model() { return *model_; }
   /// The AdamW of one process or of plain data parallelism (not ZeRO: see zero_optimizer()).
-  const optim::AdamW& optimizer() const { return *optimizer_; }
+  const optim::AdamW& optimizer() const {
+    ADJOINT_CHECK(optimizer_, Value, "train",
+                  "optimizer(): this run uses ZeRO; see zero_optimizer()");
+    return *optimizer_;
+  }
   /// With ZeRO, the sharded optimizer; else null.
   dist::ZeroOptimizer* zero_optimizer() const { return zero_.get(); }
   /// This process's rank and the number of ranks training together (0 and 1 alone).

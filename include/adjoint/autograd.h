@@ -128,9 +128,12 @@ Edge gradient_edge(const Tensor& t);
 
 /// Runs `callback` once the backward run going on on this thread has run all its nodes (and
 /// so every post-accumulate-grad hook), before backward() or grad() returns; callbacks run in
-/// the order queued, and one may queue another. Only during a run (from a hook or a node):
-/// elsewhere it throws. A run nested inside a node has its own queue. PyTorch's
-/// queue_callback; data-parallel training waits for its all-reduces there.
+/// the order queued, and one may queue another. All of them run even if one throws; the first
+/// error is then rethrown by backward(). A run that fails before its end (a node throws)
+/// destroys its queued callbacks without running them: a callback that must clean up holds
+/// an object whose destructor does. Only during a run (from a hook or a node): elsewhere it
+/// throws. A run nested inside a node has its own queue. PyTorch's queue_callback;
+/// data-parallel training waits for its all-reduces there.
 void queue_callback(std::function<void()> callback);
 
 }  // namespace autograd

@@ -123,8 +123,10 @@ class Tensor {
   HookHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
   /// On a leaf that requires grad: `hook(leaf)` runs once the leaf's .grad is final for a
   /// backward() run (after the run added this run's gradient into it, whichever way), once
-  /// per run that reaches the leaf. autograd::grad, which never writes .grad, does not run it.
-  /// What data-parallel training starts each gradient's all-reduce from.
+  /// per run in which a gradient reaches the leaf (a run that reaches it with none, a branch
+  /// that gave no gradient, does not run it). autograd::grad, which never writes .grad, does
+  /// not run it. What data-parallel training starts each gradient's all-reduce from. Register
+  /// and remove hooks while no backward run on another thread reaches the leaf.
   HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   /// Same storage, no history, requires_grad false.
   Tensor detach() const;

@@ -4,6 +4,7 @@
 // graph of a million nodes does not touch the stack depth, and it releases each node's saved
 // tensors and buffers as soon as the node has run (unless retain_graph).
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <queue>
 #include <utility>
@@ -211,8 +212,19 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   }
   // Drop buffers of nodes that never became ready (their branch had no gradient).
   task.clear_buffers();
-  // End-of-run callbacks, in the order queued; one may queue another.
-  for (std::size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  // End-of-run callbacks, in the order queued; one may queue another (so each is moved out
+  // before it runs: the list may grow under it). All run even when one throws (another's
+  // owner, a second DDP, must still finish its run); the first error is rethrown after them.
+  std::exception_ptr first_error;
+  for (std::size_t i = 0; i < callbacks.size(); ++i) {
+    const std::function<void()> callback = std::move(callbacks[i]);
+    try {
+      callback();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 Tensor seed_for(const Tensor& out, const Tensor& given, std::size_t i, const char* op) {

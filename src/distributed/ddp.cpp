@@ -4,7 +4,9 @@
 #include "adjoint/distributed/ddp.h"
 
 #include <algorithm>
+#include <exception>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "adjoint/autograd.h"
@@ -34,12 +36,16 @@ namespace adjoint::dist {
 // starts early, the rest at bucket_bytes.
 //
 // A parameter reached by no gradient in a run contributes its .grad as it stands (what it
-// accumulated in no_sync micro-batches) or, without one, zeros. Without one and without
-// find_unused_parameters that is an error, raised on that rank after its collectives have
-// completed (so the other ranks do not wait for it): leaving zeros would make an optimizer
-// decay and move a parameter that one process would skip. With find_unused_parameters, one
-// more all-reduce (max) of "had a gradient" flags tells which parameters had none on any rank;
-// those keep .grad as it was.
+// accumulated in no_sync micro-batches) or, without one, zeros. One more small all-reduce
+// counts, for each parameter, the ranks that had a gradient, so that every rank decides the
+// same: without find_unused_parameters a parameter missing on some rank is an error on every
+// rank, raised after the collectives completed and before the bucket rebuild's broadcast
+// (leaving zeros would make an optimizer decay and move a parameter that one process would
+// skip); with it, the parameters no rank had a gradient for keep .grad as it was.
+//
+// A backward that fails before its end never runs the callback; the RunGuard it holds then
+// waits for the buckets already launched and ends the run (abandon_run), so that the next
+// backward starts clean.
 //
 // ZeRO (zero_stage, with ZeroOptimizer): buckets are padded to a multiple of the world size
 // and keep reverse parameter order (no rebuild: the optimizer's shards are cut from them).
@@ -110,6 +116,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
     if (!p.requires_grad()) continue;
     ADJOINT_CHECK(is_floating(p.dtype()) && !p.grad_fn(), DType, kOp, name, " ", describe(p),
                   " must be a floating-point leaf");
+    for (std::size_t j = 0; j < params_.size(); ++j)
+      ADJOINT_CHECK(!params_[j].is_same(p), Value, kOp, name, " is the same tensor as ", names_[j],
+                    ": each parameter may be given once");
     params_.push_back(p);
     names_.push_back(name);
   }
@@ -241,16 +250,47 @@ void DistributedDataParallel::reset_run() {
   order_.clear();
 }
 
+// The end-of-run callback's companion: a run that fails before its end (a node throws)
+// destroys its queued callbacks unrun, and with them this guard, which then waits for the
+// buckets already launched (the other ranks complete them) and ends the run, so the next
+// backward starts clean.
+struct DistributedDataParallel::RunGuard {
+  explicit RunGuard(DistributedDataParallel* d) : ddp(d) {}
+  RunGuard(const RunGuard&) = delete;  // one guard per run: a copy would end it twice
+  RunGuard& operator=(const RunGuard&) = delete;
+  ~RunGuard() {
+    if (!finished) ddp->abandon_run();
+  }
+  DistributedDataParallel* ddp;
+  bool finished = false;
+};
+
+void DistributedDataParallel::abandon_run() {
+  for (std::size_t b = 0; b < next_launch_; ++b) {
+    try {
+      buckets_[b].work.wait();
+    } catch (...) {  // the run's own error is on its way; this one adds nothing
+    }
+  }
+  if (options_.zero_stage == 2)
+    for (Bucket& b : buckets_) b.flat = Tensor();
+  in_run_ = false;
+}
+
 void DistributedDataParallel::on_grad_ready(int64_t index) {
   if (!sync_) return;  // no_sync: .grad just accumulates
   if (!in_run_) {
     reset_run();
     in_run_ = true;
-    autograd::queue_callback([this] { finish_backward(); });
+    auto guard = std::make_shared<RunGuard>(this);
+    autograd::queue_callback([this, guard] {
+      guard->finished = true;
+      finish_backward();
+    });
   }
   ADJOINT_CHECK(!ready_[index], Autograd, kOp, "the gradient of ", names_[index],
-                " became final twice in one backward run: an earlier backward was interrupted "
-                "by an error before its end, or two backward runs reach the model at once");
+                " became final twice in one backward run: two backward runs reach the model "
+                "at once, or a backward nested in another reached it");
   fill_slot(index);
   ready_[index] = 1;
   order_.push_back(index);
@@ -278,26 +318,38 @@ void DistributedDataParallel::finish_backward() {
   const int64_t n = static_cast<int64_t>(params_.size());
   Tensor had_grad = zeros({n}, DType::Int64);
   auto* had = had_grad.data_ptr<int64_t>();
-  std::vector<int64_t> without;
   for (int64_t i = 0; i < n; ++i) {
     had[i] = ready_[i] || params_[i].grad().defined();
     if (ready_[i]) continue;
-    if (!params_[i].grad().defined()) without.push_back(i);
     fill_slot(i);
     --pending_[bucket_of_[i]];
   }
   launch_ready_buckets(false);
   ADJOINT_ASSERT(next_launch_ == buckets_.size(), "every bucket launched at the end of backward");
-  Work flags;
-  if (options_.find_unused_parameters) flags = group_.all_reduce_async(had_grad, ReduceOp::Max);
+  // How many ranks had a gradient for each parameter: every rank decides the same from it
+  // (an error raised on one rank only would leave the others' collectives out of step).
+  Work counting = group_.all_reduce_async(had_grad, ReduceOp::Sum);
 
+  // Every launched collective is waited for, even after one failed.
   stats_ = DdpStepStats{};
+  std::exception_ptr failed;
+  auto wait = [&](const Work& w) {
+    try {
+      w.wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  };
   for (Bucket& b : buckets_) {
-    b.work.wait();
-    stats_.comm_ms += ms(b.work.elapsed());
+    wait(b.work);
     stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
   }
-  flags.wait();
+  wait(counting);
+  if (failed) {
+    abandon_run();
+    std::rethrow_exception(failed);
+  }
+  for (Bucket& b : buckets_) stats_.comm_ms += ms(b.work.elapsed());
   if (options_.zero_stage == 2) {
     for (Bucket& b : buckets_) {
       const Tensor mine = b.work.result();  // this rank's chunk of the average
@@ -313,8 +365,9 @@ void DistributedDataParallel::finish_backward() {
   stats_.buckets = static_cast<int>(buckets_.size());
   stats_.launched_during_backward = launched_from_hooks_;
 
+  const int64_t world = group_.world_size();
   for (int64_t i = 0; i < n && options_.zero_stage < 2; ++i) {
-    if (options_.find_unused_parameters && !had[i]) continue;  // no gradient on any rank
+    if (options_.find_unused_parameters && had[i] == 0) continue;  // no gradient on any rank
     const Tensor& p = params_[i];
     Tensor avg =
         buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], p.numel()).reshape(p.shape());
@@ -326,15 +379,17 @@ void DistributedDataParallel::finish_backward() {
     }
   }
 
-  if (!without.empty() && !options_.find_unused_parameters) {
+  if (!options_.find_unused_parameters) {
     std::string list;
-    for (int64_t i : without)
-      list += (list.empty() ? "" : ", ") + names_[i] + " " + describe(params_[i]);
-    throw Error(
-        ErrorKind::Autograd, kOp,
-        detail::str("no gradient reached ", list, " in this backward on rank ", group_.rank(),
-                    "; if parameters may go unused in a step, construct with "
-                    "DdpOptions{.find_unused_parameters = true}"));
+    for (int64_t i = 0; i < n; ++i)
+      if (had[i] < world)
+        list += (list.empty() ? "" : ", ") + names_[i] + " " + describe(params_[i]) + " on " +
+                std::to_string(world - had[i]) + " of " + std::to_string(world) + " ranks";
+    if (!list.empty())  // the same on every rank
+      throw Error(ErrorKind::Autograd, kOp,
+                  detail::str("no gradient reached ", list,
+                              " in this backward; if parameters may go unused in a step, "
+                              "construct with DdpOptions{.find_unused_parameters = true}"));
   }
 
   if (options_.rebuild_buckets && options_.zero_stage == 0 && !rebuilt_) {

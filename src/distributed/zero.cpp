@@ -113,7 +113,14 @@ void ZeroOptimizer::gather_shard_gradients() {
   const int64_t rank = group_.rank();
   for (std::size_t b = 0; b < shard_.size(); ++b) {
     if (ddp_.zero_stage() == 2) {
-      shard_[b].set_grad(ddp_.shard_gradient(b));  // already this rank's chunk of the average
+      const Tensor& g = ddp_.shard_gradient(b);  // already this rank's chunk of the average
+      if (!g.defined())
+        for (int64_t i : ddp_.buckets()[b])
+          ADJOINT_CHECK(!ddp_.parameters()[i].grad().defined(), Value, kOp,
+                        "step: a parameter holds a local .grad but no synchronising backward ran "
+                        "since zero_grad (all of them under no_sync?): stage 2 steps on the "
+                        "reduce-scattered shards only");
+      shard_[b].set_grad(g);
       continue;
     }
     // Stage 1: every rank has the whole averaged gradient in .grad; keep this rank's chunk.
@@ -269,20 +276,36 @@ void ZeroOptimizer::load_state_dict(const optim::StateDict& state) {
   for (std::size_t b = 0; b < shard_.size(); ++b) {
     std::map<std::string, Tensor> slots;  // this bucket's state, shard-shaped
     const int64_t chunk = shard_[b].numel();
+    // A shard keeps one value of each scalar (the step) for all its elements: its members
+    // must agree on it, and all have state or none (a parameter never updated has no moments
+    // but would inherit the others' step).
+    int64_t with_state = 0, first = -1;
     for (int64_t i : ddp_.buckets()[b]) {
       auto it = per_param.find(i);
       if (it == per_param.end()) continue;
+      ++with_state;
+      if (first < 0) first = i;
       for (const auto& [slot, t] : it->second) {
         if (t.dim() == 0) {
-          slots.emplace(slot, t);
+          auto [at, fresh] = slots.emplace(slot, t);
+          ADJOINT_CHECK(fresh || at->second.to(DType::Float64).item<double>() ==
+                                     t.to(DType::Float64).item<double>(),
+                        Value, kOp, "load_state_dict: 'state.", i, ".", slot,
+                        "' differs from 'state.", first, ".", slot,
+                        "', and the two parameters share a shard, which keeps one ", slot,
+                        " for all its elements");
           continue;
         }
         const Tensor& p = ddp_.parameters()[i];
-        ADJOINT_CHECK(t.numel() == p.numel(), Shape, kOp, "load_state_dict: 'state.", i, ".", slot,
+        ADJOINT_CHECK(t.shape() == p.shape(), Shape, kOp, "load_state_dict: 'state.", i, ".", slot,
                       "' is ", describe(t), ", parameter ", i, " is ", describe(p));
         if (!slots.count(slot)) slots.emplace(slot, zeros({chunk}, t.dtype()));
       }
     }
+    ADJOINT_CHECK(with_state == 0 || with_state == static_cast<int64_t>(ddp_.buckets()[b].size()),
+                  Value, kOp, "load_state_dict: parameter ", first,
+                  " has optimizer state but another parameter of its shard has none (never "
+                  "updated); ZeRO updates a shard's parameters together");
     for (auto& [slot, dst] : slots) {
       if (dst.dim() == 0) continue;
       for_each_piece(

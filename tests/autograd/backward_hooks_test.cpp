@@ -86,6 +86,28 @@ TEST(PostAccumulateGradHook, NeedsALeafThatRequiresGrad) {
                ErrorKind::Autograd, {"register_post_accumulate_grad_hook", "grad_fn"});
 }
 
+// A callback that queues others while it runs (the list grows under it, past its capacity)
+// and reads its captures afterwards; one that throws does not stop the rest, and backward()
+// rethrows the first error.
+TEST(QueueCallback, CallbacksQueueMoreAndAnErrorDoesNotStopTheOthers) {
+  const Tensor a = ones({2}).requires_grad_();
+  std::vector<int> ran;
+  const std::string label = "a capture read after queueing";
+  std::string seen;
+  a.register_post_accumulate_grad_hook([&](const Tensor&) {
+    autograd::queue_callback([&ran, &seen, label] {
+      for (int i = 0; i < 64; ++i) autograd::queue_callback([&ran, i] { ran.push_back(i); });
+      seen = label;  // the closure must still be alive here
+    });
+    autograd::queue_callback([] { throw Error(ErrorKind::Value, "test", "first"); });
+    autograd::queue_callback([] { throw Error(ErrorKind::Value, "test", "second"); });
+  });
+  expect_error([&] { (a * 2.0).sum().backward(); }, ErrorKind::Value, {"[test]", "first"});
+  EXPECT_EQ(seen, label);
+  ASSERT_EQ(ran.size(), 64u);
+  EXPECT_EQ(ran.back(), 63);
+}
+
 TEST(QueueCallback, RunsAtTheEndOfTheRunAfterEveryHook) {
   const Tensor a = ones({2}).requires_grad_(), b = ones({3}).requires_grad_();
   std::vector<std::string> order;

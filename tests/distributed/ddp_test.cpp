@@ -196,6 +196,63 @@ TEST(DistributedDataParallel, AParameterWithoutAGradientIsAnErrorThatSaysWhatToD
   EXPECT_TRUE(m.c.grad().defined());
 }
 
+// b is used on rank 0 only: the error is raised on every rank (not only where b had no
+// gradient), before the rebuild's broadcast, so the ranks' collectives stay in step and the next
+// backward averages correctly.
+TEST(DistributedDataParallel, AParameterMissingOnOneRankIsAnErrorOnEveryRank) {
+  const int n = pg().world_size(), r = pg().rank();
+  TwoHeads m;
+  dist::DistributedDataParallel ddp(m);
+  m.c.set_grad(zeros({3}, DType::Float64));  // c keeps a .grad: it counts as had
+  const Tensor x = rank_input(r, {3}, DType::Float64, 9);
+  if (n > 1) {
+    expect_error([&] { m.loss(x, r == 0).backward(); }, ErrorKind::Autograd,
+                 {"[dist.DistributedDataParallel]", "b [3] (float64) on 1 of 2 ranks"});
+  }
+  m.zero_grad();
+  m.c.set_grad(zeros({3}, DType::Float64));
+  m.loss(x, true).backward();
+  TwoHeads o;
+  Tensor want;
+  for (int q = 0; q < n; ++q) {
+    o.zero_grad();
+    o.loss(rank_input(q, {3}, DType::Float64, 9), true).backward();
+    want = q == 0 ? o.b.grad().clone() : want + o.b.grad();
+  }
+  expect_close(m.b.grad(), want / n, 1e-14);
+}
+
+// A backward that fails after some buckets were launched (a hook throws in the middle): the
+// run is abandoned cleanly, and the next backward averages as if nothing had happened.
+TEST(DistributedDataParallel, ABackwardThatFailsMidwayLeavesTheNextOneClean) {
+  const int n = pg().world_size(), r = pg().rank();
+  TwoHeads m;
+  dist::DistributedDataParallel ddp(m, {.bucket_bytes = 1, .first_bucket_bytes = 1});
+  const Tensor x = rank_input(r, {3}, DType::Float64, 10);
+  auto loss = [&](bool fail) {
+    Tensor h = x * m.a;  // a's gradient comes after b's and c's are final
+    if (fail)
+      h.register_hook(
+          [](const Tensor&) -> Tensor { throw Error(ErrorKind::Value, "hook", "boom"); });
+    return (h.tanh() * m.b).sum() + m.c.square().sum();
+  };
+  expect_error([&] { loss(true).backward(); }, ErrorKind::Value, {"boom"});
+  m.zero_grad();
+  loss(false).backward();
+  TwoHeads o;
+  std::vector<Tensor> want(3);
+  for (int q = 0; q < n; ++q) {
+    o.zero_grad();
+    const Tensor xq = rank_input(q, {3}, DType::Float64, 10);
+    ((xq * o.a).tanh() * o.b).sum().add(o.c.square().sum()).backward();
+    const Tensor g[3] = {o.a.grad(), o.b.grad(), o.c.grad()};
+    for (int i = 0; i < 3; ++i) want[i] = q == 0 ? g[i].clone() : want[i] + g[i];
+  }
+  expect_close(m.a.grad(), want[0] / n, 1e-14);
+  expect_close(m.b.grad(), want[1] / n, 1e-14);
+  expect_close(m.c.grad(), want[2] / n, 1e-14);
+}
+
 TEST(DistributedDataParallel, GradientsMatchWithCheckpointedBlocks) {
   const int r = pg().rank();
   auto plain = mlp(4, DType::Float64), ck = mlp(4, DType::Float64);
@@ -234,6 +291,12 @@ TEST(DistributedDataParallel, BadOptionsAreNamed) {
   auto m = mlp(6, DType::Float64);
   expect_error([&] { dist::DistributedDataParallel ddp(*m, {.bucket_bytes = 0}); },
                ErrorKind::Value, {"[dist.DistributedDataParallel]", "bucket sizes"});
+  const Tensor w = m->parameters()[0];
+  expect_error(
+      [&] {
+        dist::DistributedDataParallel ddp(std::vector<Tensor>{w, w});
+      },
+      ErrorKind::Value, {"[dist.DistributedDataParallel]", "same tensor", "once"});
 }
 
 }  // namespace

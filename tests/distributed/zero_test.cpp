@@ -264,6 +264,32 @@ TEST(Zero, GradScalerSkipsOnEveryRankWhenOneShardOverflows) {
   }
 }
 
+// A shard keeps one step for all its elements: a plain checkpoint whose parameters sharing a
+// shard were updated a different number of times (or one never) is refused, whole. Stage 2
+// refuses a step after backward runs that were all under no_sync (only local .grad exists).
+TEST(Zero, StatesAShardCannotHoldAreRefused) {
+  const Data d(1, DType::Float64);
+  auto m = mlp(11, DType::Float64);
+  dist::DistributedDataParallel ddp(*m, zero_options(2));
+  dist::ZeroOptimizer opt(ddp, adamw());
+  // Find two parameters in one bucket; give the plain optimizer a step only for the first.
+  const auto& members = ddp.buckets().back();
+  ASSERT_GE(members.size(), 2u);
+  auto plain_model = mlp(11, DType::Float64);
+  optim::AdamW plain(plain_model->parameters(), kAdamW);
+  mse(*plain_model, d.all(d.x, 0, 0), d.all(d.y, 0, 0)).backward();
+  plain_model->parameters()[members[1]].set_grad(Tensor());  // never updated
+  plain.step();
+  expect_error([&] { opt.load_state_dict(plain.state_dict()); }, ErrorKind::Value,
+               {"[dist.ZeroOptimizer]", "load_state_dict", "none"});
+  opt.zero_grad();
+  {
+    auto guard = ddp.no_sync();
+    mse(*m, d.mine(d.x, 0, 0), d.mine(d.y, 0, 0)).backward();
+  }
+  expect_error([&] { opt.step(); }, ErrorKind::Value, {"[dist.ZeroOptimizer]", "no_sync"});
+}
+
 TEST(Zero, MisuseIsNamed) {
   auto m = mlp(9, DType::Float64);
   {

@@ -25,8 +25,9 @@ struct DdpOptions {
   int64_t first_bucket_bytes = 1 << 20;
   /// Parameters may go without a gradient in a backward (a branch not taken, a frozen head):
   /// they count as zero in the average, and those that got none on any rank keep their .grad
-  /// as it was (undefined after zero_grad), so optimizers skip them as in one process. Costs
-  /// one small all-reduce per backward. Off, a parameter without a gradient is an error.
+  /// as it was (undefined after zero_grad), so optimizers skip them as in one process. Off, a
+  /// parameter without a gradient on some rank is an error on every rank. (Either way one
+  /// small all-reduce per backward counts the ranks that had each gradient.)
   bool find_unused_parameters = false;
   /// After the first synchronising backward, rebuild the buckets in the order the gradients
   /// became final (rank 0's order, broadcast), so each bucket fills as early as possible.
@@ -57,8 +58,11 @@ struct DdpStepStats {
 /// structure, and every rank must run backward through the model each step (the all-reduces
 /// are collectives). Backward runs that reach the parameters average their gradients over
 /// the ranks; inside a no_sync() scope they only accumulate locally, and the next backward
-/// outside it averages the sum. Not for several backward runs at once on other threads.
-/// Destroying it removes the hooks.
+/// outside it averages the sum. Not for several backward runs at once on other threads, nor
+/// for a backward nested in another that reaches the model. Every rank's backward must reach
+/// at least one parameter (its first hook is what joins the run's collectives). DDP's hooks
+/// run before hooks registered after it, which see .grad before it is averaged (released,
+/// with stage 2). Destroying it removes the hooks.
 class DistributedDataParallel {
  public:
   /// The module's parameters (and, with broadcast_at_start, its buffers).
@@ -115,6 +119,7 @@ class DistributedDataParallel {
 
  private:
   struct Bucket;
+  struct RunGuard;
   DistributedDataParallel(std::vector<std::pair<std::string, Tensor>> named,
                           std::vector<Tensor> buffers, DdpOptions options);
   void build_buckets(const std::vector<int64_t>& order);
@@ -124,6 +129,7 @@ class DistributedDataParallel {
   void on_grad_ready(int64_t index);
   void launch_ready_buckets(bool from_hook);
   void finish_backward();
+  void abandon_run();
   void reset_run();
 
   DdpOptions options_;
