@@ -9,6 +9,7 @@
 #include "autograd/apply.h"
 #include "backend/kernels.h"
 #include "core/tensor_factory.h"
+#include "vmap/batched.h"
 
 namespace adjoint::detail {
 namespace {
@@ -71,6 +72,25 @@ Tensor keep_mask(int64_t base_numel, const Tensor& flat_index, DType dtype) {
   return 1.0 - window;
 }
 
+// Note [Views and in-place ops under vmap]
+// Inside vmap a view and its base are wrappers whose own strides say nothing of memory
+// (Note [Batched tensors]); their physical values, with the batch dim in front, are real
+// strided tensors of one storage. The index map of one example is read off example 0 of each
+// (the view ops that made the view did the same to every example: checked on the last one
+// too), and it is what the ops below keep for their rules at the logical level, where a
+// transform inside the vmap records them. Their batching rules extend it over the batch: the
+// element i of example k is k * (one example's elements) + index[i] in the row-major order of
+// [B, *base]. The physical write itself goes through write_batched. One vmap level: a view
+// written in place under nested vmaps with a transform inside is refused by name.
+
+// Example k's index map offset into the row-major order of [B, *example].
+Tensor batched_index(const Tensor& index, int64_t batch, int64_t example_numel) {
+  Shape s(static_cast<std::size_t>(index.dim()) + 1, 1);
+  s[0] = batch;
+  return arange(0, batch * example_numel, example_numel, TensorOptions(DType::Int64)).reshape(s) +
+         index.unsqueeze(0);
+}
+
 // The view's window of the base's current value (PyTorch's AsStridedBackward): it regenerates
 // a view's history from its base.
 struct BaseView {
@@ -79,7 +99,16 @@ struct BaseView {
   Tensor index;  // base_index_map: int64, the view's shape
   Shape shape, strides;
   int64_t offset = 0;
+  // Under vmap: the physical view's geometry (batch dim in front), for the batching rule.
+  Shape batch_shape, batch_strides;
+  int64_t batch_offset = 0;
   Tensor forward(const Tensor& base) const { return make_view(base, shape, strides, offset); }
+  Tensor vmap(const BatchArgs& b) const {
+    const Tensor base = b.with_batch(0);
+    return apply(BaseView{batched_index(index, b.size(), base.numel() / b.size()), batch_shape,
+                          batch_strides, batch_offset},
+                 base);
+  }
   // d/dbase: each element's gradient goes back to the base element at its memory position,
   // summed where elements share memory (an expanded view)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
@@ -100,6 +129,13 @@ struct ViewScatter {
   static constexpr Save save = Save::None;
   Tensor index;  // base_index_map: int64, the view's (and src's) shape
   Tensor forward(const Tensor& base, const Tensor&) const { return alias_without_history(base); }
+  // The base's memory holds the new values already (write_batched): the same op over the
+  // batch, with the index map of every example.
+  Tensor vmap(const BatchArgs& b) const {
+    const Tensor base = b.with_batch(0);
+    return apply(ViewScatter{batched_index(index, b.size(), base.numel() / b.size())}, base,
+                 b.with_batch(1));
+  }
   // d/dbase = g outside the window, 0 inside; d/dsrc = g at the window
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     const Tensor flat = gy.reshape({-1}), idx = index.reshape({-1});
@@ -116,6 +152,37 @@ struct ViewScatter {
         .reshape(c.input_shape(0));
   }
 };
+
+// The index map of `view` in `base` (Note [Views and in-place ops]); under vmap, one example's
+// (Note [Views and in-place ops under vmap]), and the physical view for BaseView's rule.
+struct ViewMap {
+  Tensor index;
+  Tensor physical_view;  // undefined outside vmap
+};
+
+ViewMap view_map(const Tensor& base, const Tensor& view, const char* op) {
+  const int level = batch_level(view);
+  if (level == 0 && batch_level(base) == 0) return {base_index_map(*base.impl(), *view.impl()), {}};
+  ADJOINT_CHECK(batch_level(base) == level, NotImplemented, op, "vmap: ", describe(view),
+                " is batched differently from the tensor it views (", describe(base),
+                "); writing into it in place is not supported");
+  const Tensor pb = batch_front(base, level), pv = batch_front(view, level);
+  ADJOINT_CHECK(batch_level(pb) == 0 && batch_level(pv) == 0, NotImplemented, op,
+                "vmap: an in-place write into a view of ", describe(base),
+                " recorded by a transform inside nested vmaps is not supported yet");
+  NoGradGuard no_grad;
+  NoForwardGradGuard no_forward_grad;
+  Tensor first = base_index_map(*pb.select(0, 0).impl(), *pv.select(0, 0).impl());
+  const int64_t last = pb.size(0) - 1;
+  if (last > 0) {
+    const Tensor other = base_index_map(*pb.select(0, last).impl(), *pv.select(0, last).impl());
+    ADJOINT_CHECK(other.to_vector<int64_t>() == first.to_vector<int64_t>(), NotImplemented, op,
+                  "vmap: the examples of ", describe(view),
+                  " sit differently in the tensor they view; writing into it in place is not "
+                  "supported");
+  }
+  return {first, pv};
+}
 
 }  // namespace
 
@@ -139,8 +206,14 @@ void regenerate_view_history(const Tensor& view) {
   {
     EnableGradGuard grad;  // a history is made whatever the caller's mode
     NoForwardGradGuard no_forward_grad;
-    fresh =
-        apply(BaseView{base_index_map(*base.impl(), *v), v->shape, v->strides, v->offset}, base);
+    const ViewMap m = view_map(base, view, "in-place");
+    BaseView op{m.index, v->shape, v->strides, v->offset};
+    if (m.physical_view.defined()) {
+      op.batch_shape = m.physical_view.shape();
+      op.batch_strides = m.physical_view.strides();
+      op.batch_offset = m.physical_view.impl()->offset;
+    }
+    fresh = apply(std::move(op), base);
   }
   take_history(view, autograd::gradient_edge(fresh));
 }
@@ -162,12 +235,17 @@ void check_view_inplace(const Tensor& self, bool recording, const char* op) {
 void commit_to_view(const Tensor& self, const Tensor& result) {
   const Tensor base(self.impl()->view_base);
   const Tensor base_before = alias_with_history(base);  // its history before the write
-  kernels::copy_into(self, result);
+  const ViewMap m = view_map(base, self, "in-place");
+  if (m.physical_view.defined() || batch_level(result) != 0) {
+    write_batched(self, result, "in-place");  // through the physical values
+  } else {
+    kernels::copy_into(self, result);
+  }
   self.impl()->storage->bump_version();
   Tensor scattered;
   {
     NoForwardGradGuard no_forward_grad;  // tangents of in-place ops on views: check_dual_inplace
-    scattered = apply(ViewScatter{base_index_map(*base.impl(), *self.impl())}, base_before, result);
+    scattered = apply(ViewScatter{m.index}, base_before, result);
   }
   if (scattered.requires_grad()) take_history(base, autograd::gradient_edge(scattered));
   regenerate_view_history(self);

@@ -3,7 +3,6 @@
 // structs (Note [Op census] in src/autograd/op_census.h) against the ops the samples run.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,17 +38,6 @@ void collect_nodes(const Tensor& out, std::set<std::string>& names) {
   }
 }
 
-// Ops the registry cannot cover yet, each with the reason. The census still fails for any op
-// not listed here, and for a listed op that gets samples (so the list only shrinks).
-const std::map<std::string, std::string> kKnownGaps = {
-    {"copy_slices",
-     "an in-place op on a view (the base's new history) has no batching rule: vmap of "
-     "in-place ops on views is not implemented yet (issue 12), and forward mode refuses them"},
-    {"as_strided",
-     "a view's history regenerated from its base modified in place: no batching rule, as "
-     "copy_slices"},
-};
-
 TEST(OpCensus, FindsTheLibrarysOps) {
   const auto& names = detail::registered_op_names();
   EXPECT_GT(names.size(), 50u);
@@ -73,20 +61,14 @@ TEST(OpCensus, EveryOpHasSamples) {
     detail::set_op_observer(nullptr);
     collect_nodes(out, nodes);
   }
-  std::string missing, covered_gaps;
+  std::string missing;
   for (std::string_view view : detail::registered_op_names()) {
     const std::string op(view);
-    const bool sampled = ops.seen.count(op) || nodes.count(detail::backward_name(op.c_str()));
-    if (kKnownGaps.count(op)) {
-      if (sampled) covered_gaps += (covered_gaps.empty() ? "" : ", ") + op;
-    } else if (!sampled) {
+    if (!ops.seen.count(op) && !nodes.count(detail::backward_name(op.c_str())))
       missing += (missing.empty() ? "" : ", ") + op;
-    }
   }
   EXPECT_TRUE(missing.empty()) << "ops that no sample of the registry runs: " << missing
                                << " (register samples in tests/gradcheck/samples_*.cpp)";
-  EXPECT_TRUE(covered_gaps.empty())
-      << "ops listed as known gaps now have samples; remove them from kKnownGaps: " << covered_gaps;
 }
 
 }  // namespace
