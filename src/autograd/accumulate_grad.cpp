@@ -1,10 +1,12 @@
 // AccumulateGrad and gradient_edge.
 #include "autograd/accumulate_grad.h"
 
+#include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "autograd/graph_task.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
+#include "vmap/batched.h"
 
 namespace adjoint {
 
@@ -34,6 +36,14 @@ TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
     if (s && s->added_into) run_post_accumulate_hooks();
     return {};
   }
+  // backward() inside vmap (torch.func's rule): a leaf that is not batched would get a
+  // per-example gradient, which its .grad cannot hold (it would escape the vmap).
+  if (g.impl()->batched && detail::batch_level(g) > detail::batch_level(Tensor(leaf_))) [[unlikely]]
+    throw Error(ErrorKind::Autograd, "backward",
+                detail::str("inside vmap, the gradient of ", describe(Tensor(leaf_)),
+                            ", which is not batched, is a different value for every example, and "
+                            ".grad cannot hold it; take per-example gradients with grad() or "
+                            "vjp() inside vmap, or call backward() outside it"));
   AutogradMeta& m = leaf_->meta();
   run_hooks(g);  // outside the lock: a hook is user code and may take its time
   const bool create_graph = run.create_graph;

@@ -294,6 +294,26 @@ TEST(Vmap, InPlaceWritesIntoViewsUnderGrad) {
       ErrorKind::NotImplemented, {"nested vmaps"});
 }
 
+// torch.func's rule for .grad: backward() inside vmap cannot put a per-example gradient into
+// the .grad of a tensor that is not batched; autograd::grad inside vmap is the way.
+TEST(Vmap, BackwardIntoAnUnbatchedLeafIsRefused) {
+  const Tensor x = rnd({4, 3}, 38);
+  const Tensor w = rnd({3}, 39).requires_grad_(true);
+  expect_error(
+      [&] {
+        vmap([&](const Tensor& row) {
+          Tensor l = (row * w).sum();
+          l.backward();
+          return l;
+        })(x);
+      },
+      ErrorKind::Autograd, {"[backward]", "inside vmap", "grad()"});
+  EXPECT_FALSE(w.grad().defined());
+  const Tensor per_example =
+      vmap([&](const Tensor& row) { return autograd::grad({(row * w).sum()}, {w})[0]; })(x);
+  EXPECT_LT(max_diff(per_example, x), 1e-15);  // d/dw sum(row * w) = row
+}
+
 TEST(Vmap, Errors) {
   const Tensor x = rnd({4, 3}, 33), y = rnd({5, 3}, 34);
   auto add2 = [](const Tensor& a, const Tensor& b) { return a + b; };
