@@ -78,21 +78,13 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp,
                 "needs a DistributedDataParallel built with zero_stage 1 or 2 (DdpOptions), got "
                 "stage ",
                 ddp.zero_stage());
-  const int64_t world = group_.world_size(), rank = group_.rank();
-  NoGradGuard no_grad;
+  const int64_t world = group_.world_size();
   for (std::size_t b = 0; b < ddp.buckets().size(); ++b) {
     const int64_t chunk = ddp.bucket_padded_numel(b) / world;
     const DType dtype = ddp.parameters()[ddp.buckets()[b].front()].dtype();
     shard_.push_back(zeros({chunk}, dtype).requires_grad_(true));
   }
-  for (std::size_t b = 0; b < shard_.size(); ++b) {
-    const int64_t chunk = shard_[b].numel();
-    for_each_piece(ddp, b, rank * chunk, chunk,
-                   [&](int64_t i, int64_t from, int64_t to, int64_t n) {
-                     Tensor(shard_[b]).narrow(0, to, n).copy_(
-                         ddp.parameters()[i].detach().reshape({-1}).narrow(0, from, n));
-                   });
-  }
+  refresh_shards();
   inner_ = make_optimizer(shard_);
   ADJOINT_CHECK(inner_ && inner_->params().size() == shard_.size(), Value, kOp,
                 "the factory must return an optimizer over the shard tensors it was given");

@@ -17,27 +17,6 @@
 namespace adjoint::testing {
 namespace {
 
-std::shared_ptr<nn::MLP> mlp(uint64_t seed, DType dtype) {
-  Generator gen(seed);
-  auto m =
-      std::make_shared<nn::MLP>(std::vector<int64_t>{3, 8, 8, 2}, nn::Activation::Tanh, true, &gen);
-  m->to(dtype);
-  return m;
-}
-
-Tensor mse(nn::Module& m, const Tensor& x, const Tensor& y) {
-  return (m.forward(x) - y).square().mean();
-}
-
-void expect_same_on_every_rank(const std::vector<Tensor>& params) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Tensor all = pg().all_gather(params[i].detach().reshape({1, -1}));
-    for (int q = 1; q < pg().world_size(); ++q)
-      EXPECT_EQ(all.select(0, q).to_vector<double>(), all.select(0, 0).to_vector<double>())
-          << "parameter " << i << " differs between rank 0 and rank " << q;
-  }
-}
-
 // Per step, two micro-batches (the first under no_sync) of 2 rows per rank; clipping and
 // AdamW with weight decay. One process takes each micro-batch's rows of all ranks at once.
 void follow_one_process(DType dtype, double tol) {
@@ -45,10 +24,10 @@ void follow_one_process(DType dtype, double tol) {
   Generator data_gen(55);
   const Tensor x = randn({3, 2, n, 2, 3}, dtype, &data_gen);  // [step, micro, rank, row, in]
   const Tensor y = randn({3, 2, n, 2, 2}, dtype, &data_gen);
-  auto mine = mlp(300 + r, dtype);  // DDP makes these rank 0's weights
+  auto mine = small_mlp(300 + r, dtype);  // DDP makes these rank 0's weights
   dist::DistributedDataParallel ddp(*mine);
   optim::AdamW opt(mine->parameters(), {.lr = 0.05, .weight_decay = 0.1});
-  auto single = mlp(300, dtype);
+  auto single = small_mlp(300, dtype);
   optim::AdamW single_opt(single->parameters(), {.lr = 0.05, .weight_decay = 0.1});
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad(/*set_to_none=*/step == 0);  // later steps: linear adds into .grad itself
@@ -88,7 +67,7 @@ TEST(DistributedDataParallel, RanksWithSlicesOfTheBatchFollowOneProcessFloat32) 
 
 TEST(DistributedDataParallel, NoSyncKeepsTheLocalGradient) {
   const int r = pg().rank();
-  auto m = mlp(1, DType::Float64);
+  auto m = small_mlp(1, DType::Float64);
   dist::DistributedDataParallel ddp(*m);
   const Tensor x = rank_input(r, {4, 3}, DType::Float64, 1);
   const Tensor y = rank_input(r, {4, 2}, DType::Float64, 2);
@@ -96,7 +75,7 @@ TEST(DistributedDataParallel, NoSyncKeepsTheLocalGradient) {
     auto guard = ddp.no_sync();
     mse(*m, x, y).backward();
   }
-  auto oracle = mlp(1, DType::Float64);
+  auto oracle = small_mlp(1, DType::Float64);
   mse(*oracle, x, y).backward();
   for (std::size_t i = 0; i < m->parameters().size(); ++i)
     expect_close(m->parameters()[i].grad(), oracle->parameters()[i].grad(), 0);
@@ -106,13 +85,13 @@ TEST(DistributedDataParallel, NoSyncKeepsTheLocalGradient) {
 // the first step the buckets follow the order the gradients became final in.
 TEST(DistributedDataParallel, BucketsStartDuringBackwardAndFollowTheObservedOrder) {
   const int n = pg().world_size(), r = pg().rank();
-  auto m = mlp(2, DType::Float64);
+  auto m = small_mlp(2, DType::Float64);
   dist::DistributedDataParallel ddp(*m, {.bucket_bytes = 1, .first_bucket_bytes = 1});
   const auto count = static_cast<int64_t>(ddp.parameters().size());
   ASSERT_EQ(ddp.buckets().size(), static_cast<std::size_t>(count));
   for (int64_t b = 0; b < count; ++b)  // before any backward: reverse parameter order
     EXPECT_EQ(ddp.buckets()[b], std::vector<int64_t>{count - 1 - b});
-  auto oracle = mlp(2, DType::Float64);
+  auto oracle = small_mlp(2, DType::Float64);
   for (int step = 0; step < 2; ++step) {
     m->zero_grad();
     mse(*m, rank_input(r, {4, 3}, DType::Float64, 3 + step),
@@ -139,7 +118,7 @@ TEST(DistributedDataParallel, BucketsStartDuringBackwardAndFollowTheObservedOrde
 }
 
 TEST(DistributedDataParallel, TheFirstBucketIsSmall) {
-  auto m = mlp(3, DType::Float64);  // bytes in reverse order: 16, 128, 64, 512, 64, 192
+  auto m = small_mlp(3, DType::Float64);  // bytes in reverse order: 16, 128, 64, 512, 64, 192
   dist::DistributedDataParallel ddp(*m, {.bucket_bytes = 1 << 20, .first_bucket_bytes = 100});
   ASSERT_EQ(ddp.buckets().size(), 2u);
   EXPECT_EQ(ddp.buckets()[0], (std::vector<int64_t>{5, 4}));  // 16 + 128 bytes pass 100
@@ -255,7 +234,7 @@ TEST(DistributedDataParallel, ABackwardThatFailsMidwayLeavesTheNextOneClean) {
 
 TEST(DistributedDataParallel, GradientsMatchWithCheckpointedBlocks) {
   const int r = pg().rank();
-  auto plain = mlp(4, DType::Float64), ck = mlp(4, DType::Float64);
+  auto plain = small_mlp(4, DType::Float64), ck = small_mlp(4, DType::Float64);
   dist::DistributedDataParallel ddp_plain(*plain), ddp_ck(*ck);
   const Tensor x = rank_input(r, {4, 3}, DType::Float64, 11);
   mse(*plain, x, zeros({4, 2}, DType::Float64)).backward();
@@ -270,7 +249,7 @@ TEST(DistributedDataParallel, GradientsMatchWithCheckpointedBlocks) {
 // skips the step and backs off together.
 TEST(DistributedDataParallel, AnOverflowOnOneRankSkipsTheStepEverywhere) {
   const int r = pg().rank();
-  auto m = mlp(5, DType::Float32);
+  auto m = small_mlp(5, DType::Float32);
   dist::DistributedDataParallel ddp(*m);
   optim::AdamW opt(m->parameters(), {.lr = 0.1});
   optim::GradScaler scaler;
@@ -288,7 +267,7 @@ TEST(DistributedDataParallel, AnOverflowOnOneRankSkipsTheStepEverywhere) {
 }
 
 TEST(DistributedDataParallel, BadOptionsAreNamed) {
-  auto m = mlp(6, DType::Float64);
+  auto m = small_mlp(6, DType::Float64);
   expect_error([&] { dist::DistributedDataParallel ddp(*m, {.bucket_bytes = 0}); },
                ErrorKind::Value, {"[dist.DistributedDataParallel]", "bucket sizes"});
   const Tensor w = m->parameters()[0];

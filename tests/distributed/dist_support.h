@@ -9,6 +9,7 @@
 
 #include "adjoint/adjoint.h"
 #include "adjoint/distributed.h"
+#include "adjoint/nn.h"
 
 namespace adjoint::testing {
 
@@ -36,6 +37,21 @@ inline Tensor rank_sum(const std::vector<Tensor>& xs) {
   return s;
 }
 
+/// A small MLP [3, 8, 8, 2] with tanh and biases, seeded, in `dtype`: the data-parallel tests'
+/// model.
+inline std::shared_ptr<nn::MLP> small_mlp(uint64_t seed, DType dtype) {
+  Generator gen(seed);
+  auto m =
+      std::make_shared<nn::MLP>(std::vector<int64_t>{3, 8, 8, 2}, nn::Activation::Tanh, true, &gen);
+  m->to(dtype);
+  return m;
+}
+
+/// Mean squared error of m(x) against y.
+inline Tensor mse(nn::Module& m, const Tensor& x, const Tensor& y) {
+  return (m.forward(x) - y).square().mean();
+}
+
 inline void expect_close(const Tensor& got, const Tensor& want, double tol) {
   ASSERT_TRUE(got.defined());
   ASSERT_EQ(got.shape(), want.shape());
@@ -43,6 +59,16 @@ inline void expect_close(const Tensor& got, const Tensor& want, double tol) {
   std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   for (std::size_t i = 0; i < g.size(); ++i)
     ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << "element " << i;
+}
+
+/// Each tensor is bitwise the same on every rank (gathered and compared with rank 0's copy).
+inline void expect_same_on_every_rank(const std::vector<Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    Tensor all = pg().all_gather(tensors[i].detach().reshape({1, -1}));
+    for (int q = 1; q < pg().world_size(); ++q)
+      EXPECT_EQ(all.select(0, q).to_vector<double>(), all.select(0, 0).to_vector<double>())
+          << "tensor " << i << " differs between rank 0 and rank " << q;
+  }
 }
 
 // Note [Distributed gradcheck]

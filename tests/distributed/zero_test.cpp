@@ -15,18 +15,6 @@
 namespace adjoint::testing {
 namespace {
 
-std::shared_ptr<nn::MLP> mlp(uint64_t seed, DType dtype) {
-  Generator gen(seed);
-  auto m =
-      std::make_shared<nn::MLP>(std::vector<int64_t>{3, 8, 8, 2}, nn::Activation::Tanh, true, &gen);
-  m->to(dtype);
-  return m;
-}
-
-Tensor mse(nn::Module& m, const Tensor& x, const Tensor& y) {
-  return (m.forward(x) - y).square().mean();
-}
-
 constexpr optim::AdamWOptions kAdamW{.lr = 0.05, .weight_decay = 0.1};
 
 dist::ShardOptimizerFactory adamw() {
@@ -38,15 +26,6 @@ dist::ShardOptimizerFactory adamw() {
 // Small buckets, so that buckets hold several parameters and chunks cut through them.
 dist::DdpOptions zero_options(int stage) {
   return {.bucket_bytes = 400, .first_bucket_bytes = 100, .zero_stage = stage};
-}
-
-void expect_same_on_every_rank(const std::vector<Tensor>& params) {
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Tensor all = pg().all_gather(params[i].detach().reshape({1, -1}));
-    for (int q = 1; q < pg().world_size(); ++q)
-      EXPECT_EQ(all.select(0, q).to_vector<double>(), all.select(0, 0).to_vector<double>())
-          << "parameter " << i << " differs between rank 0 and rank " << q;
-  }
 }
 
 // The data of `steps` steps: [step, micro, rank, row, feature].
@@ -93,10 +72,10 @@ void plain_step(nn::Module& m, optim::Optimizer& opt, const Data& d, int step) {
 
 void follow_one_process(int stage, DType dtype, double tol) {
   const Data d(3, dtype);
-  auto mine = mlp(400 + pg().rank(), dtype);  // DDP broadcasts rank 0's weights
+  auto mine = small_mlp(400 + pg().rank(), dtype);  // DDP broadcasts rank 0's weights
   dist::DistributedDataParallel ddp(*mine, zero_options(stage));
   dist::ZeroOptimizer opt(ddp, adamw());
-  auto single = mlp(400, dtype);
+  auto single = small_mlp(400, dtype);
   optim::AdamW single_opt(single->parameters(), kAdamW);
   for (int step = 0; step < 3; ++step) {
     zero_step(*mine, ddp, opt, d, step);
@@ -117,7 +96,7 @@ TEST(Zero, Stage2FollowsOneProcessFloat32) { follow_one_process(2, DType::Float3
 TEST(Zero, ShardsHoldTheirShareOfStateAndGradients) {
   const int n = pg().world_size();
   const Data d(1, DType::Float64);
-  auto m = mlp(5, DType::Float64);
+  auto m = small_mlp(5, DType::Float64);
   const int64_t param_bytes = m->num_parameters() * 8;
   for (int stage : {1, 2}) {
     dist::DistributedDataParallel ddp(*m, zero_options(stage));
@@ -148,7 +127,7 @@ TEST(Zero, ShardsHoldTheirShareOfStateAndGradients) {
 TEST(Zero, ConsolidatedCheckpointsResumeUnderAnyWorldSize) {
   const Data d(4, DType::Float64);
   for (int stage : {1, 2}) {
-    auto m = mlp(6, DType::Float64);
+    auto m = small_mlp(6, DType::Float64);
     dist::DistributedDataParallel ddp(*m, zero_options(stage));
     dist::ZeroOptimizer opt(ddp, adamw());
     for (int step = 0; step < 2; ++step) zero_step(*m, ddp, opt, d, step);
@@ -156,7 +135,7 @@ TEST(Zero, ConsolidatedCheckpointsResumeUnderAnyWorldSize) {
     std::vector<Tensor> saved_params;
     for (const Tensor& p : m->parameters()) saved_params.push_back(p.detach().clone());
     // Keys as a plain AdamW over the model names them.
-    auto plain_model = mlp(6, DType::Float64);
+    auto plain_model = small_mlp(6, DType::Float64);
     optim::AdamW plain(plain_model->parameters(), kAdamW);
     plain_step(*plain_model, plain, d, 0);
     std::vector<std::string> want_keys, got_keys;
@@ -169,7 +148,7 @@ TEST(Zero, ConsolidatedCheckpointsResumeUnderAnyWorldSize) {
     std::vector<double> went_on;
     for (int step = 2; step < 4; ++step) went_on.push_back(zero_step(*m, ddp, opt, d, step));
 
-    auto fresh = mlp(60, DType::Float64);
+    auto fresh = small_mlp(60, DType::Float64);
     for (std::size_t i = 0; i < saved_params.size(); ++i) {
       NoGradGuard no_grad;
       Tensor(fresh->parameters()[i]).copy_(saved_params[i]);
@@ -183,7 +162,7 @@ TEST(Zero, ConsolidatedCheckpointsResumeUnderAnyWorldSize) {
       expect_close(fresh->parameters()[i].detach(), m->parameters()[i].detach(), 0);
 
     // One process, plain AdamW, whole batch.
-    auto one = mlp(61, DType::Float64);
+    auto one = small_mlp(61, DType::Float64);
     for (std::size_t i = 0; i < saved_params.size(); ++i) {
       NoGradGuard no_grad;
       Tensor(one->parameters()[i]).copy_(saved_params[i]);
@@ -199,10 +178,10 @@ TEST(Zero, ConsolidatedCheckpointsResumeUnderAnyWorldSize) {
 // The other way: a plain optimizer's checkpoint (one process) resharded over the ranks.
 TEST(Zero, APlainOptimizersCheckpointLoadsIntoShards) {
   const Data d(3, DType::Float64);
-  auto single = mlp(8, DType::Float64);
+  auto single = small_mlp(8, DType::Float64);
   optim::AdamW single_opt(single->parameters(), kAdamW);
   plain_step(*single, single_opt, d, 0);
-  auto m = mlp(80, DType::Float64);
+  auto m = small_mlp(80, DType::Float64);
   for (std::size_t i = 0; i < m->parameters().size(); ++i) {
     NoGradGuard no_grad;
     Tensor(m->parameters()[i]).copy_(single->parameters()[i]);
@@ -228,7 +207,7 @@ TEST(Zero, GradScalerSkipsOnEveryRankWhenOneShardOverflows) {
   for (int stage : {1, 2}) {
     for (bool combined : {true, false}) {
       if (!combined && n == 1) continue;
-      auto m = mlp(10, DType::Float32);
+      auto m = small_mlp(10, DType::Float32);
       dist::DistributedDataParallel ddp(*m, zero_options(stage));
       dist::ZeroOptimizer opt(ddp, adamw());
       int64_t target = -1;  // a parameter inside rank 0's chunk of its bucket
@@ -269,13 +248,13 @@ TEST(Zero, GradScalerSkipsOnEveryRankWhenOneShardOverflows) {
 // refuses a step after backward runs that were all under no_sync (only local .grad exists).
 TEST(Zero, StatesAShardCannotHoldAreRefused) {
   const Data d(1, DType::Float64);
-  auto m = mlp(11, DType::Float64);
+  auto m = small_mlp(11, DType::Float64);
   dist::DistributedDataParallel ddp(*m, zero_options(2));
   dist::ZeroOptimizer opt(ddp, adamw());
   // Find two parameters in one bucket; give the plain optimizer a step only for the first.
   const auto& members = ddp.buckets().back();
   ASSERT_GE(members.size(), 2u);
-  auto plain_model = mlp(11, DType::Float64);
+  auto plain_model = small_mlp(11, DType::Float64);
   optim::AdamW plain(plain_model->parameters(), kAdamW);
   mse(*plain_model, d.all(d.x, 0, 0), d.all(d.y, 0, 0)).backward();
   plain_model->parameters()[members[1]].set_grad(Tensor());  // never updated
@@ -291,7 +270,7 @@ TEST(Zero, StatesAShardCannotHoldAreRefused) {
 }
 
 TEST(Zero, MisuseIsNamed) {
-  auto m = mlp(9, DType::Float64);
+  auto m = small_mlp(9, DType::Float64);
   {
     dist::DistributedDataParallel ddp(*m);
     expect_error([&] { dist::ZeroOptimizer opt(ddp, adamw()); }, ErrorKind::Value,
