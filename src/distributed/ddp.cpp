@@ -78,10 +78,6 @@ double ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
-}  // namespace
-
-namespace {
-
 std::vector<std::pair<std::string, Tensor>> numbered(const std::vector<Tensor>& params) {
   std::vector<std::pair<std::string, Tensor>> named;
   for (std::size_t i = 0; i < params.size(); ++i)
