@@ -5,7 +5,8 @@
 //   adjoint-bench --workload NAME [--steps N] [--warmup N]
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
-//                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25]] [--verbose]
+//                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25] [--grad-bucket-view]]
+//                 [--verbose]
 // --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
 // gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
@@ -44,8 +45,8 @@ void print_usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25]] "
-               "[--verbose]\n",
+               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
+               "[--grad-bucket-view]] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -70,6 +71,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--data-parallel") {
       o.data_parallel = true;
+      continue;
+    }
+    if (a == "--grad-bucket-view") {
+      o.grad_bucket_view = true;
       continue;
     }
     if (a == "-h" || a == "--help") {

@@ -29,7 +29,8 @@ class DataParallelMode {
     world_ = pg.world_size();
     ddp_ = std::make_unique<adjoint::dist::DistributedDataParallel>(
         model, adjoint::dist::DdpOptions{.bucket_bytes = int64_t{o.bucket_mb} << 20,
-                                         .zero_stage = o.zero});
+                                         .zero_stage = o.zero,
+                                         .gradient_as_bucket_view = o.grad_bucket_view});
     if (o.zero > 0)
       zero_ = std::make_unique<adjoint::dist::ZeroOptimizer>(
           *ddp_, [adamw](const std::vector<adjoint::Tensor>& shard) {
@@ -57,11 +58,9 @@ class DataParallelMode {
       memory_ = zero_->memory();
     } else if (opt) {
       memory_ = {};
-      for (const adjoint::Tensor& p : ddp_->parameters()) {
+      for (const adjoint::Tensor& p : ddp_->parameters())
         memory_.parameters += static_cast<int64_t>(p.nbytes());
-        if (p.grad().defined()) memory_.gradients += static_cast<int64_t>(p.grad().nbytes());
-      }
-      memory_.gradients += ddp_->buffer_bytes();
+      memory_.gradients = ddp_->gradient_bytes();
       for (const auto& [key, t] : opt->state_dict())
         if (key.rfind("state.", 0) == 0)
           memory_.optimizer_state += static_cast<int64_t>(t.nbytes());

@@ -97,8 +97,11 @@ void Trainer::set_parallel(const ParallelOptions& parallel) {
     scaler_.emplace(
         optim::GradScalerOptions{.init_scale = config_.init_loss_scale,
                                  .combine_found_inf = dist::found_inf_on_any_rank(*group_)});
+  // The gradients live in DDP's buckets (one copy, not two), except under ZeRO-2's shards.
   ddp_ = std::make_unique<dist::DistributedDataParallel>(
-      *model_, dist::DdpOptions{.group = group_, .zero_stage = parallel.zero});
+      *model_, dist::DdpOptions{.group = group_,
+                                .zero_stage = parallel.zero,
+                                .gradient_as_bucket_view = parallel.zero < 2});
   if (parallel.zero == 0) return;
   const optim::AdamWOptions options{.lr = config_.lr, .weight_decay = config_.weight_decay};
   const bool master = config_.master_weights;

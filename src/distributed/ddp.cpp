@@ -14,6 +14,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "adjoint/tensor_impl.h"
 
 namespace adjoint::dist {
 
@@ -102,6 +103,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
                 " and first_bucket_bytes ", options.first_bucket_bytes);
   ADJOINT_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, Value, kOp,
                 "zero_stage must be 0, 1 or 2, got ", options.zero_stage);
+  ADJOINT_CHECK(options.zero_stage < 2 || !options.gradient_as_bucket_view, Value, kOp,
+                "gradient_as_bucket_view does not combine with ZeRO stage 2, which keeps no whole "
+                "gradient");
   ADJOINT_CHECK(options.zero_stage == 0 || !options.find_unused_parameters, Value, kOp,
                 "find_unused_parameters does not combine with ZeRO stage ", options.zero_stage,
                 ": a sharded optimizer would update a parameter no rank had a gradient for");
@@ -190,6 +194,17 @@ void DistributedDataParallel::build_buckets(const std::vector<int64_t>& order) {
     bucket.padded = (numel + world - 1) / world * world;
     if (options_.zero_stage < 2) bucket.flat = zeros({bucket.padded}, bucket_dtype(b));
   }
+  // Gradients that were views of the old buckets (a rebuild) move into the new ones.
+  if (options_.gradient_as_bucket_view) {
+    NoGradGuard no_grad;
+    for (int64_t i = 0; i < n; ++i) {
+      const Tensor g = params_[i].grad();
+      if (!g.defined()) continue;
+      Tensor slot = bucket_slot(i);
+      slot.copy_(g.reshape({-1}));
+      params_[i].set_grad(slot.reshape(params_[i].shape()));
+    }
+  }
 }
 
 DType DistributedDataParallel::bucket_dtype(std::size_t b) const {
@@ -204,7 +219,17 @@ Tensor DistributedDataParallel::bucket_slot(int64_t index) {
 
 // The parameter's gradient goes into its bucket slot (zeros without one); stage 2 then
 // releases .grad, so that only the shards stay.
+// Whether the parameter's .grad is its bucket slot itself (gradient_as_bucket_view).
+bool DistributedDataParallel::grad_is_slot(int64_t index) const {
+  const Tensor g = params_[index].grad();
+  const Tensor& flat = buckets_[bucket_of_[index]].flat;
+  if (!g.defined() || !flat.defined() || !g.is_contiguous() || g.numel() == 0) return false;
+  return g.impl()->storage == flat.impl()->storage &&
+         g.impl()->offset == flat.impl()->offset + offset_of_[index];
+}
+
 void DistributedDataParallel::fill_slot(int64_t index) {
+  if (options_.gradient_as_bucket_view && grad_is_slot(index)) return;  // already in place
   NoGradGuard no_grad;
   Tensor slot = bucket_slot(index);
   const Tensor& p = params_[index];
@@ -227,6 +252,14 @@ const Tensor& DistributedDataParallel::shard_gradient(std::size_t b) const {
 void DistributedDataParallel::clear_shard_gradients() {
   for (Bucket& b : buckets_) b.shard_grad = Tensor();
 }
+int64_t DistributedDataParallel::gradient_bytes() const {
+  int64_t bytes = buffer_bytes();
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined() && !grad_is_slot(static_cast<int64_t>(i)))
+      bytes += static_cast<int64_t>(params_[i].grad().nbytes());
+  return bytes;
+}
+
 int64_t DistributedDataParallel::buffer_bytes() const {
   int64_t bytes = 0;
   for (const Bucket& b : buckets_) {
@@ -368,7 +401,9 @@ void DistributedDataParallel::finish_backward() {
     Tensor avg =
         buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], p.numel()).reshape(p.shape());
     Tensor g = p.grad();
-    if (g.defined()) {
+    if (options_.gradient_as_bucket_view) {
+      if (!grad_is_slot(i)) p.set_grad(avg);  // the average is in place already otherwise
+    } else if (g.defined()) {
       g.copy_(avg);
     } else {
       p.set_grad(avg.clone());

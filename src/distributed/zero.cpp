@@ -315,11 +315,8 @@ void ZeroOptimizer::load_state_dict(const optim::StateDict& state) {
 
 ZeroMemory ZeroOptimizer::memory() const {
   ZeroMemory m;
-  for (const Tensor& p : ddp_.parameters()) {
-    m.parameters += static_cast<int64_t>(p.nbytes());
-    if (p.grad().defined()) m.gradients += static_cast<int64_t>(p.grad().nbytes());
-  }
-  m.gradients += ddp_.buffer_bytes();
+  for (const Tensor& p : ddp_.parameters()) m.parameters += static_cast<int64_t>(p.nbytes());
+  m.gradients = ddp_.gradient_bytes();
   if (ddp_.zero_stage() == 1)  // stage 2's shard gradients are DDP's, counted above
     for (const Tensor& s : shard_)
       if (s.grad().defined()) m.gradients += static_cast<int64_t>(s.grad().nbytes());

@@ -19,13 +19,13 @@ namespace {
 
 // Per step, two micro-batches (the first under no_sync) of 2 rows per rank; clipping and
 // AdamW with weight decay. One process takes each micro-batch's rows of all ranks at once.
-void follow_one_process(DType dtype, double tol) {
+void follow_one_process(DType dtype, double tol, dist::DdpOptions options = {}) {
   const int n = pg().world_size(), r = pg().rank();
   Generator data_gen(55);
   const Tensor x = randn({3, 2, n, 2, 3}, dtype, &data_gen);  // [step, micro, rank, row, in]
   const Tensor y = randn({3, 2, n, 2, 2}, dtype, &data_gen);
   auto mine = small_mlp(300 + r, dtype);  // DDP makes these rank 0's weights
-  dist::DistributedDataParallel ddp(*mine);
+  dist::DistributedDataParallel ddp(*mine, options);
   optim::AdamW opt(mine->parameters(), {.lr = 0.05, .weight_decay = 0.1});
   auto single = small_mlp(300, dtype);
   optim::AdamW single_opt(single->parameters(), {.lr = 0.05, .weight_decay = 0.1});
@@ -63,6 +63,38 @@ TEST(DistributedDataParallel, RanksWithSlicesOfTheBatchFollowOneProcessFloat64) 
 
 TEST(DistributedDataParallel, RanksWithSlicesOfTheBatchFollowOneProcessFloat32) {
   follow_one_process(DType::Float32, 1e-6);
+}
+
+// .grad as views of the buckets: the same steps (zero_grad(false) after the first step keeps
+// the views, so backward accumulates into the buckets; the first step's set_to_none does not).
+TEST(DistributedDataParallel, GradientsAsBucketViewsFollowOneProcess) {
+  follow_one_process(DType::Float64, 1e-12, {.gradient_as_bucket_view = true});
+}
+
+// One copy of the gradients instead of two: the .grad of a bucket's members are views of it.
+TEST(DistributedDataParallel, GradientsAsBucketViewsHoldOneCopy) {
+  const int r = pg().rank();
+  for (bool views : {false, true}) {
+    auto m = small_mlp(12, DType::Float64);
+    dist::DistributedDataParallel ddp(*m,
+                                      {.bucket_bytes = 1 << 20, .gradient_as_bucket_view = views});
+    for (int step = 0; step < 2; ++step) {  // the second after the rebuild, into views
+      m->zero_grad(/*set_to_none=*/false);
+      mse(*m, rank_input(r, {4, 3}, DType::Float64, 40 + step),
+          rank_input(r, {4, 2}, DType::Float64, 42 + step))
+          .backward();
+    }
+    const int64_t params = m->num_parameters() * 8;
+    EXPECT_EQ(ddp.gradient_bytes(), ddp.buffer_bytes() + (views ? 0 : params));
+    const auto p = m->parameters();
+    EXPECT_EQ(p[0].grad().shares_storage(p[1].grad()), views) << "one bucket holds both";
+  }
+  expect_error(
+      [] {
+        auto m = small_mlp(13, DType::Float64);
+        dist::DistributedDataParallel ddp(*m, {.zero_stage = 2, .gradient_as_bucket_view = true});
+      },
+      ErrorKind::Value, {"gradient_as_bucket_view", "stage 2"});
 }
 
 TEST(DistributedDataParallel, NoSyncKeepsTheLocalGradient) {

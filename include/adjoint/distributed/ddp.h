@@ -40,6 +40,11 @@ struct DdpOptions {
   /// copied into a bucket). With a stage, buckets keep reverse parameter order (the shards
   /// must not move under the optimizer state) and find_unused_parameters is refused.
   int zero_stage = 0;
+  /// After a synchronising backward each parameter's .grad is a view of its slot in the
+  /// bucket (PyTorch's option of this name): one copy of the gradients instead of two, and
+  /// with zero_grad(set_to_none = false) the next backward accumulates straight into the
+  /// buckets, with no copy. Not with zero_stage 2, which keeps no whole gradient.
+  bool gradient_as_bucket_view = false;
 };
 
 /// What the last synchronising backward did (for benchmarks and tests).
@@ -116,6 +121,9 @@ class DistributedDataParallel {
   void clear_shard_gradients();
   /// Bytes of the bucket buffers and shard gradients held now (memory reports).
   int64_t buffer_bytes() const;
+  /// Bytes of gradients this rank holds for the parameters: their .grad (unless it is a
+  /// view of a bucket), the buckets and the shard gradients.
+  int64_t gradient_bytes() const;
 
  private:
   struct Bucket;
@@ -126,6 +134,7 @@ class DistributedDataParallel {
   DType bucket_dtype(std::size_t b) const;
   Tensor bucket_slot(int64_t index);
   void fill_slot(int64_t index);
+  bool grad_is_slot(int64_t index) const;
   void on_grad_ready(int64_t index);
   void launch_ready_buckets(bool from_hook);
   void finish_backward();
