@@ -123,7 +123,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
     if (a_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
       return matmul_bf16(a_in, b_in);
-    return narrow_to(matmul(widen(a_in), widen(b_in)), a_in.dtype());
+    return narrow_to(matmul(widen_operand(a_in), widen_operand(b_in)), a_in.dtype());
   }
   const int64_t nd = a_in.dim();
   const int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
@@ -186,7 +186,7 @@ void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     return matmul_add_into_bf16(c, a_in, b_in);
   if (is_reduced(c)) {  // See Note [Reduced-precision matmul]
     Tensor wide = widen(c);
-    matmul_add_into(wide, widen(a_in), widen(b_in));
+    matmul_add_into(wide, widen_operand(a_in), widen_operand(b_in));
     copy_into(c, wide);
     return;
   }
@@ -205,7 +205,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   if (x_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
     return linear_bf16(x_in, w_in, bias);
   if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
-    return narrow_to(linear(widen(x_in), widen(w_in), widen(bias)), x_in.dtype());
+    return narrow_to(linear(widen_operand(x_in), widen_operand(w_in), widen(bias)), x_in.dtype());
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
   Tensor out = make_empty({rows, outf}, x_in.dtype());
   if (out.numel() == 0) return out;

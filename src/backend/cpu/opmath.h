@@ -2,6 +2,8 @@
 // compute are written (and vectorised) once, for the dtypes they compute in.
 #pragma once
 
+#include <utility>
+
 #include "adjoint/dtype.h"
 #include "adjoint/tensor.h"
 #include "adjoint/tensor_impl.h"
@@ -37,6 +39,27 @@ inline Tensor widen(const Tensor& t) {
 inline Tensor widen_keeping_repeats(const Tensor& t) {
   if (!is_reduced(t)) return t;
   return repeat_like(cast(unique_elements(t), opmath_dtype(t.dtype())), t);
+}
+
+/// t with its last two dims swapped, as a view (no data moves).
+inline Tensor swap_last_dims(const Tensor& t) {
+  Shape shape = t.shape(), strides = t.strides();
+  const std::size_t d = shape.size();
+  std::swap(shape[d - 1], shape[d - 2]);
+  std::swap(strides[d - 1], strides[d - 2]);
+  return make_view(t, std::move(shape), std::move(strides), t.impl()->offset);
+}
+
+/// widen for a matrix product's operand. Converting a transposed view element by element walks
+/// memory with a stride, 30 to 40 times slower than a contiguous pass (a [2048, 1024] bfloat16
+/// matrix: 3 ms against 0.1 ms), and a linear layer's weight gradient multiplies by one (gᵀ x).
+/// So the contiguous matrix it views is widened instead and handed on transposed again, which
+/// the float32 product takes as it is (a BLAS transpose flag). The same values either way.
+inline Tensor widen_operand(const Tensor& t) {
+  if (!is_reduced(t) || t.dim() < 2 || t.is_contiguous()) return widen(t);
+  const Tensor transposed = swap_last_dims(t);
+  if (!transposed.is_contiguous()) return widen(t);
+  return swap_last_dims(widen(transposed));
 }
 
 /// t converted to dtype when it differs (undefined stays undefined).
