@@ -121,6 +121,25 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
                      retain_graph || create_graph, create_graph);
 }
 
+namespace {
+
+// Appends `hook` under a fresh id to one of leaf t's hook lists; the handle removes it again
+// (while t lives).
+template <class Hook>
+HookHandle add_leaf_hook(const Tensor& t, std::vector<std::pair<int, Hook>> AutogradMeta::*list,
+                         Hook hook) {
+  static std::atomic<int> next_id{0};
+  const int id = next_id++;
+  (t.impl()->meta().*list).emplace_back(id, std::move(hook));
+  std::weak_ptr<TensorImpl> weak = t.impl_ptr();
+  return HookHandle([weak, list, id] {
+    if (auto impl = weak.lock())
+      std::erase_if(impl->meta().*list, [id](const auto& h) { return h.first == id; });
+  });
+}
+
+}  // namespace
+
 HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   ADJOINT_CHECK(requires_grad(), Autograd, "register_hook",
                 "cannot register a hook on a tensor that does not require grad (", describe(*this),
@@ -137,14 +156,7 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
       if (auto n = node.lock()) n->remove_tensor_pre_hook(id);
     });
   }
-  static int next_id = 0;
-  int id = next_id++;
-  m.leaf_hooks.emplace_back(id, std::move(hook));
-  std::weak_ptr<TensorImpl> weak = impl_ptr();
-  return HookHandle([weak, id] {
-    if (auto impl = weak.lock())
-      std::erase_if(impl->meta().leaf_hooks, [id](const auto& h) { return h.first == id; });
-  });
+  return add_leaf_hook(*this, &AutogradMeta::leaf_hooks, std::move(hook));
 }
 
 HookHandle Tensor::register_post_accumulate_grad_hook(
@@ -154,15 +166,7 @@ HookHandle Tensor::register_post_accumulate_grad_hook(
                 "needs a leaf tensor that requires grad (one whose .grad backward() fills), got ",
                 defined() ? describe(*this) : std::string("an undefined tensor"),
                 defined() && grad_fn() ? " with a grad_fn" : "");
-  static std::atomic<int> next_id{0};
-  const int id = next_id++;
-  impl()->meta().post_accumulate_hooks.emplace_back(id, std::move(hook));
-  std::weak_ptr<TensorImpl> weak = impl_ptr();
-  return HookHandle([weak, id] {
-    if (auto impl = weak.lock())
-      std::erase_if(impl->meta().post_accumulate_hooks,
-                    [id](const auto& h) { return h.first == id; });
-  });
+  return add_leaf_hook(*this, &AutogradMeta::post_accumulate_hooks, std::move(hook));
 }
 
 Tensor Tensor::detach() const {

@@ -398,8 +398,7 @@ void DistributedDataParallel::finish_backward() {
   for (int64_t i = 0; i < n && options_.zero_stage < 2; ++i) {
     if (options_.find_unused_parameters && had[i] == 0) continue;  // no gradient on any rank
     const Tensor& p = params_[i];
-    Tensor avg =
-        buckets_[bucket_of_[i]].flat.narrow(0, offset_of_[i], p.numel()).reshape(p.shape());
+    const Tensor avg = bucket_slot(i).reshape(p.shape());
     Tensor g = p.grad();
     if (options_.gradient_as_bucket_view) {
       if (!grad_is_slot(i)) p.set_grad(avg);  // the average is in place already otherwise

@@ -165,32 +165,36 @@ void ZeroOptimizer::refresh_shards() {
   }
 }
 
-void ZeroOptimizer::step() {
-  gather_shard_gradients();
-  refresh_shards();
-  inner_->step();
-  all_gather_parameters();
-  grads_ready_ = false;
-}
+void ZeroOptimizer::step() { update(nullptr); }
 
 void ZeroOptimizer::unscale_(optim::GradScaler& scaler) {
   gather_shard_gradients();
   scaler.unscale_(*inner_);
 }
 
-bool ZeroOptimizer::step(optim::GradScaler& scaler) {
+bool ZeroOptimizer::step(optim::GradScaler& scaler) { return update(&scaler); }
+
+// This rank's shard updated (by the scaler's step when given, which may skip it), then the
+// parameters all-gathered from their owners.
+bool ZeroOptimizer::update(optim::GradScaler* scaler) {
   gather_shard_gradients();
   refresh_shards();
-  const bool stepped = scaler.step(*inner_);
-  // Every rank must agree, or some would all-gather while others do not.
-  Tensor flags = full({2}, 0.0, DType::Int64);
-  flags.data_ptr<int64_t>()[0] = stepped ? 1 : 0;
-  flags.data_ptr<int64_t>()[1] = stepped ? 0 : 1;
-  group_.all_reduce(flags, ReduceOp::Max);
-  ADJOINT_CHECK(flags.data_ptr<int64_t>()[0] == 0 || flags.data_ptr<int64_t>()[1] == 0, Value, kOp,
-                "the ranks disagree on skipping this step (some saw an Inf or NaN gradient in "
-                "their shard, others not): construct the GradScaler with combine_found_inf = "
-                "dist::found_inf_on_any_rank(group)");
+  bool stepped = true;
+  if (scaler) {
+    stepped = scaler->step(*inner_);
+    // Every rank must agree, or some would all-gather while others do not.
+    Tensor flags = full({2}, 0.0, DType::Int64);
+    flags.data_ptr<int64_t>()[0] = stepped ? 1 : 0;
+    flags.data_ptr<int64_t>()[1] = stepped ? 0 : 1;
+    group_.all_reduce(flags, ReduceOp::Max);
+    ADJOINT_CHECK(flags.data_ptr<int64_t>()[0] == 0 || flags.data_ptr<int64_t>()[1] == 0, Value,
+                  kOp,
+                  "the ranks disagree on skipping this step (some saw an Inf or NaN gradient in "
+                  "their shard, others not): construct the GradScaler with combine_found_inf = "
+                  "dist::found_inf_on_any_rank(group)");
+  } else {
+    inner_->step();
+  }
   if (stepped) all_gather_parameters();
   grads_ready_ = false;
   return stepped;

@@ -116,14 +116,9 @@ void load_checkpoint(const SafetensorsFile& file, const std::string& path,
                      const NamedTensors& params, optim::Optimizer* optimizer, bool strict) {
   constexpr const char* kOp = "io.load_checkpoint";
   std::map<std::string, const Tensor*> by_name;
-  optim::StateDict optimizer_state;
-  for (const auto& [name, t] : file.tensors) {
-    if (has_prefix(name, kOptimizerPrefix)) {
-      optimizer_state.emplace_back(name.substr(std::string_view(kOptimizerPrefix).size()), t);
-    } else {
-      by_name[name] = &t;
-    }
-  }
+  for (const auto& [name, t] : file.tensors)
+    if (!has_prefix(name, kOptimizerPrefix)) by_name[name] = &t;
+  const optim::StateDict optimizer_state = optimizer_state_of(file);
 
   // Check every parameter before touching any.
   std::vector<std::pair<Tensor, const Tensor*>> copies;

@@ -41,6 +41,15 @@ void expect_same_weights(tools::Trainer& a, tools::Trainer& b, double tol) {
   for (std::size_t i = 0; i < pa.size(); ++i) expect_close(pa[i].detach(), pb[i].detach(), tol);
 }
 
+// `steps` steps of both: the same losses (float32 rounding aside), then the same weights.
+void expect_follows(tools::Trainer& ranks, tools::Trainer& single, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    const double got = ranks.train_step(), want = single.train_step();
+    EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "step " << step;
+  }
+  expect_same_weights(ranks, single, kWeightTol);
+}
+
 class ParallelTrainer : public ::testing::TestWithParam<int> {};
 
 TEST_P(ParallelTrainer, FollowsOneProcessWithTheWholeBatch) {
@@ -48,11 +57,7 @@ TEST_P(ParallelTrainer, FollowsOneProcessWithTheWholeBatch) {
   const auto data = corpus();
   tools::Trainer ranks(tiny(), data, on_ranks(zero));
   tools::Trainer single(tiny(), data);
-  for (int step = 0; step < 4; ++step) {
-    const double got = ranks.train_step(), want = single.train_step();
-    EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "step " << step;
-  }
-  expect_same_weights(ranks, single, kWeightTol);
+  expect_follows(ranks, single, 4);
 }
 
 // The memory-budget planner checkpoints blocks (planned on the first step, the same on every
@@ -66,11 +71,7 @@ TEST_P(ParallelTrainer, WorksWithTheMemoryBudgetPlanner) {
   c.checkpoint = "budget=" + std::to_string(90000 / pg().world_size());
   tools::Trainer ranks(c, data, on_ranks(zero));
   tools::Trainer single(tiny(), data);
-  for (int step = 0; step < 3; ++step) {
-    const double got = ranks.train_step(), want = single.train_step();
-    EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << "step " << step;
-  }
-  expect_same_weights(ranks, single, kWeightTol);
+  expect_follows(ranks, single, 3);
 }
 
 TEST_P(ParallelTrainer, ResumesUnderAnyWorldSizeAndStage) {

@@ -102,9 +102,13 @@ TEST(Zero, ShardsHoldTheirShareOfStateAndGradients) {
     dist::DistributedDataParallel ddp(*m, zero_options(stage));
     dist::ZeroOptimizer opt(ddp, adamw());
     zero_step(*m, ddp, opt, d, 0);
+    // A rank's chunk of a bucket: ceil(the members' elements / N), from the parameters.
     int64_t chunk_bytes = 0;
-    for (std::size_t b = 0; b < ddp.buckets().size(); ++b)
-      chunk_bytes += ddp.bucket_padded_numel(b) / n * 8;
+    for (const auto& members : ddp.buckets()) {
+      int64_t numel = 0;
+      for (int64_t i : members) numel += m->parameters()[i].numel();
+      chunk_bytes += (numel + n - 1) / n * 8;
+    }
     const dist::ZeroMemory mem = opt.memory();
     EXPECT_EQ(mem.parameters, param_bytes);
     // exp_avg and exp_avg_sq per chunk, and one 0-d step per bucket.

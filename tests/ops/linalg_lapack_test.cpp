@@ -277,8 +277,8 @@ TEST(LinalgGradients, DetGradientWhereOnlyTheTransposesLuIsExactlySingular) {
   for (int trial = 0; trial < 400; ++trial) {
     Tensor r = randn({2, 3}, DType::Float64, &gen);
     Tensor a = (cat({r, r.narrow(0, 0, 1)}, 0) * 1.01).detach();
-    const bool only_transpose = linalg::det(a).item<double>() != 0 &&
-                                linalg::det(a.t().contiguous()).item<double>() == 0;
+    const bool only_transpose =
+        linalg::det(a).item<double>() != 0 && linalg::det(a.t().contiguous()).item<double>() == 0;
     disagreements += only_transpose;
     Tensor x = a.clone().requires_grad_(true);
     linalg::det(x).backward();

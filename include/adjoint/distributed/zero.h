@@ -78,6 +78,7 @@ class ZeroOptimizer {
  private:
   void gather_shard_gradients();
   void refresh_shards();
+  bool update(optim::GradScaler* scaler);
   void all_gather_parameters();
 
   DistributedDataParallel& ddp_;
