@@ -8,7 +8,7 @@ namespace adjoint {
 
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 0) { manual_seed(seed); }
+  explicit Generator(uint64_t seed = 0);
   void manual_seed(uint64_t seed);
   uint64_t seed() const { return seed_; }
   /// 64 random bits.

@@ -24,7 +24,9 @@
 #pragma once
 
 #include <array>
+#include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -46,6 +48,11 @@
 #include "vmap/batch_rule.h"
 
 namespace adjoint {
+
+template <class Op, class... Ts>
+Tensor apply(Op op, const Ts&... xs);
+template <class Op>
+Tensor apply_list(Op op, const std::vector<Tensor>& inputs);
 
 enum class Save : uint8_t { None = 0, Inputs = 1, Output = 2, InputsAndOutput = 3 };
 
@@ -347,6 +354,72 @@ Tensor autograd_step(Op& op, const Inputs& inputs, Saver& saver, RunJvp& run_jvp
   return out;
 }
 
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
+
+/// Op as a traced graph keeps it (TracedOp in src/dispatch/layer.h): Inputs is the call's
+/// std::array<Tensor, N>, or std::vector<Tensor> for an op over a list.
+template <class Op, class Inputs>
+class TypedTracedOp final : public TracedOp {
+ public:
+  explicit TypedTracedOp(const Op& op) : op_(op) {}
+  const char* name() const override { return Op::name; }
+
+  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    const OpScope op_scope(Op::name);
+    Op op = op_;  // a forward may set members
+    Saver saver;
+    Tensor out;
+    if constexpr (is_std_array<Inputs>::value) {
+      out = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        if constexpr (requires { op.forward(saver, in[I]...); }) {
+          return op.forward(saver, in[I]...);
+        } else {
+          return op.forward(in[I]...);
+        }
+      }
+      (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
+    } else {
+      const std::vector<Tensor> list(in.begin(), in.end());
+      if constexpr (requires { op.forward(saver, list); }) {
+        out = op.forward(saver, list);
+      } else {
+        out = op.forward(list);
+      }
+    }
+    extras = std::move(saver.tensors);
+    return out;
+  }
+
+  Tensor run_dispatched(std::span<const Tensor> in) const override {
+    if constexpr (is_std_array<Inputs>::value) {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) { return apply(op_, in[I]...); }
+      (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
+    } else {
+      return apply_list(op_, std::vector<Tensor>(in.begin(), in.end()));
+    }
+  }
+
+  bool same_as(const TracedOp& other) const override {
+    const auto* o = dynamic_cast<const TypedTracedOp*>(&other);
+    if (o == nullptr) return false;
+    if constexpr (std::is_empty_v<Op>) {
+      return true;
+    } else if constexpr (std::is_trivially_copyable_v<Op>) {
+      // Bitwise equal attributes compute the same values; padding that differs only makes
+      // two equal ops look different, which costs a missed elimination, never a wrong one.
+      return std::memcmp(&op_, &o->op_, sizeof(Op)) == 0;
+    } else {
+      return false;
+    }
+  }
+
+ private:
+  Op op_;
+};
+
 /// One call of Op as the layers of the dispatch stack see it: a copy of the inputs (layers may
 /// replace them), and the op's steps. Built only when some optional layer is on.
 template <class Op, class Inputs, class RunForward, class RunJvp>
@@ -370,6 +443,9 @@ class TypedOpCall final : public OpCall {
   std::any op() const override { return std::any(op_); }
   void set_op(const std::any& op) override { op_ = std::any_cast<const Op&>(op); }
   std::vector<Tensor>& saved() override { return saver_.tensors; }
+  std::shared_ptr<const TracedOp> traced_op() const override {
+    return std::make_shared<TypedTracedOp<Op, Inputs>>(op_);
+  }
 
  private:
   Op& op_;

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/op_tracer.h"
+
 namespace adjoint {
 namespace {
 uint64_t splitmix64(uint64_t& x) {
@@ -15,7 +17,18 @@ uint64_t splitmix64(uint64_t& x) {
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
+// While compile traces, a generator made inside the function is noted: its draws are then
+// the same at every call (constants of the graph); seeding one made outside cannot be
+// replayed (Note [Tracing] in src/compile/trace.cpp).
+Generator::Generator(uint64_t seed) {
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->generator_made(this);
+  manual_seed(seed);
+}
+
 void Generator::manual_seed(uint64_t seed) {
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->generator_reseeded(this);
   seed_ = seed;
   uint64_t x = seed;
   s0_ = splitmix64(x);
@@ -48,6 +61,8 @@ double Generator::next_normal() {
 }
 
 void Generator::set_state(const State& st) {
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->generator_reseeded(this);
   s0_ = st.s0;
   s1_ = st.s1;
   seed_ = st.seed;
@@ -56,7 +71,14 @@ void Generator::set_state(const State& st) {
 }
 
 Generator& default_generator() {
-  static Generator gen(0);
+  // Made with tracing off even when first needed inside a traced function: it is not local.
+  static Generator gen = [] {
+    const uint8_t layers = tls_mode.layers;
+    set_layer_active(Layer::Trace, false);
+    Generator g(0);
+    tls_mode.layers = layers;
+    return g;
+  }();
   return gen;
 }
 

@@ -2,10 +2,12 @@
 #include "adjoint/grad_mode.h"
 
 #include "core/mode_state.h"
+#include "core/op_tracer.h"
 
 namespace adjoint {
 
 constinit thread_local ModeState tls_mode;
+constinit thread_local detail::OpTracer* detail::tls_op_tracer = nullptr;
 
 bool is_grad_enabled() { return tls_mode.grad_enabled; }
 void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }

@@ -40,7 +40,7 @@ extern constinit thread_local ModeState tls_mode;
 
 /// The layers of the dispatch stack, top to bottom (Note [The dispatch stack] in
 /// src/dispatch/layer.h).
-enum class Layer : uint8_t { Autocast, Observe, Autograd, OpCache, Batching, Kernel };
+enum class Layer : uint8_t { Autocast, Trace, Observe, Autograd, OpCache, Batching, Kernel };
 
 constexpr uint8_t layer_bit(Layer l) { return static_cast<uint8_t>(1u << static_cast<int>(l)); }
 

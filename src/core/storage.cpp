@@ -2,13 +2,20 @@
 #include "adjoint/storage.h"
 
 #include "adjoint/allocator.h"
+#include "core/op_tracer.h"
 
 namespace adjoint {
 
-StorageImpl::StorageImpl(std::size_t nbytes) : data_(detail::allocate(nbytes)), nbytes_(nbytes) {}
+StorageImpl::StorageImpl(std::size_t nbytes) : data_(detail::allocate(nbytes)), nbytes_(nbytes) {
+  if (detail::tls_op_tracer) [[unlikely]]  // while compile traces, paused or not
+    detail::tls_op_tracer->storage_made(this);
+}
 
 StorageImpl::StorageImpl(void* data, std::size_t nbytes, void (*release)(void*, void*), void* ctx)
-    : data_(data), nbytes_(nbytes), release_(release), release_ctx_(ctx) {}
+    : data_(data), nbytes_(nbytes), release_(release), release_ctx_(ctx) {
+  if (detail::tls_op_tracer) [[unlikely]]  // while compile traces, paused or not
+    detail::tls_op_tracer->storage_made(this);
+}
 
 StorageImpl::~StorageImpl() {
   if (release_) {

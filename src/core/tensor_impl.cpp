@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "core/dispatch.h"
 #include "core/op_scope.h"
+#include "core/op_tracer.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 
@@ -191,6 +192,8 @@ template <class T>
 T Tensor::item() const {
   const TensorImpl& t = checked(*this, "item");
   if (t.batched) detail::throw_batched_data_access(t);
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->values_read("item");
   ADJOINT_CHECK(t.numel == 1, Value, "item", "a tensor with ", t.numel,
                 " elements cannot be converted to a scalar (shape ", t.shape, ")");
   return read_element<T>(t, 0);
@@ -200,6 +203,8 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   const TensorImpl& t = checked(*this, "to_vector");
   if (t.batched) detail::throw_batched_data_access(t);
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->values_read("to_vector");
   std::vector<T> out;
   // A huge expanded tensor has few elements in memory but numel of them to copy out.
   const int64_t memory = physical_memory_bytes();

@@ -5,6 +5,7 @@
 
 #include <any>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,7 @@ namespace adjoint::detail {
 // it to the next active layer below with call.next(its layer); the bottom runs the kernel.
 // Top to bottom (enum Layer, in src/core/mode_state.h beside the bits):
 //   Autocast  converts the inputs by the op's policy              (an Autocast guard is alive)
+//   Trace     records the call into the graph `compile` builds     (a function is being traced)
 //   Observe   profiles, memory timelines, FLOP counts see the op   (an OpObserver is installed)
 //   Autograd  records the node for reverse mode and pushes tangents for forward mode (always)
 //   OpCache   a checkpointed region logs the op, or hands back a kept result (region running)
@@ -50,6 +52,21 @@ constexpr uint8_t layers_for(AutocastPolicy policy) {
                                           : static_cast<uint8_t>(0xff);
 }
 
+/// An op as a traced graph keeps it (src/compile): a copy of the op struct after its forward
+/// ran, able to run again on new inputs.
+class TracedOp {
+ public:
+  virtual ~TracedOp() = default;
+  virtual const char* name() const = 0;
+  /// The forward alone on `inputs` (no layer, no recording); what it saves goes to `extras`.
+  virtual Tensor run_kernel(std::span<const Tensor> inputs, std::vector<Tensor>& extras) const = 0;
+  /// The whole call through the dispatch stack (recording, tangents, batching rules).
+  virtual Tensor run_dispatched(std::span<const Tensor> inputs) const = 0;
+  /// Whether `other` is the same op with the same attributes, so that on the same inputs it
+  /// computes the same values (common-subexpression elimination). False when unsure.
+  virtual bool same_as(const TracedOp& other) const = 0;
+};
+
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in
 /// src/autograd/apply.h) only when some optional layer is on.
 class OpCall {
@@ -77,6 +94,8 @@ class OpCall {
   virtual std::any op() const = 0;
   /// Replaces the op struct with a copy made by op() (a kept result's).
   virtual void set_op(const std::any& op) = 0;
+  /// The op struct as it stands (after the forward ran), for a traced graph.
+  virtual std::shared_ptr<const TracedOp> traced_op() const = 0;
 
  protected:
   /// `layers`: the optional layers this op takes part in (layers_for).

@@ -3,6 +3,7 @@
 
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cache.h"
+#include "core/op_tracer.h"
 #include "dispatch/layer.h"
 #include "vmap/batched.h"
 
@@ -17,6 +18,20 @@ class AutocastLayer final : public DispatchLayer {
     if (const AutocastPolicy policy = call.autocast_policy(); policy != AutocastPolicy::Follow)
       for (Tensor& x : call.inputs()) x = autocast_input(x, policy);
     return call.next(Layer::Autocast);
+  }
+};
+
+// While `compile` traces a function, each call is recorded into its graph (Note [Tracing] in
+// src/compile/trace.cpp). It sits below Autocast, so the graph holds the casts autocast made,
+// and above Autograd, so that the trace's recording (for the ahead-of-time backward) happens on
+// the tensors the tracer hands on. A call with a batched input is not recorded: its batching
+// rule's calls on the physical values come back through the stack and are.
+class TraceLayer final : public DispatchLayer {
+ public:
+  Tensor run(OpCall& call) override {
+    for (const Tensor& x : call.inputs())
+      if (batch_level(x) != 0) return call.next(Layer::Trace);
+    return tls_op_tracer->record(call);
   }
 };
 
@@ -80,6 +95,7 @@ class BatchingLayer final : public DispatchLayer {
 };
 
 AutocastLayer autocast_layer;
+TraceLayer trace_layer;
 ObserveLayer observe_layer;
 AutogradLayer autograd_layer;
 OpCacheLayer op_cache_layer;
@@ -87,8 +103,9 @@ BatchingLayer batching_layer;
 
 // Indexed by Layer; the kernel is the call's own.
 constexpr std::size_t kLayers = static_cast<std::size_t>(Layer::Kernel);
-const std::array<DispatchLayer*, kLayers> layers = {
-    &autocast_layer, &observe_layer, &autograd_layer, &op_cache_layer, &batching_layer};
+const std::array<DispatchLayer*, kLayers> layers = {&autocast_layer, &trace_layer,
+                                                    &observe_layer,  &autograd_layer,
+                                                    &op_cache_layer, &batching_layer};
 
 }  // namespace
 

@@ -209,15 +209,16 @@ Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
   auto [x, y] = promote(a, b, op);
   if (auto r = detail::batched_pointwise(
           std::array<Tensor, 2>{x, y}, op,
-          [&](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); }))
+          [kind, op](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); }))
     return *r;
   return kernels::binary(kind, x, y);
 }
 
 Tensor compare(Unary kind, const Tensor& a, Scalar s) {
   const Tensor x = cast_to(a, result_type(a, s));
-  if (auto r = detail::batched_pointwise(std::array<Tensor, 1>{x}, "compare",
-                                         [&](const Tensor& p) { return compare(kind, p, s); }))
+  if (auto r =
+          detail::batched_pointwise(std::array<Tensor, 1>{x}, "compare",
+                                    [kind, s](const Tensor& p) { return compare(kind, p, s); }))
     return *r;
   return kernels::unary(kind, x, s.to_double());
 }

@@ -4,12 +4,14 @@
 // a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/op_scope.h"
+#include "core/op_tracer.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 #include "vmap/batched.h"
@@ -18,8 +20,12 @@ namespace adjoint {
 namespace {
 using detail::OpScope;
 
+// Every factory's last step. While `compile` traces, the tensor is a constant of the graph
+// (its values come from C++ values alone); the random ones are recorded as draws instead.
 Tensor finish(Tensor t, const TensorOptions& o) {
   if (o.requires_grad()) t.requires_grad_(true);
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->constant_made(t);
   return t;
 }
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
@@ -116,10 +122,21 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
   return finish(std::move(t), o);
 }
 
+namespace {
+// A random draw while `compile` traces: recorded, so that each replay draws again from the
+// generator as eager code would (Note [Tracing] in src/compile/trace.cpp).
+Tensor trace_draw(const char* op, detail::ExternalFn draw, Generator* gen) {
+  return detail::tls_op_tracer->record_external(op, {}, std::move(draw), &gen_or_default(gen));
+}
+}  // namespace
+
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
   OpScope scope("rand");
   if (tls_mode.vmap_depth != 0) [[unlikely]]
     return detail::draw_random(shape, "rand", [&](const Shape& s) { return rand(s, o, gen); });
+  if (detail::tracing()) [[unlikely]]
+    return trace_draw(
+        "rand", [=](std::span<const Tensor>) { return rand(shape, o, gen); }, gen);
   Tensor t = make_empty(shape, o.dtype());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -129,6 +146,9 @@ Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
   OpScope scope("randn");
   if (tls_mode.vmap_depth != 0) [[unlikely]]
     return detail::draw_random(shape, "randn", [&](const Shape& s) { return randn(s, o, gen); });
+  if (detail::tracing()) [[unlikely]]
+    return trace_draw(
+        "randn", [=](std::span<const Tensor>) { return randn(shape, o, gen); }, gen);
   Tensor t = make_empty(shape, o.dtype());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -139,6 +159,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   if (tls_mode.vmap_depth != 0) [[unlikely]]
     return detail::draw_random(shape, "randint",
                                [&](const Shape& s) { return randint(low, high, s, gen); });
+  if (detail::tracing()) [[unlikely]]
+    return trace_draw(
+        "randint", [=](std::span<const Tensor>) { return randint(low, high, shape, gen); }, gen);
   OpScope scope("randint");
   Tensor t = make_empty(shape, DType::Int64);
   kernels::randint(t, low, high, gen_or_default(gen));

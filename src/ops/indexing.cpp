@@ -6,6 +6,7 @@
 
 #include "adjoint/error.h"
 #include "core/op_scope.h"
+#include "core/op_tracer.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -167,6 +168,7 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
     const int64_t i = k / cols, j = k % cols;
     m[k] = lower ? j - i <= diagonal : j - i >= diagonal;
   }
+  detail::note_constant(mask);
   // d tril(x) = mask * dx (Where's rule)
   return where(mask, x, zeros({}, x.dtype()));
 }
@@ -219,6 +221,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
     detail::OpScope scope("masked_fill");
     kernels::fill(fill_value, value);
   }
+  detail::note_constant(fill_value);
   // d masked_fill(x) = where(mask, 0, dx) (Where's rule)
   return where(mask, fill_value, x);
 }

@@ -11,6 +11,7 @@
 
 #include "adjoint/error.h"
 #include "autograd/view_tracking.h"
+#include "core/op_tracer.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 #include "ops/common.h"
@@ -87,6 +88,8 @@ enum class Overlap { Refuse, Allow };
 void check_inplace(const Tensor& self, bool recording, const char* op,
                    Overlap overlap = Overlap::Refuse) {
   ADJOINT_CHECK(self.defined(), Value, op, "called on an undefined tensor");
+  if (detail::tracing()) [[unlikely]]  // compile: before anything is written
+    detail::tls_op_tracer->written_in_place(self, op);
   ADJOINT_CHECK(overlap == Overlap::Allow || !has_internal_overlap(self), Value, op,
                 "unsupported operation: ", describe(self), " (strides ", self.strides(),
                 ") has elements that share one memory location (an expanded tensor), so an "

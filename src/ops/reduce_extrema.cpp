@@ -3,6 +3,7 @@
 // among tied extrema (as PyTorch); max/min along a dim gather at the returned index, so their
 // gradient goes to that element only. Sum, mean and the statistical reductions live in reduce*.cpp.
 #include "adjoint/error.h"
+#include "core/op_tracer.h"
 #include "ops/reduce_util.h"
 
 namespace adjoint {
@@ -85,6 +86,13 @@ Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim,
           detail::with_batch_size(Shape(static_cast<std::size_t>(x.dim()), 1), phys.size(0)));
     return detail::make_batched(r, 0, level);
   }
+  if (detail::tracing()) [[unlikely]]  // outside the stack: recorded for compile
+    return detail::tls_op_tracer->record_external(
+        op, {&x, 1},
+        [kind, dim, keepdim](std::span<const Tensor> in) {
+          return arg_extremum(kind, in[0], dim, keepdim);
+        },
+        nullptr);
   if (dim) return kernels::arg_reduce(kind, x, wrap_dim(*dim, x.dim(), op), keepdim);
   // No dim: the index into the flattened input (kept as all-ones dims with keepdim).
   ADJOINT_CHECK(x.numel() != 0, Shape, op, "cannot reduce an empty input ", describe(x));

@@ -19,10 +19,12 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "adjoint/ops.h"
 #include "adjoint/tensor.h"
+#include "core/op_tracer.h"
 #include "vmap/batched.h"
 
 namespace adjoint {
@@ -175,16 +177,23 @@ Tensor pointwise_on_batch(const BatchArgs& b, F&& fn) {
 }
 
 /// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
-/// an input is batched, fn on the aligned physical values, wrapped; else nothing (the caller
-/// runs as usual). One test of the mode flags when no vmap is open.
+/// an input is batched, fn on the aligned physical values, wrapped; while `compile` traces,
+/// fn run and recorded (fn must hold what it needs by value: the graph keeps it); else nothing
+/// (the caller runs as usual). One test of the mode flags when neither is on.
 template <std::size_t N, class F>
-std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op,
-                                        F&& fn) {
-  if (tls_mode.vmap_depth == 0) [[likely]]
+std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op, F fn) {
+  if ((tls_mode.layers & (layer_bit(Layer::Batching) | layer_bit(Layer::Trace))) == 0) [[likely]]
     return std::nullopt;
-  const int level = top_batch_level(inputs, op);
-  if (level == 0) return std::nullopt;
-  return make_batched(pointwise_on_batch<N>(BatchArgs(inputs, level), fn), 0, level);
+  if (const int level = tls_mode.vmap_depth != 0 ? top_batch_level(inputs, op) : 0)
+    return make_batched(pointwise_on_batch<N>(BatchArgs(inputs, level), fn), 0, level);
+  if (!tracing()) return std::nullopt;
+  return tls_op_tracer->record_external(
+      op, inputs,
+      [fn](std::span<const Tensor> in) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(in[I]...); }
+        (std::make_index_sequence<N>{});
+      },
+      nullptr);
 }
 
 }  // namespace adjoint::detail

@@ -1,0 +1,114 @@
+// compile: trace a function over tensors once, run the recorded graph many times.
+//
+//   auto step = adjoint::compile([&](const std::vector<Tensor>& in) {
+//     return std::vector<Tensor>{model.forward(in[0])};
+//   });
+//   Tensor y = step({x})[0];   // first call: traces; later calls with the same signature replay
+//
+// The first call with a given signature (the inputs' shapes, dtypes, requires-grad flags and
+// layouts, grad mode, autocast, and the static arguments) runs the function once through the
+// tracer, which records every op into a graph; tensors the function reads from outside
+// (a module's parameters) become captured inputs, read again at every call. When an input or a
+// captured tensor requires grad, the backward is traced too (the ops' VJPs), and a replay runs
+// the forward kernels alone and attaches one node whose backward runs the traced backward
+// graph. Later calls replay the optimised graph without running the function and without
+// recording op by op. docs/compile.md has the whole story: what is traced, the cache, graph
+// breaks, the passes, and how to read a dump.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "adjoint/tensor.h"
+
+namespace adjoint {
+
+/// A non-tensor argument the traced function depends on: part of the cache key, so a new value
+/// traces again (JAX's static_argnums).
+using StaticArg = std::variant<int64_t, double, bool, std::string>;
+using StaticArgs = std::vector<StaticArg>;
+
+/// What to do when the function cannot be traced (it reads a tensor's values into C++, or
+/// changes an input in place): see docs/compile.md, "Graph breaks".
+enum class OnGraphBreak {
+  Eager,  ///< run the function eagerly for that signature, with a warning printed once
+  Throw   ///< throw an Error naming the reason
+};
+
+struct CompileOptions {
+  /// Passes, each switchable (docs/compile.md, "Passes").
+  bool eliminate_dead_code = true;
+  bool eliminate_common_subexpressions = true;
+  /// Most signatures traced for one compiled function; calls with a new signature beyond it
+  /// run eagerly, with a warning printed once.
+  std::size_t cache_limit = 8;
+  OnGraphBreak on_graph_break = OnGraphBreak::Eager;
+  /// Prints warnings (graph breaks, the cache limit) to stderr.
+  bool warn = true;
+};
+
+/// Counts a compiled function keeps: how often it traced, replayed, and fell back.
+struct CompileStats {
+  int64_t traces = 0;            ///< signatures traced (each a cache entry)
+  int64_t replays = 0;           ///< calls served by a traced graph
+  int64_t dispatched = 0;        ///< of those, replays op by op through the dispatch stack
+                                 ///< (inputs batched by vmap or carrying jvp tangents)
+  int64_t eager_calls = 0;       ///< calls run eagerly (graph breaks, the cache limit)
+  int64_t graph_breaks = 0;      ///< signatures that could not be traced
+  int64_t guard_failures = 0;    ///< retraces because a captured tensor changed shape or dtype
+  int64_t cache_limit_hits = 0;  ///< calls beyond cache_limit
+};
+
+namespace detail {
+struct CompiledState;  // src/compile/compiled_function.cpp
+}
+
+class CompiledFunction {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&, const StaticArgs&)>;
+  CompiledFunction(Fn f, CompileOptions options);
+
+  /// Calls the function: traces on a new signature, else replays.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
+                                 const StaticArgs& statics = {}) const;
+  /// For a function of one tensor returning one.
+  Tensor operator()(const Tensor& x) const;
+
+  CompileStats stats() const;
+  /// The graph of the signature called last, as text: before the passes (`optimized` false)
+  /// or as it runs. Empty before the first trace. docs/compile.md shows how to read it.
+  std::string dump(bool optimized = true) const;
+  /// The same graph in Graphviz's dot language.
+  std::string to_dot(bool optimized = true) const;
+
+ private:
+  std::shared_ptr<detail::CompiledState> state_;
+};
+
+/// Compiles f: a callable taking a list of tensors (and optionally the static arguments) and
+/// returning a list, or taking one tensor and returning one.
+template <class F>
+CompiledFunction compile(F f, CompileOptions options = {}) {
+  using List = std::vector<Tensor>;
+  if constexpr (std::is_invocable_r_v<List, F, const List&, const StaticArgs&>) {
+    return CompiledFunction(std::move(f), options);
+  } else if constexpr (std::is_invocable_r_v<List, F, const List&>) {
+    return CompiledFunction([f = std::move(f)](const List& in, const StaticArgs&) { return f(in); },
+                            options);
+  } else {
+    static_assert(std::is_invocable_r_v<Tensor, F, const Tensor&>,
+                  "compile takes f(std::vector<Tensor>) -> std::vector<Tensor>, "
+                  "f(std::vector<Tensor>, StaticArgs) -> std::vector<Tensor>, or "
+                  "f(Tensor) -> Tensor");
+    return CompiledFunction(
+        [f = std::move(f)](const List& in, const StaticArgs&) { return List{f(in.at(0))}; },
+        options);
+  }
+}
+
+}  // namespace adjoint

@@ -1,0 +1,223 @@
+// CompiledFunction: the cache of traced graphs by signature, graph breaks, and the choice
+// between the kernel replay and the op-by-op replay (docs/compile.md).
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <unordered_set>
+
+#include "adjoint/compile.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/ops.h"
+#include "autograd/forward_ad.h"
+#include "compile/run_plan.h"
+#include "compile/trace.h"
+#include "core/op_tracer.h"
+#include "vmap/batched.h"
+
+namespace adjoint {
+namespace detail {
+
+struct CompiledEntry {
+  std::string key;
+  std::shared_ptr<const Plan> plan;     ///< null after a graph break
+  std::shared_ptr<const Graph> traced;  ///< before the passes, for dump(false)
+  std::string graph_break;              ///< why it could not be traced
+  std::vector<bool> capture_requires_grad;
+};
+
+struct CompiledState {
+  CompiledFunction::Fn f;
+  CompileOptions options;
+  mutable std::mutex mutex;
+  std::vector<std::shared_ptr<const CompiledEntry>> entries;
+  std::shared_ptr<const CompiledEntry> last;
+  CompileStats stats;
+  std::unordered_set<std::string> warned;
+
+  void warn_once(const std::string& message) {
+    if (!options.warn || !warned.insert(message).second) return;
+    std::cerr << "adjoint: compile: " << message << "\n";
+  }
+};
+
+namespace {
+
+void append(std::ostringstream& os, const Shape& s) {
+  for (int64_t d : s) os << d << ',';
+}
+
+/// Everything a trace depended on besides the values: the inputs' shapes, dtypes, layouts
+/// and requires-grad flags, grad and inference mode, autocast, and the static arguments.
+std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics) {
+  std::ostringstream os;
+  os << tls_mode.grad_enabled << tls_mode.inference << int(tls_mode.autocast) << '|';
+  for (const Tensor& x : inputs) {
+    if (!x.defined()) {
+      os << "u|";
+      continue;
+    }
+    os << static_cast<int>(x.dtype()) << ':';
+    append(os, x.shape());
+    os << x.requires_grad() << x.is_contiguous() << '|';
+  }
+  for (const StaticArg& a : statics) {
+    os << a.index() << '=';
+    std::visit([&](const auto& v) { os << v; }, a);
+    os << ';';
+  }
+  return os.str();
+}
+
+/// Whether a transform acts on the call (an input batched by vmap, or a tangent of jvp on an
+/// input or a captured tensor): the graph then runs op by op through the dispatch stack.
+bool transformed(const std::vector<Tensor>& inputs, const Graph* g) {
+  for (const Tensor& x : inputs)
+    if (batch_level(x) != 0 || (tls_mode.dual_visible != 0 && has_visible_tangent(x))) return true;
+  if (g && tls_mode.dual_visible != 0)
+    for (const Tensor& c : g->captures)
+      if (has_visible_tangent(c)) return true;
+  return false;
+}
+
+/// What the tracer runs the function on: the input itself, or for a batched input or one
+/// with tangents, a plain tensor of the same logical shape with real values (its first
+/// example), so that the ops' checks see real data.
+Tensor stand_in(const Tensor& x) {
+  if (!x.defined()) return x;
+  Tensor t = x;
+  if (batch_level(x) != 0) {
+    t = all_examples(x);
+    while (t.dim() > x.dim()) t = adjoint::select(t, 0, 0);
+  }
+  Tensor s = t.detach();
+  if (x.requires_grad()) s.requires_grad_(true);
+  return s;
+}
+
+bool guards_hold(const CompiledEntry& e) {
+  if (!e.plan) return true;
+  const Graph& g = e.plan->graph;
+  for (std::size_t i = 0; i < g.captures.size(); ++i) {
+    const Tensor& c = g.captures[i];
+    const Value& v = g.values[static_cast<std::size_t>(e.plan->capture_ids[i])];
+    if (c.shape() != v.shape || c.dtype() != v.dtype ||
+        c.requires_grad() != e.capture_requires_grad[i])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace detail
+
+CompiledFunction::CompiledFunction(Fn f, CompileOptions options)
+    : state_(std::make_shared<detail::CompiledState>()) {
+  state_->f = std::move(f);
+  state_->options = options;
+}
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs,
+                                                 const StaticArgs& statics) const {
+  detail::CompiledState& s = *state_;
+  // Called while another compiled function traces: traced into that graph, op by op.
+  if (detail::tracing()) return s.f(inputs, statics);
+
+  const std::string key = detail::signature(inputs, statics);
+  std::shared_ptr<const detail::CompiledEntry> entry;
+  bool retrace = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (const auto& e : s.entries)
+      if (e->key == key) entry = e;
+    if (entry && !detail::guards_hold(*entry)) {
+      ++s.stats.guard_failures;
+      retrace = true;
+      entry = nullptr;
+    }
+    if (!entry && !retrace && s.entries.size() >= s.options.cache_limit) {
+      ++s.stats.cache_limit_hits;
+      ++s.stats.eager_calls;
+      s.warn_once(detail::str("more than cache_limit = ", s.options.cache_limit,
+                              " signatures (shapes, dtypes, requires-grad flags, static "
+                              "arguments); calls with new ones run eagerly. Raise "
+                              "CompileOptions::cache_limit if this is expected"));
+      return s.f(inputs, statics);
+    }
+  }
+
+  if (!entry) {
+    auto e = std::make_shared<detail::CompiledEntry>();
+    e->key = key;
+    std::vector<Tensor> stand_ins;
+    for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
+    try {
+      detail::Graph g = detail::trace_function(s.f, stand_ins, statics);
+      e->traced = std::make_shared<const detail::Graph>(g);
+      for (const Tensor& c : g.captures) e->capture_requires_grad.push_back(c.requires_grad());
+      e->plan = std::make_shared<const detail::Plan>(detail::make_plan(std::move(g), s.options));
+    } catch (const detail::GraphBreak& b) {
+      if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
+      e->graph_break = b.reason();
+    }
+    std::lock_guard<std::mutex> lock(s.mutex);
+    ++s.stats.traces;
+    if (!e->plan) ++s.stats.graph_breaks;
+    std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
+    s.entries.push_back(e);
+    entry = e;
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.last = entry;
+    if (!entry->plan) {
+      ++s.stats.eager_calls;
+      s.warn_once("graph break, running eagerly for this signature: " + entry->graph_break);
+    } else {
+      ++s.stats.replays;
+    }
+  }
+  if (!entry->plan) return s.f(inputs, statics);
+  if (detail::transformed(inputs, &entry->plan->graph)) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      ++s.stats.dispatched;
+    }
+    // A graph that reads what its ops saved for backward cannot go op by op through the
+    // stack; the function itself can.
+    if (entry->plan->forward_reads_saved) return s.f(inputs, statics);
+    return detail::run_plan_dispatched(*entry->plan, inputs);
+  }
+  return detail::run_plan(
+      entry->plan, inputs,
+      [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
+}
+
+Tensor CompiledFunction::operator()(const Tensor& x) const {
+  std::vector<Tensor> out = (*this)(std::vector<Tensor>{x});
+  ADJOINT_CHECK(out.size() == 1, Value, "compile", "the function returned ", out.size(),
+                " tensors; call it with a list to get them");
+  return out[0];
+}
+
+CompileStats CompiledFunction::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->stats;
+}
+
+std::string CompiledFunction::dump(bool optimized) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const auto& e = state_->last;
+  if (!e) return "";
+  if (!e->plan) return "graph break: " + e->graph_break + "\n";
+  return detail::graph_to_text(optimized ? e->plan->graph : *e->traced);
+}
+
+std::string CompiledFunction::to_dot(bool optimized) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const auto& e = state_->last;
+  if (!e || !e->plan) return "";
+  return detail::graph_to_dot(optimized ? e->plan->graph : *e->traced);
+}
+
+}  // namespace adjoint

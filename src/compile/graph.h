@@ -1,0 +1,65 @@
+// The graph `compile` records: values (inputs, captured tensors, constants, cotangents, op
+// results) and the op calls between them, in the order they ran. See Note [Tracing] in
+// trace.cpp for how it is built and passes.h for what is done to it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adjoint/tensor.h"
+#include "dispatch/layer.h"
+
+namespace adjoint::detail {
+
+enum class ValueKind : uint8_t {
+  Input,      ///< the function's argument `index`
+  Capture,    ///< a tensor from outside the function (a parameter), read at every call
+  Constant,   ///< a tensor a factory made from C++ values while tracing, kept as it was
+  Cotangent,  ///< the gradient arriving for output `index` (the backward graph's input)
+  Result      ///< output `index` of node `node` (0: its result, then what it saved)
+};
+
+struct Value {
+  ValueKind kind;
+  int index = 0;
+  int node = -1;
+  Shape shape;
+  DType dtype = kDefaultFloat;
+};
+
+struct GraphNode {
+  std::shared_ptr<const TracedOp> op;
+  std::vector<int> inputs;   ///< value ids; -1 for an undefined (optional) input
+  std::vector<int> outputs;  ///< value ids: the result, then the tensors its forward saved
+  bool backward = false;     ///< recorded while the VJPs ran
+  bool random = false;       ///< a draw from a generator: never eliminated nor merged
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<GraphNode> nodes;
+  std::vector<int> inputs;        ///< value id of each argument
+  std::vector<Tensor> captures;   ///< by Value::index: the caller's tensors, held
+  std::vector<Tensor> constants;  ///< by Value::index
+  std::vector<int> outputs;       ///< value id of each result of the function
+  /// The backward: for each output, the cotangent value it receives (-1: it needs none), and
+  /// for each differentiated leaf (an input or capture value), the value of its gradient (-1:
+  /// the outputs do not depend on it).
+  std::vector<int> cotangents;
+  std::vector<int> grad_leaves;
+  std::vector<int> grads;
+
+  int add_value(Value v) {
+    values.push_back(std::move(v));
+    return static_cast<int>(values.size()) - 1;
+  }
+  bool has_backward() const { return !grad_leaves.empty(); }
+};
+
+/// The graph as text: one line per value definition, forward then backward.
+std::string graph_to_text(const Graph& g);
+/// The graph in Graphviz's dot language.
+std::string graph_to_dot(const Graph& g);
+
+}  // namespace adjoint::detail

@@ -1,0 +1,177 @@
+// The passes over a traced graph (docs/compile.md, "Passes").
+#include "compile/passes.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <utility>
+
+namespace adjoint::detail {
+namespace {
+
+/// Replaces every use of a value by replacement[value].
+void rename_uses(Graph& g, const std::vector<int>& replacement) {
+  auto fix = [&](int& id) {
+    if (id >= 0) id = replacement[static_cast<std::size_t>(id)];
+  };
+  for (GraphNode& n : g.nodes)
+    for (int& id : n.inputs) fix(id);
+  for (int& id : g.outputs) fix(id);
+  for (int& id : g.grads) fix(id);
+}
+
+/// Removes the nodes not marked live, keeping the values (ids stay valid).
+void keep_nodes(Graph& g, const std::vector<bool>& live) {
+  std::vector<GraphNode> kept;
+  std::vector<int> new_index(g.nodes.size(), -1);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!live[i]) continue;
+    new_index[i] = static_cast<int>(kept.size());
+    kept.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(kept);
+  for (Value& v : g.values)
+    if (v.kind == ValueKind::Result) v.node = new_index[static_cast<std::size_t>(v.node)];
+}
+
+/// For each value, the step of `schedule` that uses it last (-1: none).
+std::vector<int> last_uses(const Graph& g, const std::vector<int>& nodes) {
+  std::vector<int> last(g.values.size(), -1);
+  for (std::size_t step = 0; step < nodes.size(); ++step)
+    for (int id : g.nodes[static_cast<std::size_t>(nodes[step])].inputs)
+      if (id >= 0) last[static_cast<std::size_t>(id)] = static_cast<int>(step);
+  return last;
+}
+
+Schedule schedule(const Graph& g, bool backward, const std::vector<bool>& keep) {
+  Schedule s;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].backward == backward) s.nodes.push_back(static_cast<int>(i));
+  s.drop.resize(s.nodes.size());
+  const std::vector<int> last = last_uses(g, s.nodes);
+  for (std::size_t id = 0; id < last.size(); ++id)
+    if (last[id] >= 0 && !keep[id]) s.drop[static_cast<std::size_t>(last[id])].push_back(id);
+  // A result nothing reads (an op's saved tensors no backward needs) goes right away.
+  for (std::size_t step = 0; step < s.nodes.size(); ++step)
+    for (int id : g.nodes[static_cast<std::size_t>(s.nodes[step])].outputs)
+      if (last[static_cast<std::size_t>(id)] < 0 && !keep[static_cast<std::size_t>(id)])
+        s.drop[step].push_back(id);
+  return s;
+}
+
+}  // namespace
+
+int eliminate_common_subexpressions(Graph& g) {
+  std::vector<int> replacement(g.values.size());
+  std::iota(replacement.begin(), replacement.end(), 0);
+  // Candidates by (op name, inputs); names are the ops' static strings, compared by content.
+  std::map<std::pair<std::string, std::vector<int>>, std::vector<int>> seen;
+  int merged = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    GraphNode& n = g.nodes[i];
+    for (int& id : n.inputs)
+      if (id >= 0) id = replacement[static_cast<std::size_t>(id)];
+    if (n.random) continue;
+    std::vector<int>& same_key = seen[{n.op->name(), n.inputs}];
+    bool found = false;
+    for (int j : same_key) {
+      const GraphNode& m = g.nodes[static_cast<std::size_t>(j)];
+      if (m.outputs.size() != n.outputs.size() || !n.op->same_as(*m.op)) continue;
+      for (std::size_t k = 0; k < n.outputs.size(); ++k)
+        replacement[static_cast<std::size_t>(n.outputs[k])] = m.outputs[k];
+      found = true;
+      ++merged;
+      break;
+    }
+    if (!found) same_key.push_back(static_cast<int>(i));
+  }
+  rename_uses(g, replacement);
+  return merged;
+}
+
+int eliminate_dead_code(Graph& g) {
+  std::vector<bool> needed(g.values.size(), false);
+  for (int id : g.outputs)
+    if (id >= 0) needed[static_cast<std::size_t>(id)] = true;
+  for (int id : g.grads)
+    if (id >= 0) needed[static_cast<std::size_t>(id)] = true;
+  std::vector<bool> live(g.nodes.size(), false);
+  for (std::size_t i = g.nodes.size(); i-- > 0;) {
+    const GraphNode& n = g.nodes[i];
+    bool any = n.random;
+    for (int id : n.outputs) any = any || needed[static_cast<std::size_t>(id)];
+    if (!any) continue;
+    live[i] = true;
+    for (int id : n.inputs)
+      if (id >= 0) needed[static_cast<std::size_t>(id)] = true;
+  }
+  const int dropped = static_cast<int>(std::count(live.begin(), live.end(), false));
+  keep_nodes(g, live);
+  return dropped;
+}
+
+Plan make_plan(Graph traced, const CompileOptions& options) {
+  Plan p;
+  p.nodes_traced = static_cast<int>(traced.nodes.size());
+  if (options.eliminate_common_subexpressions) p.merged = eliminate_common_subexpressions(traced);
+  if (options.eliminate_dead_code) p.dropped = eliminate_dead_code(traced);
+  p.graph = std::move(traced);
+  const Graph& g = p.graph;
+
+  // The forward keeps its outputs and what the backward reads of it; the backward keeps the
+  // gradients it returns.
+  std::vector<bool> keep_forward(g.values.size(), false), keep_backward(g.values.size(), false);
+  for (int id : g.outputs)
+    if (id >= 0) keep_forward[static_cast<std::size_t>(id)] = true;
+  for (const GraphNode& n : g.nodes) {
+    if (!n.backward) continue;
+    for (int id : n.inputs) {
+      if (id < 0) continue;
+      const Value& v = g.values[static_cast<std::size_t>(id)];
+      if (v.kind == ValueKind::Result && !g.nodes[static_cast<std::size_t>(v.node)].backward &&
+          !keep_forward[static_cast<std::size_t>(id)]) {
+        keep_forward[static_cast<std::size_t>(id)] = true;
+        p.saved.push_back(id);
+      }
+    }
+  }
+  for (int id : g.grads) {
+    if (id < 0) continue;
+    keep_backward[static_cast<std::size_t>(id)] = true;
+    const Value& v = g.values[static_cast<std::size_t>(id)];
+    if (v.kind == ValueKind::Result && !g.nodes[static_cast<std::size_t>(v.node)].backward &&
+        !keep_forward[static_cast<std::size_t>(id)]) {
+      keep_forward[static_cast<std::size_t>(id)] = true;
+      p.saved.push_back(id);
+    }
+  }
+  // Outputs the backward reads are saved too (their tensors belong to the caller).
+  for (int id : g.outputs) {
+    if (id < 0) continue;
+    for (const GraphNode& n : g.nodes)
+      if (n.backward && std::find(n.inputs.begin(), n.inputs.end(), id) != n.inputs.end() &&
+          g.values[static_cast<std::size_t>(id)].kind == ValueKind::Result &&
+          std::find(p.saved.begin(), p.saved.end(), id) == p.saved.end())
+        p.saved.push_back(id);
+  }
+  p.capture_ids.assign(g.captures.size(), -1);
+  p.constant_ids.assign(g.constants.size(), -1);
+  for (std::size_t id = 0; id < g.values.size(); ++id) {
+    const Value& v = g.values[id];
+    if (v.kind == ValueKind::Capture)
+      p.capture_ids[static_cast<std::size_t>(v.index)] = static_cast<int>(id);
+    if (v.kind == ValueKind::Constant)
+      p.constant_ids[static_cast<std::size_t>(v.index)] = static_cast<int>(id);
+  }
+  for (const GraphNode& n : g.nodes)
+    for (int id : n.inputs)
+      if (!n.backward && id >= 0 &&
+          g.values[static_cast<std::size_t>(id)].kind == ValueKind::Result &&
+          g.values[static_cast<std::size_t>(id)].index > 0)
+        p.forward_reads_saved = true;
+  p.forward = schedule(g, false, keep_forward);
+  p.backward = schedule(g, true, keep_backward);
+  return p;
+}
+
+}  // namespace adjoint::detail

@@ -1,0 +1,203 @@
+// Running a planned graph (run_plan.h).
+#include "compile/run_plan.h"
+
+#include "adjoint/autograd.h"
+#include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/ops.h"
+#include "autograd/apply.h"
+#include "autograd/saved_tensor.h"
+
+namespace adjoint::detail {
+
+// Note [Compiled backward]
+// A replay with gradients runs the forward kernels without recording anything and gives the
+// outputs one node, CompiledFunctionBackward, whose edges lead to the arguments and captured
+// tensors that require grad, exactly where the eager ops' edges would have led. Hooks on those
+// tensors, .grad accumulation and retain_graph therefore keep their meaning: the engine sees
+// one node instead of many. Its apply runs the traced backward graph on the values the forward
+// kept (SavedTensors, so saved-tensor hooks, memory accounting and the check that nothing was
+// changed in place apply to them as to any node's), the cotangents, and the leaves.
+//
+// A backward with create_graph must record the ops of the backward for a second derivative,
+// and the kept values have no history of their own. That run therefore goes back to eager
+// code: it runs the function again on the saved arguments (which records it), and
+// differentiates that with create_graph; the double backward then runs through ordinary
+// nodes, exactly as without compile.
+
+namespace {
+
+/// Binds the arguments, captured tensors and constants of a run.
+void bind_leaves(const Plan& plan, std::vector<Tensor>& env, const std::vector<Tensor>& inputs,
+                 const std::vector<Tensor>& captures) {
+  const Graph& g = plan.graph;
+  for (std::size_t i = 0; i < g.inputs.size(); ++i)
+    if (g.inputs[i] >= 0) env[static_cast<std::size_t>(g.inputs[i])] = inputs[i];
+  for (std::size_t i = 0; i < plan.capture_ids.size(); ++i)
+    env[static_cast<std::size_t>(plan.capture_ids[i])] = captures[i];
+  for (std::size_t i = 0; i < plan.constant_ids.size(); ++i)
+    env[static_cast<std::size_t>(plan.constant_ids[i])] = g.constants[i];
+}
+
+/// Runs a schedule's kernels over env.
+void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
+  std::vector<Tensor> args, extras;
+  for (std::size_t step = 0; step < s.nodes.size(); ++step) {
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(s.nodes[step])];
+    args.clear();
+    for (int id : n.inputs) args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_kernel(args, extras);
+    ADJOINT_CHECK(extras.size() + 1 == n.outputs.size(), Internal, n.op->name(),
+                  "compile: the op saved ", extras.size(), " tensors when replayed, ",
+                  n.outputs.size() - 1, " when traced");
+    for (std::size_t k = 0; k < extras.size(); ++k)
+      env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
+    for (int id : s.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
+  }
+}
+
+/// The caller's tensor behind a leaf value (an argument or a captured tensor).
+const Tensor& leaf_tensor(const Graph& g, int id, const std::vector<Tensor>& inputs) {
+  const Value& v = g.values[static_cast<std::size_t>(id)];
+  return v.kind == ValueKind::Input ? inputs[static_cast<std::size_t>(v.index)]
+                                    : g.captures[static_cast<std::size_t>(v.index)];
+}
+
+class CompiledBackward final : public Node {
+ public:
+  CompiledBackward(std::shared_ptr<const Plan> plan, EagerFn eager,
+                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& env,
+                   const std::vector<Tensor>& outputs)
+      : Node(static_cast<uint32_t>(outputs.size())),
+        plan_(std::move(plan)),
+        eager_(std::move(eager)) {
+    const Graph& g = plan_->graph;
+    for (int id : plan_->saved) saved_.emplace_back(env[static_cast<std::size_t>(id)], false);
+    for (const Tensor& x : inputs) inputs_.emplace_back(x, false);
+    for (const Tensor& c : g.captures) captures_.emplace_back(c, false);
+    for (int id : g.grad_leaves)
+      next_edges_.push_back(autograd::gradient_edge(leaf_tensor(g, id, inputs)));
+    for (const Tensor& o : outputs)
+      outputs_.push_back(o.defined() ? InputInfo{o.shape(), o.dtype()} : InputInfo{});
+  }
+
+  std::string name() const override { return "CompiledFunctionBackward"; }
+
+  TensorList apply(TensorList&& grads, const BackwardRun& run) override {
+    auto self = shared_from_this();
+    const Graph& g = plan_->graph;
+    std::vector<Tensor> inputs;
+    for (const SavedTensor& s : inputs_) inputs.push_back(s.defined() ? s.unpack(self) : Tensor());
+    std::vector<Tensor> captures;
+    for (const SavedTensor& s : captures_) captures.push_back(s.unpack(self));
+    TensorList result(next_edges_.size());
+    if (run.create_graph) {
+      eager_backward(grads, inputs, result);
+    } else {
+      std::vector<Tensor> env(g.values.size());
+      bind_leaves(*plan_, env, inputs, captures);
+      for (std::size_t i = 0; i < plan_->saved.size(); ++i)
+        env[static_cast<std::size_t>(plan_->saved[i])] = saved_[i].unpack(self);
+      for (std::size_t k = 0; k < g.cotangents.size(); ++k) {
+        const int c = g.cotangents[k];
+        if (c < 0) continue;
+        env[static_cast<std::size_t>(c)] =
+            grads[k].defined() ? grads[k] : zeros(outputs_[k].shape, outputs_[k].dtype);
+      }
+      run_kernels(g, plan_->backward, env);
+      for (std::size_t k = 0; k < result.size(); ++k)
+        if (next_edges_[k].valid() && g.grads[k] >= 0)
+          result[k] = env[static_cast<std::size_t>(g.grads[k])];
+    }
+    return result;
+  }
+
+  void release_saved() override {
+    for (SavedTensor& s : saved_) s.release();
+    for (SavedTensor& s : inputs_) s.release();
+    for (SavedTensor& s : captures_) s.release();
+  }
+
+  void visit_saved(const SavedVisitor& visit) const override {
+    for (std::size_t i = 0; i < saved_.size(); ++i)
+      if (saved_[i].defined()) visit(saved_[i], "saved", i);
+  }
+
+ private:
+  // Note [Compiled backward]: replays the forward with recording and differentiates it.
+  void eager_backward(const TensorList& grads, const std::vector<Tensor>& inputs,
+                      TensorList& result) const {
+    const Graph& g = plan_->graph;
+    const std::vector<Tensor> outs = eager_(inputs);
+    std::vector<Tensor> roots, root_grads, leaves;
+    std::vector<std::size_t> leaf_slot;
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      if (g.cotangents[k] < 0 || !outs[k].defined() || !outs[k].requires_grad()) continue;
+      roots.push_back(outs[k]);
+      root_grads.push_back(grads[k].defined() ? grads[k] : zeros_like(outs[k]));
+    }
+    for (std::size_t k = 0; k < g.grad_leaves.size(); ++k) {
+      const Tensor& leaf = leaf_tensor(g, g.grad_leaves[k], inputs);
+      if (!next_edges_[k].valid() || !leaf.requires_grad()) continue;
+      leaves.push_back(leaf);
+      leaf_slot.push_back(k);
+    }
+    if (roots.empty() || leaves.empty()) return;
+    const std::vector<Tensor> gs = autograd::grad(roots, leaves, root_grads, true, true, true);
+    for (std::size_t i = 0; i < gs.size(); ++i) result[leaf_slot[i]] = gs[i];
+  }
+
+  std::shared_ptr<const Plan> plan_;
+  EagerFn eager_;
+  std::vector<SavedTensor> saved_;     ///< by plan_->saved
+  std::vector<SavedTensor> inputs_;    ///< the caller's arguments
+  std::vector<SavedTensor> captures_;  ///< the captured tensors, as they were
+  std::vector<InputInfo> outputs_;     ///< shapes and dtypes of the outputs
+};
+
+}  // namespace
+
+std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
+                             const std::vector<Tensor>& inputs, EagerFn eager) {
+  const Graph& g = plan->graph;
+  std::vector<Tensor> env(g.values.size());
+  bind_leaves(*plan, env, inputs, g.captures);
+  run_kernels(g, plan->forward, env);
+  std::vector<Tensor> outs;
+  outs.reserve(g.outputs.size());
+  for (int id : g.outputs) outs.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+
+  bool differentiable = false;
+  if (g.has_backward() && is_grad_enabled())
+    for (int id : g.grad_leaves) differentiable |= leaf_tensor(g, id, inputs).requires_grad();
+  if (!differentiable) return outs;
+  // Each output that the backward differentiates gets a handle of its own (an output may be
+  // an argument, or appear twice) carrying the node's history.
+  for (std::size_t k = 0; k < outs.size(); ++k)
+    if (g.cotangents[k] >= 0) outs[k] = alias_without_history(outs[k]);
+  auto node = std::make_shared<CompiledBackward>(plan, std::move(eager), inputs, env, outs);
+  for (std::size_t k = 0; k < outs.size(); ++k)
+    if (g.cotangents[k] >= 0) set_history(outs[k], node, static_cast<uint32_t>(k));
+  return outs;
+}
+
+std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tensor>& inputs) {
+  const Graph& g = plan.graph;
+  std::vector<Tensor> env(g.values.size());
+  bind_leaves(plan, env, inputs, g.captures);
+  std::vector<Tensor> args;
+  for (std::size_t step = 0; step < plan.forward.nodes.size(); ++step) {
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(plan.forward.nodes[step])];
+    args.clear();
+    for (int id : n.inputs) {
+      args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+    }
+    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args);
+    for (int id : plan.forward.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
+  }
+  std::vector<Tensor> outs;
+  for (int id : g.outputs) outs.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+  return outs;
+}
+
+}  // namespace adjoint::detail

@@ -1,0 +1,26 @@
+// Running a planned graph: straight through the kernels (the replay), or op by op through the
+// dispatch stack (under vmap or jvp, and for a backward that records its own graph).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "compile/passes.h"
+
+namespace adjoint::detail {
+
+/// The traced function itself, run eagerly on new inputs (with the static arguments bound).
+using EagerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// The forward kernels on the caller's inputs, with no recording; when the plan has a
+/// backward and grad mode is on, the outputs get one node that runs it (Note [Compiled
+/// backward] in run_plan.cpp), or `eager` for a backward with create_graph.
+std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
+                             const std::vector<Tensor>& inputs, EagerFn eager);
+
+/// The forward ops one by one through the dispatch stack, so that every transform that is on
+/// (vmap, jvp, recording for backward) sees them.
+std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tensor>& inputs);
+
+}  // namespace adjoint::detail

@@ -1,0 +1,349 @@
+// The tracer behind compile: runs the function once and records every op into a Graph.
+#include "compile/trace.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "adjoint/autograd.h"
+#include "adjoint/generator.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/ops.h"
+#include "adjoint/tensor_impl.h"
+#include "core/op_tracer.h"
+
+namespace adjoint::detail {
+
+// Note [Tracing]
+// compile traces by running the function once on real tensors (torch.jit.trace, JAX's jit on
+// concrete values would be the cousins), with a tracer installed as the Trace layer of the
+// dispatch stack. Every op call becomes a GraphNode holding a copy of its op struct (TracedOp,
+// able to run its kernel again) and the ids of its input values; its result, and the tensors
+// its forward saved for backward, become values. A call runs with the Trace layer off below
+// it, so an op is one node however it is computed. The function gets leaf aliases of its
+// arguments; a tensor it reads from outside (a module's parameter) becomes a captured value,
+// held by the graph and read again at every replay, and is handed on as a leaf alias too, so
+// that the trace's own recording never reaches the caller's graph.
+//
+// The backward is traced by running it: when an input or a captured tensor requires grad, the
+// trace calls autograd::grad on the outputs with cotangent values, and the VJPs' ops are
+// recorded as backward nodes. The joint graph is then split (passes.cpp) into a forward that
+// keeps what the backward reads, and a backward that runs as one node of the engine.
+//
+// What a graph cannot hold is never taken in silently; it is a GraphBreak:
+// - values read into C++ (item, to_vector): control flow may depend on them;
+// - a traced tensor (an argument, a captured tensor, a result) changed in place: each value is
+//   registered with its storage's version, checked when it is used and at the end;
+// - a tensor made during the trace by code the tracer does not see, fed to a traced op or
+//   returned: the storages allocated outside traced ops are noted (storage_made), and such a
+//   tensor is accepted only as a factory's constant (constant_made) or as an alias with the
+//   same storage and layout as a traced value (detach, a saved tensor unpacked).
+// Comparisons and logical ops (outside the stack) record themselves through record_external;
+// random factories too, as draws that replay from the generator's state at each call, like
+// eager code. The generators a trace drew from are restored afterwards, so the first call's
+// replay draws what an eager call would.
+
+namespace {
+
+bool same_layout(const TensorImpl& a, const TensorImpl& b) {
+  return a.shape == b.shape && a.strides == b.strides && a.offset == b.offset && a.dtype == b.dtype;
+}
+
+/// An op the stack does not see, as the graph keeps it: the function that runs it again.
+class ExternalOp final : public TracedOp {
+ public:
+  ExternalOp(const char* name, ExternalFn run) : name_(name), run_(std::move(run)) {}
+  const char* name() const override { return name_; }
+  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    extras.clear();
+    return run_(in);
+  }
+  Tensor run_dispatched(std::span<const Tensor> in) const override { return run_(in); }
+  bool same_as(const TracedOp&) const override { return false; }
+
+ private:
+  const char* name_;
+  ExternalFn run_;
+};
+
+class Tracer final : public OpTracer {
+ public:
+  explicit Tracer(Graph& g) : g_(g), previous_(tls_op_tracer), previous_layers_(tls_mode.layers) {
+    tls_op_tracer = this;
+    set_layer_active(Layer::Trace, true);
+  }
+  ~Tracer() override {
+    tls_op_tracer = previous_;
+    tls_mode.layers = previous_layers_;
+    for (auto& [gen, state] : generators_) gen->set_state(state);
+  }
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  /// Turns the Trace layer off while alive (an op's own work, the tracer's own tensors).
+  struct Pause {
+    uint8_t layers = tls_mode.layers;
+    Pause() { set_layer_active(Layer::Trace, false); }
+    ~Pause() { set_layer_active(Layer::Trace, (layers & layer_bit(Layer::Trace)) != 0); }
+  };
+
+  /// Argument i: the alias the function gets.
+  Tensor add_input(const Tensor& x, int i) {
+    if (!x.defined()) {
+      g_.inputs.push_back(-1);
+      return x;
+    }
+    const int id = g_.add_value({ValueKind::Input, i, -1, x.shape(), x.dtype()});
+    g_.inputs.push_back(id);
+    Tensor alias = leaf_alias(x);
+    leaves_.push_back({id, x, alias});
+    known(alias, id);
+    return alias;
+  }
+
+  Tensor record(OpCall& call) override {
+    std::vector<int> ins;
+    ins.reserve(call.inputs().size());
+    for (Tensor& x : call.inputs()) ins.push_back(use(x, call.name()));
+    Tensor out;
+    {
+      Pause pause;
+      out = call.next(Layer::Trace);
+    }
+    add_node(call.traced_op(), std::move(ins), out, call.saved(), false);
+    return out;
+  }
+
+  Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
+                         Generator* rng) override {
+    std::vector<int> ins;
+    std::vector<Tensor> args(inputs.begin(), inputs.end());
+    for (Tensor& x : args) ins.push_back(use(x, name));
+    // A generator made inside the function is seeded there from C++ values: its draws are
+    // the same at every call, constants of the trace.
+    const bool local = rng && local_generators_.contains(rng);
+    if (rng && !local && !generators_.contains(rng)) generators_.emplace(rng, rng->state());
+    Tensor out;
+    {
+      Pause pause;
+      out = run(args);
+    }
+    if (local) {
+      constants_.insert(out.impl());
+      return out;
+    }
+    add_node(std::make_shared<ExternalOp>(name, std::move(run)), std::move(ins), out, {},
+             rng != nullptr);
+    return out;
+  }
+
+  [[noreturn]] void values_read(const char* what) override {
+    throw GraphBreak(str(what,
+                         "() read a tensor's values into C++ while tracing: what the function "
+                         "does next may depend on them, which a graph cannot follow"));
+  }
+
+  void constant_made(const Tensor& t) override { constants_.insert(t.impl()); }
+  void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
+  void generator_reseeded(const Generator* gen) override {
+    if (!local_generators_.contains(gen))
+      throw GraphBreak(
+          "the function seeds or sets the state of a generator made outside it; a replay "
+          "would not do that again (seed it outside, or make the generator inside)");
+  }
+  void storage_made(const StorageImpl* s) override { made_while_tracing_.insert(s); }
+  [[noreturn]] void written_in_place(const Tensor& t, const char* op) override {
+    throw GraphBreak(str(op, " would write into a tensor (", t.shape(), ", ", t.dtype(),
+                         ") in place while tracing; a graph does not replay writes (use the "
+                         "out-of-place op inside a compiled function)"));
+  }
+
+  /// The value of a tensor the function returned.
+  int output(const Tensor& t) {
+    if (!t.defined()) return -1;
+    Tensor copy = t;
+    return use(copy, "the function's result");
+  }
+
+  void start_backward() { backward_ = true; }
+
+  /// A cotangent value for output k, and the tensor that stands for it while tracing.
+  Tensor cotangent(int k, const Tensor& out) {
+    Tensor c;
+    {
+      Pause pause;
+      c = ones(out.shape(), out.dtype());
+    }
+    known(c, g_.add_value({ValueKind::Cotangent, k, -1, out.shape(), out.dtype()}));
+    return c;
+  }
+
+  struct Leaf {
+    int id;
+    Tensor caller;  ///< the caller's tensor (an argument, or a captured one)
+    Tensor alias;   ///< what the traced function computed with
+  };
+  const std::vector<Leaf>& leaves() const { return leaves_; }
+
+  /// Throws unless every argument and captured tensor still has the version it had.
+  void check_leaves_unchanged() const {
+    for (const Leaf& l : leaves_)
+      if (l.alias.impl()->storage->version() != known_.at(l.alias.impl()).version)
+        throw GraphBreak(str("the function changed ", describe_leaf(l.id),
+                             " in place; a compiled function must not modify its inputs or "
+                             "the tensors it reads from outside"));
+  }
+
+ private:
+  struct Known {
+    int id;
+    uint64_t version;
+    Tensor stand_in;  ///< for a captured tensor: its alias
+  };
+
+  std::string describe_leaf(int id) const {
+    const Value& v = g_.values[static_cast<std::size_t>(id)];
+    return str(v.kind == ValueKind::Input ? "argument " : "captured tensor ", v.index, " (",
+               v.shape, ", ", v.dtype, ")");
+  }
+
+  // A copy, so that nothing the trace does reaches the caller's tensor.
+  Tensor leaf_alias(const Tensor& x) const {
+    Pause pause;
+    Tensor alias = x.detach().clone();
+    if (is_grad_enabled() && x.requires_grad()) alias.requires_grad_(true);
+    return alias;
+  }
+
+  /// Registers t as a tensor of value id; `stand_in`: what to compute with instead of t.
+  void known(const Tensor& t, int id, const Tensor& stand_in = Tensor()) {
+    TensorImpl* impl = t.impl();
+    known_[impl] = Known{id, impl->storage->version(), stand_in};
+    by_storage_[impl->storage.get()].push_back(id);
+    alive_.push_back(t);  // so that no new tensor reuses the address while tracing
+    if (first_.size() <= static_cast<std::size_t>(id)) first_.resize(id + 1);
+    if (!first_[static_cast<std::size_t>(id)].defined()) first_[static_cast<std::size_t>(id)] = t;
+  }
+
+  /// The value x stands for; a captured tensor is replaced by the alias the trace computes
+  /// with.
+  int use(Tensor& x, const char* op) {
+    if (!x.defined()) return -1;
+    TensorImpl* impl = x.impl();
+    if (auto it = known_.find(impl); it != known_.end()) {
+      if (impl->storage->version() != it->second.version)
+        throw GraphBreak(str(op, ": one of its inputs (", impl->shape, ", ", impl->dtype,
+                             ") was changed in place while tracing; a compiled function may "
+                             "not modify tensors in place"));
+      if (it->second.stand_in.defined()) x = it->second.stand_in;
+      return it->second.id;
+    }
+    // The same memory and layout as a traced value: an alias of it (detach, a saved tensor
+    // unpacked). It stays what it is (a detached alias carries no gradient), with its value.
+    if (auto s = by_storage_.find(impl->storage.get()); s != by_storage_.end()) {
+      for (int id : s->second) {
+        const TensorImpl& v = *first_[static_cast<std::size_t>(id)].impl();
+        if (same_layout(v, *impl) && v.storage->version() == impl->storage->version()) {
+          known(x, id);
+          return id;
+        }
+      }
+      if (!made_while_tracing_.contains(impl->storage.get()) && !constants_.contains(impl))
+        throw GraphBreak(str(op, ": got a view (", impl->shape, ", ", impl->dtype,
+                             ") of a traced tensor made by code compile cannot trace"));
+    }
+    if (constants_.contains(impl)) {
+      const int id = g_.add_value({ValueKind::Constant, static_cast<int>(g_.constants.size()), -1,
+                                   impl->shape, impl->dtype});
+      g_.constants.push_back(x);
+      known(x, id);
+      return id;
+    }
+    if (made_while_tracing_.contains(impl->storage.get()))
+      throw GraphBreak(str(op, ": got a tensor (", impl->shape, ", ", impl->dtype,
+                           ") made inside the function by code compile cannot trace (only ops, "
+                           "comparisons, factories and random draws are recorded)"));
+    // From outside the function: captured, read again at every call.
+    const int id = g_.add_value(
+        {ValueKind::Capture, static_cast<int>(g_.captures.size()), -1, impl->shape, impl->dtype});
+    g_.captures.push_back(x);
+    Tensor alias = leaf_alias(x);
+    leaves_.push_back({id, x, alias});
+    known(alias, id);
+    known(x, id, alias);
+    x = alias;
+    return id;
+  }
+
+  void add_node(std::shared_ptr<const TracedOp> op, std::vector<int> ins, const Tensor& out,
+                const std::vector<Tensor>& saved, bool random) {
+    const int node = static_cast<int>(g_.nodes.size());
+    GraphNode n{std::move(op), std::move(ins), {}, backward_, random};
+    auto add_output = [&](const Tensor& t) {
+      const int k = static_cast<int>(n.outputs.size());
+      const int id = t.defined() ? g_.add_value({ValueKind::Result, k, node, t.shape(), t.dtype()})
+                                 : g_.add_value({ValueKind::Result, k, node, {}, kDefaultFloat});
+      n.outputs.push_back(id);
+      if (t.defined()) known(t, id);
+    };
+    add_output(out);
+    for (const Tensor& s : saved) add_output(s);
+    g_.nodes.push_back(std::move(n));
+  }
+
+  Graph& g_;
+  OpTracer* previous_;
+  uint8_t previous_layers_;
+  bool backward_ = false;
+  std::unordered_map<const TensorImpl*, Known> known_;
+  std::unordered_map<const StorageImpl*, std::vector<int>> by_storage_;
+  std::unordered_set<const StorageImpl*> made_while_tracing_;
+  std::unordered_set<const TensorImpl*> constants_;
+  std::unordered_map<Generator*, Generator::State> generators_;
+  std::unordered_set<const Generator*> local_generators_;
+  std::vector<Tensor> first_;  ///< by value id: the first tensor registered for it
+  std::vector<Tensor> alive_;
+  std::vector<Leaf> leaves_;
+};
+
+}  // namespace
+
+Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& inputs,
+                     const StaticArgs& statics) {
+  Graph g;
+  Tracer tracer(g);
+  std::vector<Tensor> args;
+  args.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    args.push_back(tracer.add_input(inputs[i], static_cast<int>(i)));
+  const std::vector<Tensor> outs = f(args, statics);
+  for (const Tensor& o : outs) g.outputs.push_back(tracer.output(o));
+
+  // The backward: gradients of the outputs that require grad, w.r.t. the leaves that do.
+  std::vector<Tensor> roots, cotangents, leaves;
+  g.cotangents.assign(outs.size(), -1);
+  if (is_grad_enabled()) {
+    for (const Tracer::Leaf& l : tracer.leaves())
+      if (l.alias.requires_grad()) {
+        g.grad_leaves.push_back(l.id);
+        leaves.push_back(l.alias);
+      }
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      if (outs[k].defined() && outs[k].requires_grad() && is_floating(outs[k].dtype())) {
+        roots.push_back(outs[k]);
+        cotangents.push_back(tracer.cotangent(static_cast<int>(k), outs[k]));
+        g.cotangents[k] = g.values.size() - 1;
+      }
+  }
+  if (!leaves.empty() && !roots.empty()) {
+    tracer.start_backward();
+    const std::vector<Tensor> grads =
+        autograd::grad(roots, leaves, cotangents, false, false, /*allow_unused=*/true);
+    for (const Tensor& gr : grads) g.grads.push_back(tracer.output(gr));
+  } else {
+    g.grad_leaves.clear();
+  }
+  tracer.check_leaves_unchanged();
+  return g;
+}
+
+}  // namespace adjoint::detail

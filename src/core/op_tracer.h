@@ -1,0 +1,63 @@
+// The hook through which `compile` traces a function (src/compile): the Trace layer of the
+// dispatch stack and the few places outside it that make or read tensors (comparisons, random
+// factories, item) call the thread's tracer while one is installed. Declared in core so that
+// those places can reach it without depending on the compiler above them.
+#pragma once
+
+#include <functional>
+#include <span>
+
+#include "adjoint/tensor.h"
+#include "core/mode_state.h"
+
+namespace adjoint {
+class Generator;
+class StorageImpl;
+}  // namespace adjoint
+
+namespace adjoint::detail {
+
+class OpCall;  // src/dispatch/layer.h
+
+/// Runs a function that does not go through apply<Op> (a comparison, a random draw) on new
+/// inputs: what a traced graph keeps of such a call.
+using ExternalFn = std::function<Tensor(std::span<const Tensor>)>;
+
+/// What `compile` installs while it traces a function (Note [Tracing] in src/compile/trace.cpp).
+class OpTracer {
+ public:
+  virtual ~OpTracer() = default;
+  /// The Trace layer: records the call as a node and passes it on.
+  virtual Tensor record(OpCall& call) = 0;
+  /// A call outside the stack: runs `run` on `inputs` and records it. `rng` is the generator
+  /// a random draw advances (its state before the trace is restored once the trace is done),
+  /// null for a deterministic function.
+  virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
+                                 Generator* rng) = 0;
+  /// A tensor's values were read into C++ (item, to_vector): the trace cannot follow them.
+  [[noreturn]] virtual void values_read(const char* what) = 0;
+  /// A factory made `t` from C++ values alone (zeros, arange, tensor): a constant of the trace.
+  virtual void constant_made(const Tensor& t) = 0;
+  /// Memory for a tensor was allocated while tracing (by a traced op or not): a tensor made
+  /// from traced values by code the tracer does not see must not be taken for a constant.
+  virtual void storage_made(const StorageImpl* s) = 0;
+  /// An in-place op is about to write into t: a graph does not replay writes.
+  [[noreturn]] virtual void written_in_place(const Tensor& t, const char* op) = 0;
+  /// A generator was made (its draws are then constants of the trace) or seeded.
+  virtual void generator_made(const Generator* gen) = 0;
+  virtual void generator_reseeded(const Generator* gen) = 0;
+};
+
+/// The thread's tracer (null when nothing is being traced); its layer bit is Layer::Trace.
+extern constinit thread_local OpTracer* tls_op_tracer;
+
+inline bool tracing() { return (tls_mode.layers & layer_bit(Layer::Trace)) != 0; }
+
+/// Marks a tensor made from C++ values alone (a mask of a fixed pattern, a fill value) as a
+/// constant while tracing, as the public factories do.
+inline void note_constant(const Tensor& t) {
+  if (tracing()) [[unlikely]]
+    tls_op_tracer->constant_made(t);
+}
+
+}  // namespace adjoint::detail

@@ -1,0 +1,344 @@
+// compile: tracing once and replaying, the cache and its keys, gradients through the compiled
+// backward (.grad, hooks, retain_graph, create_graph), captured tensors, graph breaks, random
+// draws, the passes, and composition with the transforms. Eager code is the oracle throughout:
+// with no pass that reassociates arithmetic, compiled results equal eager ones bit for bit.
+#include <gtest/gtest.h>
+
+#include "adjoint/adjoint.h"
+#include "support/expect.h"
+
+namespace {
+
+using namespace adjoint;
+using adjoint::testing::contains;
+using adjoint::testing::expect_error;
+
+void expect_same(const Tensor& got, const Tensor& want) {
+  ASSERT_TRUE(got.defined());
+  ASSERT_TRUE(want.defined());
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
+}
+
+Tensor leaf(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, DType::Float64, &g).requires_grad_(true);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(Compile, TracesOnceAndReplaysWithoutRunningTheFunction) {
+  int runs = 0;
+  auto f = [&](const Tensor& x) {
+    ++runs;
+    return tanh(x * 0.5 + 1.0) * x;
+  };
+  CompiledFunction c = compile(f);
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = randn({7});
+    Tensor y = c(x);
+    const int before = runs;
+    expect_same(y, f(x));
+    runs = before;
+  }
+  EXPECT_EQ(runs, 1);  // the trace
+  EXPECT_EQ(c.stats().traces, 1);
+  EXPECT_EQ(c.stats().replays, 4);
+}
+
+TEST(Compile, ANewSignatureTracesAgain) {
+  CompiledFunction c = compile([](const Tensor& x) { return exp(x).sum(); });
+  c(randn({3}));
+  c(randn({3}));
+  EXPECT_EQ(c.stats().traces, 1);
+  c(randn({4}));  // shape
+  EXPECT_EQ(c.stats().traces, 2);
+  c(randn({3}, DType::Float64));  // dtype
+  EXPECT_EQ(c.stats().traces, 3);
+  c(randn({3}).requires_grad_(true));  // requires grad
+  EXPECT_EQ(c.stats().traces, 4);
+  {
+    NoGradGuard no_grad;  // grad mode
+    c(randn({3}).requires_grad_(true));
+  }
+  EXPECT_EQ(c.stats().traces, 5);
+  c(randn({3, 2}).select(1, 0));  // layout (not contiguous)
+  EXPECT_EQ(c.stats().traces, 6);
+  c(randn({4}));
+  EXPECT_EQ(c.stats().traces, 6);
+}
+
+TEST(Compile, TheCacheLimitRunsNewSignaturesEagerly) {
+  int runs = 0;
+  CompileOptions o;
+  o.cache_limit = 2;
+  o.warn = false;
+  CompiledFunction c = compile(
+      [&](const Tensor& x) {
+        ++runs;
+        return x * 2.0;
+      },
+      o);
+  c(randn({1}));
+  c(randn({2}));
+  Tensor x = randn({3});
+  expect_same(c(x), x * 2.0);
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().cache_limit_hits, 1);
+  EXPECT_EQ(c.stats().eager_calls, 1);
+  EXPECT_EQ(runs, 3);
+}
+
+TEST(Compile, StaticArgumentsArePartOfTheKey) {
+  CompiledFunction c = compile([](const std::vector<Tensor>& in, const StaticArgs& s) {
+    return std::vector<Tensor>{pow(in[0], std::get<double>(s.at(0)))};
+  });
+  Tensor x = rand({5}) + 0.5;
+  expect_same(c({x}, {2.0})[0], pow(x, 2.0));
+  expect_same(c({x}, {3.0})[0], pow(x, 3.0));
+  expect_same(c({x}, {2.0})[0], pow(x, 2.0));
+  EXPECT_EQ(c.stats().traces, 2);
+}
+
+// A small model: a captured weight and bias, an input that requires grad.
+struct Model {
+  Tensor w = leaf({4, 3}, 1), b = leaf({4}, 2);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& in) const {
+    return {(gelu(linear(in[0], w, b)) * in[0].sum({1}, true)).pow(2.0).mean()};
+  }
+};
+
+TEST(Compile, GradientsAndGradAccumulationMatchEager) {
+  Model m;
+  CompiledFunction c = compile([&](const std::vector<Tensor>& in) { return m(in); });
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = leaf({5, 3}, 10 + step), xe = x.detach().requires_grad_(true);
+    c(std::vector<Tensor>{x})[0].backward();
+    const Tensor gw = m.w.grad().clone(), gb = m.b.grad().clone(), gx = x.grad().clone();
+    m.w.zero_grad();
+    m.b.zero_grad();
+    m(std::vector<Tensor>{xe})[0].backward();
+    expect_same(gx, xe.grad());
+    expect_same(gw, m.w.grad());
+    expect_same(gb, m.b.grad());
+    // .grad accumulates across backward calls, as eager.
+    c(std::vector<Tensor>{x.detach()})[0].backward();
+    m(std::vector<Tensor>{xe.detach()})[0].backward();
+    m.w.zero_grad();
+    m.b.zero_grad();
+  }
+  EXPECT_EQ(c.stats().traces, 2);  // x requires grad, then x.detach() does not
+}
+
+TEST(Compile, HooksOnInputsAndRetainGraphKeepTheirMeaning) {
+  Model m;
+  CompiledFunction c = compile([&](const std::vector<Tensor>& in) { return m(in); });
+  Tensor x = leaf({2, 3}, 3);
+  Tensor seen;
+  int calls = 0;
+  x.register_hook([&](const Tensor& g) {
+    ++calls;
+    seen = g.clone();
+    return g;
+  });
+  Tensor y = c(std::vector<Tensor>{x})[0];
+  EXPECT_EQ(y.grad_fn()->name(), "CompiledFunctionBackward");
+  y.backward({}, /*retain_graph=*/true);
+  EXPECT_EQ(calls, 1);
+  expect_same(seen, x.grad());
+  y.backward();  // retained: accumulates a second time
+  const Tensor twice = x.grad().clone();
+  x.zero_grad();
+  Tensor xe = x.detach().requires_grad_(true);
+  m(std::vector<Tensor>{xe})[0].backward();
+  expect_same(twice, xe.grad() * 2.0);
+  expect_error([&] { y.backward(); }, ErrorKind::Autograd, {"second time"});
+}
+
+TEST(Compile, CreateGraphGivesSecondDerivatives) {
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{(sin(in[0]) * in[1]).pow(3.0).sum()};
+  };
+  CompiledFunction c = compile(f);
+  Tensor x = leaf({4}, 4), w = leaf({4}, 5);
+  Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
+  auto gc = autograd::grad({c(std::vector<Tensor>{x, w})[0]}, {x, w}, {}, true, true);
+  auto ge = autograd::grad({f({xe, we})[0]}, {xe, we}, {}, true, true);
+  expect_same(gc[0], ge[0]);
+  auto hc = autograd::grad({(gc[0] * gc[1]).sum()}, {x, w});
+  auto he = autograd::grad({(ge[0] * ge[1]).sum()}, {xe, we});
+  expect_same(hc[0], he[0]);
+  expect_same(hc[1], he[1]);
+}
+
+TEST(Compile, CapturedTensorsAreReadAtEveryCall) {
+  Tensor w = randn({3});
+  CompiledFunction c = compile([&](const Tensor& x) { return x * w; });
+  Tensor x = randn({3});
+  expect_same(c(x), x * w);
+  {
+    NoGradGuard no_grad;
+    w.sub_(1.0);  // an optimizer's update, in place
+  }
+  expect_same(c(x), x * w);
+  EXPECT_EQ(c.stats().traces, 1);
+}
+
+TEST(Compile, ACapturedTensorThatStartsRequiringGradTracesAgain) {
+  Tensor w = randn({3}, DType::Float64);
+  CompiledFunction c = compile([&](const Tensor& x) { return (x * w).sum(); });
+  Tensor x = leaf({3}, 6);
+  c(x).backward();
+  EXPECT_FALSE(w.grad().defined());
+  w.requires_grad_(true);
+  c(x).backward();  // the guard on w fails: traced again, now with w's gradient
+  EXPECT_EQ(c.stats().guard_failures, 1);
+  expect_same(w.grad(), x.detach());
+}
+
+TEST(Compile, ReadingValuesIsAGraphBreak) {
+  int runs = 0;
+  auto f = [&](const Tensor& x) {
+    ++runs;
+    return x.sum().item<double>() > 0 ? x * 2.0 : x * 3.0;
+  };
+  CompileOptions o;
+  o.warn = false;
+  CompiledFunction c = compile(f, o);
+  Tensor pos = ones({3}), neg = -ones({3});
+  expect_same(c(pos), pos * 2.0);
+  expect_same(c(neg), neg * 3.0);  // right, because it ran eagerly
+  EXPECT_EQ(c.stats().graph_breaks, 1);
+  EXPECT_EQ(c.stats().eager_calls, 2);
+  EXPECT_TRUE(contains(c.dump(), "item()"));
+
+  o.on_graph_break = OnGraphBreak::Throw;
+  CompiledFunction strict = compile(f, o);
+  expect_error([&] { strict(pos); }, ErrorKind::NotImplemented, {"compile", "item()"});
+}
+
+TEST(Compile, InPlaceWritesAreAGraphBreakAndHappenOnce) {
+  CompileOptions o;
+  o.warn = false;
+  Tensor counter = zeros({1});
+  CompiledFunction c = compile(
+      [&](const Tensor& x) {
+        counter.add_(1.0);  // a write the graph would not replay
+        return x + 1.0;
+      },
+      o);
+  c(ones({2}));
+  EXPECT_EQ(counter.item<float>(), 1.0f);  // the trace wrote nothing of the caller's
+  EXPECT_EQ(c.stats().graph_breaks, 1);
+
+  CompiledFunction on_input = compile(
+      [](const Tensor& x) {
+        Tensor y = x * 1.0;
+        Tensor same = x;
+        same.mul_(2.0);
+        return y;
+      },
+      o);
+  Tensor x = ones({2});
+  on_input(x);
+  expect_same(x, full({2}, 2.0));  // doubled once, by the eager run
+}
+
+TEST(Compile, RandomDrawsMatchEager) {
+  auto f = [](Generator* g) {
+    return [g](const Tensor& x) {
+      return dropout(x, 0.5, true, g) + randn({x.size(0)}, DType::Float32, g);
+    };
+  };
+  Generator gc(7), ge(7);
+  CompiledFunction c = compile(f(&gc));
+  auto eager = f(&ge);
+  Tensor x = ones({64});
+  for (int i = 0; i < 3; ++i) expect_same(c(x), eager(x));
+  // A generator made and seeded inside the function draws the same at every call.
+  auto local = [](const Tensor& x) {
+    Generator g(3);
+    return dropout(x, 0.5, true, &g);
+  };
+  CompiledFunction cl = compile(local);
+  expect_same(cl(x), local(x));
+  expect_same(cl(x * 2.0), local(x * 2.0));
+  EXPECT_EQ(cl.stats().traces, 1);
+}
+
+TEST(Compile, CommonSubexpressionsAndDeadCodeAreEliminated) {
+  auto f = [](const Tensor& x) {
+    Tensor unused = cos(x);
+    (void)unused;
+    return exp(x) * exp(x) + sin(x);
+  };
+  CompiledFunction c = compile(f);
+  Tensor x = randn({5});
+  expect_same(c(x), f(x));
+  EXPECT_EQ(count(c.dump(false), "exp("), 2);
+  EXPECT_EQ(count(c.dump(false), "cos("), 1);
+  EXPECT_EQ(count(c.dump(), "exp("), 1);
+  EXPECT_EQ(count(c.dump(), "cos("), 0);
+  CompileOptions off;
+  off.eliminate_common_subexpressions = false;
+  off.eliminate_dead_code = false;
+  CompiledFunction plain = compile(f, off);
+  expect_same(plain(x), f(x));
+  EXPECT_EQ(count(plain.dump(), "exp("), 2);
+  EXPECT_EQ(count(plain.dump(), "cos("), 1);
+  EXPECT_TRUE(contains(c.to_dot(), "digraph"));
+}
+
+TEST(Compile, DetachStopsGradientsInTheCompiledBackward) {
+  auto f = [](const Tensor& x) { return (x * x.detach()).sum(); };
+  CompiledFunction c = compile(f);
+  Tensor x = leaf({4}, 8);
+  c(x).backward();
+  expect_same(x.grad(), x.detach());
+}
+
+TEST(Compile, ComposesWithVmapInBothOrders) {
+  auto f = [](const Tensor& x) { return tanh(x).sum() * x; };
+  CompiledFunction c = compile(f);
+  Tensor xs = randn({4, 3}, DType::Float64);
+  Tensor got = vmap([&](const Tensor& x) { return c(x); })(xs);
+  for (int64_t k = 0; k < 4; ++k) expect_same(got.select(0, k), f(xs.select(0, k)));
+  EXPECT_EQ(c.stats().dispatched, 1);
+
+  CompiledFunction cv = compile([&](const Tensor& x) { return vmap(f)(x); });
+  expect_same(cv(xs), vmap(f)(xs));
+  expect_same(cv(xs * 2.0), vmap(f)(xs * 2.0));
+  EXPECT_EQ(cv.stats().traces, 1);
+}
+
+TEST(Compile, ComposesWithGradAndJvp) {
+  auto f = [](const Tensor& x) { return (sin(x) * x).sum(); };
+  CompiledFunction c = compile(f);
+  Tensor x = randn({5}, DType::Float64);
+  expect_same(grad([&](const Tensor& y) { return c(y); })(x), grad(f)(x));
+  CompiledFunction cg = compile([&](const Tensor& y) { return grad(f)(y); });
+  expect_same(cg(x), grad(f)(x));
+  expect_same(cg(x * 3.0), grad(f)(x * 3.0));
+  EXPECT_EQ(cg.stats().graph_breaks, 0);
+  Tensor t = ones({5}, DType::Float64);
+  auto jc = jvp([&](const Tensor& y) { return c(y); }, x, t);
+  auto je = jvp(f, x, t);
+  expect_same(jc.outputs, je.outputs);
+  expect_same(jc.tangents, je.tangents);
+}
+
+TEST(Compile, CallingACompiledFunctionInsideATraceInlinesIt) {
+  CompiledFunction inner = compile([](const Tensor& x) { return exp(x); });
+  CompiledFunction outer = compile([&](const Tensor& x) { return inner(x) + 1.0; });
+  Tensor x = randn({3});
+  expect_same(outer(x), exp(x) + 1.0);
+  EXPECT_TRUE(contains(outer.dump(), "exp("));
+  EXPECT_EQ(inner.stats().traces, 0);
+}
+
+}  // namespace
