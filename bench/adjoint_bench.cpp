@@ -6,7 +6,7 @@
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
 //                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25] [--grad-bucket-view]]
-//                 [--verbose]
+//                 [--compile] [--verbose]
 // --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
 // gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
@@ -46,7 +46,7 @@ void print_usage(const char* argv0) {
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
                "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
-               "[--grad-bucket-view]] [--verbose]\n",
+               "[--grad-bucket-view]] [--compile] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--grad-bucket-view") {
       o.grad_bucket_view = true;
+      continue;
+    }
+    if (a == "--compile") {
+      o.compile = true;
       continue;
     }
     if (a == "-h" || a == "--help") {
@@ -147,6 +151,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --zero 1|2 needs --data-parallel and gpt-tiny\n");
     return 2;
   }
+  if (o.compile && o.workload != "op-overhead" && o.workload != "pointwise-chain" &&
+      o.workload != "gpt-tiny") {
+    std::fprintf(stderr,
+                 "error: --compile applies to op-overhead, pointwise-chain and gpt-tiny, "
+                 "not %s\n",
+                 o.workload.c_str());
+    return 2;
+  }
   if (o.steps == 0) o.steps = w->default_steps;
   if (o.blas_threads < 1) o.blas_threads = o.threads;
 
@@ -163,6 +175,7 @@ int main(int argc, char** argv) {
   j.str("impl", "adjoint");
   j.str("workload", o.workload);
   j.integer("threads", o.threads);
+  if (o.compile) j.str("mode", "compile");  // the forward through adjoint::compile
   try {
     w->fn(o, j);
   } catch (const std::exception& e) {

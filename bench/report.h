@@ -87,6 +87,7 @@ struct Opts {
   int zero = 0;                     // with data_parallel, gpt-tiny: ZeRO stage 0, 1 or 2
   int bucket_mb = 25;               // with data_parallel: DDP's bucket cap in MiB
   bool grad_bucket_view = false;    // with data_parallel: DdpOptions::gradient_as_bucket_view
+  bool compile = false;  // op-overhead, pointwise-chain, gpt-tiny: the forward through compile
 };
 
 /// --precision bf16: the forward and the loss under Autocast to bfloat16, as torch-ref runs

@@ -26,6 +26,8 @@ namespace detail {
 /// tensor factories turn that into an adjoint::Error naming the op, shape and dtype).
 void* allocate(std::size_t nbytes);
 void deallocate(void* ptr, std::size_t nbytes);
+/// The bytes a request of nbytes takes (its size class): what MemoryStats counts for it.
+std::size_t block_bytes(std::size_t nbytes);
 }  // namespace detail
 
 }  // namespace adjoint

@@ -16,6 +16,7 @@
 // breaks, the passes, and how to read a dump.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,11 @@ struct CompileOptions {
   /// Passes, each switchable (docs/compile.md, "Passes").
   bool eliminate_dead_code = true;
   bool eliminate_common_subexpressions = true;
+  /// The backward computes again the forward's pointwise values it needs, from what they
+  /// were computed from, instead of keeping them.
+  bool recompute_pointwise = true;
+  /// Chains and trees of pointwise ops run as one loop over memory.
+  bool fuse_pointwise = true;
   /// Most signatures traced for one compiled function; calls with a new signature beyond it
   /// run eagerly, with a warning printed once.
   std::size_t cache_limit = 8;
@@ -64,6 +70,21 @@ struct CompileStats {
   int64_t cache_limit_hits = 0;  ///< calls beyond cache_limit
 };
 
+/// The memory plan of a traced graph (docs/compile.md, "Memory planning"): values are let go
+/// after their last use, so the caching allocator reuses their blocks; these are the most
+/// bytes each run holds at once of the values it makes (size classes as the allocator counts
+/// them; a view costs nothing), and what the forward keeps for the backward. Kernels' own
+/// temporaries (a matmul's packing, a reduction's partial sums) are not in it.
+struct CompiledMemoryPlan {
+  std::size_t forward_peak_bytes = 0;
+  std::size_t backward_peak_bytes = 0;
+  std::size_t saved_bytes = 0;
+  int nodes_traced = 0;  ///< before the passes
+  int nodes = 0;         ///< as it runs
+  int fused_away = 0;    ///< nodes folded into fused groups
+  int recomputed = 0;    ///< forward nodes the backward computes again
+};
+
 namespace detail {
 struct CompiledState;  // src/compile/compiled_function.cpp
 }
@@ -76,8 +97,10 @@ class CompiledFunction {
   /// Calls the function: traces on a new signature, else replays.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs,
                                  const StaticArgs& statics = {}) const;
-  /// For a function of one tensor returning one.
-  Tensor operator()(const Tensor& x) const;
+  /// For a function of one tensor returning one. (A template, so that a braced list,
+  /// `f({x, y})`, goes to the list form.)
+  template <class T>
+  requires std::same_as<T, Tensor> Tensor operator()(const T& x) const { return call_one(x); }
 
   CompileStats stats() const;
   /// The graph of the signature called last, as text: before the passes (`optimized` false)
@@ -85,8 +108,11 @@ class CompiledFunction {
   std::string dump(bool optimized = true) const;
   /// The same graph in Graphviz's dot language.
   std::string to_dot(bool optimized = true) const;
+  /// The memory plan and pass counts of the signature called last (zeros before a trace).
+  CompiledMemoryPlan plan() const;
 
  private:
+  Tensor call_one(const Tensor& x) const;
   std::shared_ptr<detail::CompiledState> state_;
 };
 

@@ -393,12 +393,21 @@ class TypedTracedOp final : public TracedOp {
     return out;
   }
 
-  Tensor run_dispatched(std::span<const Tensor> in) const override {
+  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    extras.clear();
     if constexpr (is_std_array<Inputs>::value) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) { return apply(op_, in[I]...); }
       (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
     } else {
       return apply_list(op_, std::vector<Tensor>(in.begin(), in.end()));
+    }
+  }
+
+  std::optional<PointwiseKernel> pointwise() const override {
+    if constexpr (requires { op_.fusion(); }) {
+      return op_.fusion();
+    } else {
+      return std::nullopt;
     }
   }
 

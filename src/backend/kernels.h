@@ -86,6 +86,14 @@ enum class Binary {
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b);
 /// binary() into an existing tensor of the broadcast shape; out may be a itself (in-place ops).
 void binary_into(Binary kind, const Tensor& out, const Tensor& a, const Tensor& b);
+/// One contiguous block of n elements of float or double, computed exactly as unary() and
+/// binary() compute each element (the same functions): compile's fused loops. Not for the
+/// kinds that give bool. `out` may be an input.
+template <class T>
+void unary_block(Unary kind, const T* in, T* out, int64_t n, double a = 0, double b = 0);
+template <class T>
+void binary_block(Binary kind, const T* x, const T* y, T* out, int64_t n);
+
 /// out += alpha * x (x broadcasts to out, same dtype): the optimizer step in one pass.
 void add_scaled_into(const Tensor& out, const Tensor& x, double alpha);
 

@@ -193,7 +193,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
 }
 
-Tensor CompiledFunction::operator()(const Tensor& x) const {
+Tensor CompiledFunction::call_one(const Tensor& x) const {
   std::vector<Tensor> out = (*this)(std::vector<Tensor>{x});
   ADJOINT_CHECK(out.size() == 1, Value, "compile", "the function returned ", out.size(),
                 " tensors; call it with a list to get them");
@@ -211,6 +211,20 @@ std::string CompiledFunction::dump(bool optimized) const {
   if (!e) return "";
   if (!e->plan) return "graph break: " + e->graph_break + "\n";
   return detail::graph_to_text(optimized ? e->plan->graph : *e->traced);
+}
+
+CompiledMemoryPlan CompiledFunction::plan() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const auto& e = state_->last;
+  if (!e || !e->plan) return {};
+  const detail::Plan& p = *e->plan;
+  return {p.forward_peak_bytes,
+          p.backward_peak_bytes,
+          p.saved_bytes,
+          p.nodes_traced,
+          static_cast<int>(p.graph.nodes.size()),
+          p.fused,
+          p.recomputed};
 }
 
 std::string CompiledFunction::to_dot(bool optimized) const {

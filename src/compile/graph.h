@@ -26,6 +26,8 @@ struct Value {
   int node = -1;
   Shape shape;
   DType dtype = kDefaultFloat;
+  /// A result that shares its input's memory (a view): that input's value id, else -1.
+  int alias_of = -1;
 };
 
 struct GraphNode {

@@ -1,6 +1,9 @@
 // The passes over a traced graph (docs/compile.md, "Passes").
 #include "compile/passes.h"
 
+#include "adjoint/allocator.h"
+#include "compile/fusion.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -59,6 +62,44 @@ Schedule schedule(const Graph& g, bool backward, const std::vector<bool>& keep) 
   return s;
 }
 
+std::size_t value_bytes(const Value& v) {
+  return adjoint::detail::block_bytes(static_cast<std::size_t>(v.shape.numel()) *
+                                      itemsize(v.dtype));
+}
+
+// Replays a schedule's allocations: each result takes its size class when its node runs (a
+// view takes nothing and holds its base), and gives it back when it and every view of it
+// have been let go, as run_kernels does.
+std::size_t predicted_peak(const Graph& g, const Schedule& s) {
+  std::vector<bool> made_here(g.values.size(), false);
+  for (int n : s.nodes)
+    for (int id : g.nodes[static_cast<std::size_t>(n)].outputs)
+      made_here[static_cast<std::size_t>(id)] = true;
+  auto owner = [&](int id) {
+    while (g.values[static_cast<std::size_t>(id)].alias_of >= 0)
+      id = g.values[static_cast<std::size_t>(id)].alias_of;
+    return id;
+  };
+  std::vector<int> holders(g.values.size(), 0);
+  std::size_t live = 0, peak = 0;
+  for (std::size_t step = 0; step < s.nodes.size(); ++step) {
+    for (int id : g.nodes[static_cast<std::size_t>(s.nodes[step])].outputs) {
+      const int root = owner(id);
+      if (!made_here[static_cast<std::size_t>(root)]) continue;
+      if (root == id) live += value_bytes(g.values[static_cast<std::size_t>(id)]);
+      ++holders[static_cast<std::size_t>(root)];
+    }
+    peak = std::max(peak, live);
+    for (int id : s.drop[step]) {
+      const int root = owner(id);
+      if (made_here[static_cast<std::size_t>(root)] &&
+          --holders[static_cast<std::size_t>(root)] == 0)
+        live -= value_bytes(g.values[static_cast<std::size_t>(root)]);
+    }
+  }
+  return peak;
+}
+
 }  // namespace
 
 int eliminate_common_subexpressions(Graph& g) {
@@ -115,6 +156,12 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
   p.nodes_traced = static_cast<int>(traced.nodes.size());
   if (options.eliminate_common_subexpressions) p.merged = eliminate_common_subexpressions(traced);
   if (options.eliminate_dead_code) p.dropped = eliminate_dead_code(traced);
+  if (options.recompute_pointwise && traced.has_backward()) {
+    p.recomputed = recompute_pointwise(traced);
+    // The forward values only the backward read, and now computes itself, go.
+    if (options.eliminate_dead_code) p.dropped += eliminate_dead_code(traced);
+  }
+  if (options.fuse_pointwise) p.fused = fuse_pointwise(traced);
   p.graph = std::move(traced);
   const Graph& g = p.graph;
 
@@ -171,6 +218,9 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
         p.forward_reads_saved = true;
   p.forward = schedule(g, false, keep_forward);
   p.backward = schedule(g, true, keep_backward);
+  p.forward_peak_bytes = predicted_peak(g, p.forward);
+  p.backward_peak_bytes = predicted_peak(g, p.backward);
+  for (int id : p.saved) p.saved_bytes += value_bytes(g.values[static_cast<std::size_t>(id)]);
   return p;
 }
 

@@ -38,6 +38,14 @@ struct Plan {
   int nodes_traced = 0;
   int merged = 0;
   int dropped = 0;
+  int recomputed = 0;
+  int fused = 0;
+  /// The memory plan: the most bytes each run holds at once of the values it makes (the
+  /// allocator's size classes; views cost nothing), and the bytes the forward keeps for the
+  /// backward. Kernels' own temporaries are not counted.
+  std::size_t forward_peak_bytes = 0;
+  std::size_t backward_peak_bytes = 0;
+  std::size_t saved_bytes = 0;
 };
 
 /// Runs the passes the options ask for and schedules the graph.

@@ -185,14 +185,16 @@ std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tens
   const Graph& g = plan.graph;
   std::vector<Tensor> env(g.values.size());
   bind_leaves(plan, env, inputs, g.captures);
-  std::vector<Tensor> args;
+  std::vector<Tensor> args, extras;
   for (std::size_t step = 0; step < plan.forward.nodes.size(); ++step) {
     const GraphNode& n = g.nodes[static_cast<std::size_t>(plan.forward.nodes[step])];
     args.clear();
     for (int id : n.inputs) {
       args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
     }
-    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args);
+    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args, extras);
+    for (std::size_t k = 0; k < extras.size() && k + 1 < n.outputs.size(); ++k)
+      env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
     for (int id : plan.forward.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
   }
   std::vector<Tensor> outs;

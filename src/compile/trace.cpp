@@ -57,7 +57,10 @@ class ExternalOp final : public TracedOp {
     extras.clear();
     return run_(in);
   }
-  Tensor run_dispatched(std::span<const Tensor> in) const override { return run_(in); }
+  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    extras.clear();
+    return run_(in);
+  }
   bool same_as(const TracedOp&) const override { return false; }
 
  private:
@@ -278,10 +281,19 @@ class Tracer final : public OpTracer {
                 const std::vector<Tensor>& saved, bool random) {
     const int node = static_cast<int>(g_.nodes.size());
     GraphNode n{std::move(op), std::move(ins), {}, backward_, random};
+    // Which input a result shares memory with (a view), for the memory plan.
+    auto alias_of = [&](const Tensor& t) {
+      for (int id : n.inputs)
+        if (id >= 0 && first_[static_cast<std::size_t>(id)].impl()->storage == t.impl()->storage)
+          return id;
+      return -1;
+    };
     auto add_output = [&](const Tensor& t) {
       const int k = static_cast<int>(n.outputs.size());
-      const int id = t.defined() ? g_.add_value({ValueKind::Result, k, node, t.shape(), t.dtype()})
-                                 : g_.add_value({ValueKind::Result, k, node, {}, kDefaultFloat});
+      const int id =
+          t.defined()
+              ? g_.add_value({ValueKind::Result, k, node, t.shape(), t.dtype(), alias_of(t)})
+              : g_.add_value({ValueKind::Result, k, node, {}, kDefaultFloat});
       n.outputs.push_back(id);
       if (t.defined()) known(t, id);
     };

@@ -65,6 +65,8 @@ Cache& cache() {
 
 namespace detail {
 
+std::size_t block_bytes(std::size_t nbytes) { return size_class(nbytes); }
+
 void* allocate(std::size_t nbytes) {
   std::size_t cls = size_class(nbytes);
   Cache& c = cache();

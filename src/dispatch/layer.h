@@ -6,11 +6,13 @@
 #include <any>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "adjoint/tensor.h"
 #include "autograd/autocast.h"
+#include "backend/kernels.h"
 #include "core/mode_state.h"
 
 namespace adjoint::detail {
@@ -52,6 +54,21 @@ constexpr uint8_t layers_for(AutocastPolicy policy) {
                                           : static_cast<uint8_t>(0xff);
 }
 
+/// How a pointwise op computes each element, for compile's fusion (src/compile/fusion.cpp):
+/// one unary kind with its scalar parameters, or one binary kind whose operands broadcast, on
+/// one floating dtype. An op struct that is pointwise says so with a member
+/// `PointwiseKernel fusion() const`, beside its forward.
+struct PointwiseKernel {
+  bool is_binary = false;
+  kernels::Unary unary = kernels::Unary::Neg;
+  kernels::Binary binary = kernels::Binary::Add;
+  double a = 0, b = 0;
+  static PointwiseKernel of(kernels::Unary k, double a = 0, double b = 0) {
+    return {false, k, kernels::Binary::Add, a, b};
+  }
+  static PointwiseKernel of(kernels::Binary k) { return {true, kernels::Unary::Neg, k, 0, 0}; }
+};
+
 /// An op as a traced graph keeps it (src/compile): a copy of the op struct after its forward
 /// ran, able to run again on new inputs.
 class TracedOp {
@@ -60,8 +77,12 @@ class TracedOp {
   virtual const char* name() const = 0;
   /// The forward alone on `inputs` (no layer, no recording); what it saves goes to `extras`.
   virtual Tensor run_kernel(std::span<const Tensor> inputs, std::vector<Tensor>& extras) const = 0;
-  /// The whole call through the dispatch stack (recording, tangents, batching rules).
-  virtual Tensor run_dispatched(std::span<const Tensor> inputs) const = 0;
+  /// The whole call through the dispatch stack (recording, tangents, batching rules); an op
+  /// of several results (a fused group) puts the others in `extras`.
+  virtual Tensor run_dispatched(std::span<const Tensor> inputs,
+                                std::vector<Tensor>& extras) const = 0;
+  /// The op's elementwise computation when it is a pointwise op (its `fusion()` member).
+  virtual std::optional<PointwiseKernel> pointwise() const { return std::nullopt; }
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it
   /// computes the same values (common-subexpression elimination). False when unsure.
   virtual bool same_as(const TracedOp& other) const = 0;

@@ -22,6 +22,7 @@ struct ReluBackward {
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::ReluBackward, gy, y);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::ReluBackward); }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     return {c.needs_grad(0) ? relu_backward(g, c.input(1)) : Tensor(),
             c.needs_grad(1) ? zeros_like(c.input(1)) : Tensor()};
@@ -41,6 +42,7 @@ struct Relu {
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Relu, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Relu); }
   // d/dx max(x, 0) = [x > 0] = [y > 0]
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return relu_backward(gy, c.output()); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return relu_backward(tx, c.output()); }
@@ -51,6 +53,7 @@ struct LeakyRelu : Pointwise<LeakyRelu> {
   static constexpr Save save = Save::Inputs;
   double slope;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::LeakyRelu, x, slope); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::LeakyRelu, slope); }
   // d/dx = 1 for x > 0, slope otherwise
   Tensor factor(const Ctx& c) const {
     Tensor pos = gt(c.input(0), 0).to(c.input(0).dtype());
@@ -67,6 +70,7 @@ struct SigmoidBackward {
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::SigmoidBackward, gy, y);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::SigmoidBackward); }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& gy = c.input(0);
     const Tensor& y = c.input(1);
@@ -83,6 +87,7 @@ struct Sigmoid {
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sigmoid, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Sigmoid); }
   // d/dx sigmoid(x) = y (1 - y)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return sigmoid_backward(gy, c.output()); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return sigmoid_backward(tx, c.output()); }
@@ -116,6 +121,10 @@ struct GeluBackward {
         approximate == GeluApproximation::Tanh ? Binary::GeluTanhBackward : Binary::GeluErfBackward,
         gy, x);
   }
+  PointwiseKernel fusion() const {
+    return PointwiseKernel::of(approximate == GeluApproximation::Tanh ? Binary::GeluTanhBackward
+                                                                      : Binary::GeluErfBackward);
+  }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& gy = c.input(0);
     const Tensor& x = c.input(1);
@@ -138,6 +147,10 @@ struct Gelu {
     return kernels::unary(approximate == GeluApproximation::Tanh ? Unary::GeluTanh : Unary::GeluErf,
                           x);
   }
+  PointwiseKernel fusion() const {
+    return PointwiseKernel::of(approximate == GeluApproximation::Tanh ? Unary::GeluTanh
+                                                                      : Unary::GeluErf);
+  }
   // erf form: d/dx x Φ(x) = Φ(x) + x φ(x); tanh form, u = k (x + 0.044715 x^3), t = tanh(u):
   // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
@@ -152,6 +165,7 @@ struct Silu : Pointwise<Silu> {
   static constexpr const char* name = "silu";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Silu, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Silu); }
   // d/dx x s(x) = s (1 + x (1 - s))
   Tensor factor(const Ctx& c) const {
     Tensor s = sigmoid(c.input(0));
@@ -166,6 +180,7 @@ struct Softplus : Pointwise<Softplus> {
   Tensor forward(const Tensor& x) const {
     return kernels::unary(Unary::Softplus, x, beta, threshold);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Softplus, beta, threshold); }
   // d/dx log(1 + exp(beta x)) / beta = sigmoid(beta x); 1 above the threshold (linear region)
   Tensor factor(const Ctx& c) const {
     const Tensor& x = c.input(0);

@@ -18,6 +18,7 @@ struct Add {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Add, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::Add); }
   // d(a + b) = da + db
   std::array<Tensor, 2> vjp(const Ctx&, const Tensor& gy) const { return {gy, gy}; }
   Tensor jvp(const Ctx&, const Tensor& ta, const Tensor& tb) const { return ta + tb; }
@@ -30,6 +31,7 @@ struct Sub {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Sub, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::Sub); }
   // d(a - b) = da - db
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {gy, c.needs_grad(1) ? -gy : Tensor()};
@@ -44,6 +46,7 @@ struct Mul {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Mul, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::Mul); }
   // d(a b) = b da + a db
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {c.needs_grad(0) ? gy * c.input(1) : Tensor(),
@@ -61,6 +64,7 @@ struct Div {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Div, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::Div); }
   // d(a / b) = da / b - a db / b^2
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     const Tensor& a = c.input(0);
@@ -81,6 +85,7 @@ struct Pow {
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(Binary::Pow, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::Pow); }
   // d(a^b) = b a^(b-1) da + a^b log(a) db; the log term is taken as 0 where a == 0 and b >= 0.
   static Tensor d_base(const Ctx& c) { return c.input(1) * c.input(0).pow(c.input(1) - 1); }
   static Tensor d_exponent(const Ctx& c) {
@@ -108,6 +113,9 @@ struct Extremum {
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& a, const Tensor& b) const {
     return kernels::binary(kMax ? Binary::Maximum : Binary::Minimum, a, b);
+  }
+  PointwiseKernel fusion() const {
+    return PointwiseKernel::of(kMax ? Binary::Maximum : Binary::Minimum);
   }
   // 1 where x wins, 1/2 on ties, 0 where x loses; 1 where a or b is NaN (neither loses)
   static Tensor keep_weight(const Tensor& x_loses, const Tensor& tie, DType dt) {
@@ -158,6 +166,7 @@ struct AddScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::AddScalar, x, s); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::AddScalar, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }  // d(x + s) = dx
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
 };
@@ -168,6 +177,7 @@ struct MulScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::MulScalar, x, s); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::MulScalar, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy * s; }  // d(s x) = s dx
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx * s; }
 };
@@ -178,6 +188,7 @@ struct RSubScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RSubScalar, x, s); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::RSubScalar, s); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return -gy; }  // d(s - x) = -dx
   Tensor jvp(const Ctx&, const Tensor& tx) const { return -tx; }
 };
@@ -188,6 +199,7 @@ struct RDivScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double s;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RDivScalar, x, s); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::RDivScalar, s); }
   // d(s / x) = -s/x^2 dx = -(y / x) dx
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return -gy * c.output() / c.input(0); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return -tx * c.output() / c.input(0); }

@@ -15,6 +15,7 @@ struct Neg {
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Neg, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Neg); }
   // d/dx (-x) = -1
   Tensor vjp(const Ctx&, const Tensor& gy) const { return -gy; }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return -tx; }
@@ -25,6 +26,7 @@ struct Exp : Pointwise<Exp> {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Exp, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Exp); }
   // d/dx exp(x) = exp(x)
   static Tensor factor(const Ctx& c) { return c.output(); }
 };
@@ -35,6 +37,7 @@ struct Log {
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Log); }
   // d/dx log(x) = 1/x
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / c.input(0); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx / c.input(0); }
@@ -46,6 +49,7 @@ struct Log1p {
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Log1p, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Log1p); }
   // d/dx log(1 + x) = 1/(1 + x)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / (c.input(0) + 1); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx / (c.input(0) + 1); }
@@ -56,6 +60,7 @@ struct Expm1 : Pointwise<Expm1> {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Expm1, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Expm1); }
   // d/dx (exp(x) - 1) = exp(x) = y + 1
   static Tensor factor(const Ctx& c) { return c.output() + 1; }
 };
@@ -65,6 +70,7 @@ struct Sqrt {
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sqrt, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Sqrt); }
   // d/dx sqrt(x) = 1 / (2 sqrt(x))
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy / (c.output() * 2); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx / (c.output() * 2); }
@@ -75,6 +81,7 @@ struct Rsqrt : Pointwise<Rsqrt> {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Rsqrt, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Rsqrt); }
   // d/dx x^(-1/2) = -1/2 x^(-3/2) = -y^3 / 2
   static Tensor factor(const Ctx& c) { return c.output().pow(3) * -0.5; }
 };
@@ -83,6 +90,7 @@ struct Abs : Pointwise<Abs> {
   static constexpr const char* name = "abs";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Abs, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Abs); }
   // d/dx |x| = sign(x) (0 at 0, as PyTorch)
   static Tensor factor(const Ctx& c) { return sign(c.input(0)); }
 };
@@ -92,6 +100,7 @@ struct Sign {
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sign, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Sign); }
   // d/dx sign(x) = 0 almost everywhere
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy * 0; }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx * 0; }
@@ -101,6 +110,7 @@ struct Sin : Pointwise<Sin> {
   static constexpr const char* name = "sin";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Sin, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Sin); }
   // d/dx sin(x) = cos(x)
   static Tensor factor(const Ctx& c) { return cos(c.input(0)); }
 };
@@ -109,6 +119,7 @@ struct Cos : Pointwise<Cos> {
   static constexpr const char* name = "cos";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Cos, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Cos); }
   // d/dx cos(x) = -sin(x)
   static Tensor factor(const Ctx& c) { return -sin(c.input(0)); }
 };
@@ -117,6 +128,7 @@ struct Tan : Pointwise<Tan> {
   static constexpr const char* name = "tan";
   static constexpr Save save = Save::Output;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Tan, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Tan); }
   // d/dx tan(x) = 1 + tan(x)^2
   static Tensor factor(const Ctx& c) { return c.output().square() + 1; }
 };
@@ -130,6 +142,7 @@ struct TanhBackward {
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::binary(Binary::TanhBackward, gy, y);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Binary::TanhBackward); }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& gy = c.input(0);
     const Tensor& y = c.input(1);
@@ -146,6 +159,7 @@ struct Tanh {
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Tanh, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Tanh); }
   // d/dx tanh(x) = 1 - tanh(x)^2
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return tanh_backward(gy, c.output()); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tanh_backward(tx, c.output()); }
@@ -155,6 +169,7 @@ struct Erf : Pointwise<Erf> {
   static constexpr const char* name = "erf";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Erf, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Erf); }
   // d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
   static Tensor factor(const Ctx& c) { return exp(-c.input(0).square()) * M_2_SQRTPI; }
 };
@@ -163,6 +178,7 @@ struct Square : Pointwise<Square> {
   static constexpr const char* name = "square";
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::Square, x); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::Square); }
   // d/dx x^2 = 2x
   static Tensor factor(const Ctx& c) { return c.input(0) * 2; }
 };
@@ -174,6 +190,7 @@ struct PowScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double p;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::PowScalar, x, p); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::PowScalar, p); }
   // d/dx x^p = p x^(p-1)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy * factor(c); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx * factor(c); }
@@ -192,6 +209,7 @@ struct RPowScalar {
   static constexpr Batching batching = Batching::Pointwise;
   double base;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::RPowScalar, x, base); }
+  PointwiseKernel fusion() const { return PointwiseKernel::of(Unary::RPowScalar, base); }
   // d/dx b^x = b^x log(b)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy * c.output() * std::log(base); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return tx * c.output() * std::log(base); }

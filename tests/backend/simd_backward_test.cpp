@@ -98,7 +98,7 @@ TEST(SimdBackward, GeluGradNaNAndOtherKinds) {
   });
   float o = 7;
   const float one = 1;
-  EXPECT_FALSE(kernels::simd_binary(Binary::Mul, &one, &one, &o, 1));
+  EXPECT_FALSE(kernels::simd_binary(Binary::Pow, &one, &one, &o, 1));
   EXPECT_EQ(o, 7);
   EXPECT_TRUE(kernels::simd_binary_handles(Binary::GeluErfBackward));
   EXPECT_FALSE(kernels::simd_binary_handles(Binary::TanhBackward));

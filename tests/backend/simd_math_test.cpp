@@ -286,15 +286,70 @@ void check_against_libm() {
   });
 }
 
-TEST(SimdMath, HandlesTheTranscendentalKindsOnly) {
+TEST(SimdMath, HandlesTheKindsItHasOnly) {
   for (Unary k : kHandled) EXPECT_TRUE(kernels::simd_unary_handles(k)) << name(k);
   float f = 1, g = 0;
-  for (Unary k : {Unary::Neg, Unary::Relu, Unary::Sin, Unary::PowScalar, Unary::AddScalar,
-                  Unary::EqScalar, Unary::LeakyRelu}) {
+  for (Unary k : {Unary::Relu, Unary::Sin, Unary::PowScalar, Unary::EqScalar, Unary::LeakyRelu}) {
     EXPECT_FALSE(kernels::simd_unary_handles(k));
-    EXPECT_FALSE(kernels::simd_unary(k, &f, &g, 1));
+    EXPECT_FALSE(kernels::simd_unary(k, &f, &g, 1, 2.5));
     EXPECT_EQ(g, 0);  // nothing written
   }
+  EXPECT_TRUE(kernels::simd_unary_handles(Unary::PowScalar, 3));
+  EXPECT_FALSE(kernels::simd_unary_handles(Unary::PowScalar, 2.5));
+}
+
+// The arithmetic kinds round once per operation, so every instruction set must give the
+// scalar loop's bits, signed zeros and NaNs included (compile's fused loops rely on it).
+template <class T>
+void check_arithmetic_bitwise() {
+  std::vector<T> x = special_values<T>();
+  x.push_back(T(0));
+  x.push_back(-T(0));
+  std::vector<T> y(x.rbegin(), x.rend());
+  const T a = T(0.7);
+  auto same = [](T p, T q) {
+    return std::memcmp(&p, &q, sizeof(T)) == 0 || (std::isnan(p) && std::isnan(q));
+  };
+  struct UnaryCase {
+    Unary k;
+    double param;
+    T (*ref)(T, T);
+  };
+  const UnaryCase unary_cases[] = {
+      {Unary::Neg, 0, [](T v, T) { return T(0) - v; }},
+      {Unary::AddScalar, 0.7, [](T v, T s) { return v + s; }},
+      {Unary::MulScalar, 0.7, [](T v, T s) { return v * s; }},
+      {Unary::RSubScalar, 0.7, [](T v, T s) { return s - v; }},
+      {Unary::RDivScalar, 0.7, [](T v, T s) { return s / v; }},
+      {Unary::Square, 0, [](T v, T) { return v * v; }},
+      {Unary::PowScalar, 2, [](T v, T) { return v * v; }},
+      {Unary::PowScalar, 3, [](T v, T) { return v * v * v; }},
+  };
+  const std::pair<kernels::Binary, T (*)(T, T)> binary_cases[] = {
+      {kernels::Binary::Add, [](T p, T q) { return p + q; }},
+      {kernels::Binary::Sub, [](T p, T q) { return p - q; }},
+      {kernels::Binary::Mul, [](T p, T q) { return p * q; }},
+      {kernels::Binary::Div, [](T p, T q) { return p / q; }},
+  };
+  for_each_target([&](const std::string& target) {
+    std::vector<T> out(x.size());
+    for (const UnaryCase& c : unary_cases) {
+      ASSERT_TRUE(kernels::simd_unary(c.k, x.data(), out.data(), int64_t(x.size()), c.param));
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_TRUE(same(out[i], c.ref(x[i], c.k == Unary::PowScalar ? T(0) : a)))
+            << target << " " << name(c.k) << " of " << x[i];
+    }
+    for (const auto& [k, ref] : binary_cases) {
+      ASSERT_TRUE(kernels::simd_binary(k, x.data(), y.data(), out.data(), int64_t(x.size())));
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_TRUE(same(out[i], ref(x[i], y[i]))) << target << " " << x[i] << ", " << y[i];
+    }
+  });
+}
+
+TEST(SimdMath, ArithmeticIsBitwiseTheScalarLoop) {
+  check_arithmetic_bitwise<float>();
+  check_arithmetic_bitwise<double>();
 }
 
 TEST(SimdMath, Float32MatchesLibm) { check_against_libm<float, double>(); }

@@ -249,120 +249,273 @@ int64_t int_pow(int64_t a, int64_t b) {
   return static_cast<int64_t>(r);
 }
 
+// Where a kernel's per-element functions run: over tensors (strided, broadcast, threaded),
+// or over one contiguous block of arrays (compile's fused loops, which must compute each
+// element exactly as the op's own kernel does: the functions are the same).
+struct TensorMap1 {
+  const Tensor& out;
+  const Tensor& x;
+  template <class Out, class In, class F>
+  void map(F f) const {
+    map1<Out, In>(out, x, f);
+  }
+  template <class T>
+  bool simd(Unary k, double a, double b) const {
+    if (!simd_unary_handles(k, a) || !x.is_contiguous() || !out.is_contiguous() ||
+        x.shape() != out.shape())
+      return false;
+    const T* in = reinterpret_cast<const T*>(operand_data<T>(x));
+    T* o = reinterpret_cast<T*>(operand_data<T>(out));
+    parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+      simd_unary(k, in + begin, o + begin, end - begin, a, b);
+    });
+    return true;
+  }
+};
+
 template <class T>
-void unary_numeric(Unary k, const Tensor& out, const Tensor& x, double a_, double b_,
-                   const char* op) {
+struct ArrayMap1 {
+  const T* in;
+  T* out;
+  int64_t n;
+  template <class Out, class In, class F>
+  void map(F f) const {
+    if constexpr (std::is_same_v<Out, T> && std::is_same_v<In, T>) {
+      for (int64_t j = 0; j < n; ++j) out[j] = f(in[j]);
+    } else {
+      ADJOINT_ASSERT(false, "unary_block: a kind that changes the dtype");
+    }
+  }
+  template <class U>
+  bool simd(Unary k, double a, double b) const {
+    if (!simd_unary_handles(k, a)) return false;
+    simd_unary(k, in, out, n, a, b);
+    return true;
+  }
+};
+
+template <class T, class M>
+void unary_numeric(Unary k, const M& m, double a_, double b_, const char* op) {
   const T a = param<T>(k, a_, op), b = std::is_integral_v<T> ? T(0) : static_cast<T>(b_);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    // Contiguous kinds the vectorised kernels have (simd_math.cpp) run there, in the same
+    // fixed chunks; the lambdas below stay the reference and serve strided inputs.
+    if (m.template simd<T>(k, a_, b_)) return;
+  }
   switch (k) {
     case Unary::Neg:
-      return map1<T, T>(out, x, [](T v) { return sub_wrap(T(0), v); });
+      return m.template map<T, T>([](T v) { return sub_wrap(T(0), v); });
     case Unary::Abs:
-      return map1<T, T>(out, x, [](T v) { return v < 0 ? sub_wrap(T(0), v) : v; });
+      return m.template map<T, T>([](T v) { return v < 0 ? sub_wrap(T(0), v) : v; });
     case Unary::Sign:
-      return map1<T, T>(out, x, [](T v) { return T((v > 0) - (v < 0)); });
+      return m.template map<T, T>([](T v) { return T((v > 0) - (v < 0)); });
     case Unary::Square:
-      return map1<T, T>(out, x, [](T v) { return mul_wrap(v, v); });
+      return m.template map<T, T>([](T v) { return mul_wrap(v, v); });
     case Unary::Relu:  // max(v, 0) that keeps NaN (and -0), as PyTorch's clamp_min(x, 0)
-      return map1<T, T>(out, x, [](T v) { return v < T(0) ? T(0) : v; });
+      return m.template map<T, T>([](T v) { return v < T(0) ? T(0) : v; });
     case Unary::ClampMin:
-      return map1<T, T>(out, x, [a](T v) { return v < a ? a : v; });
+      return m.template map<T, T>([a](T v) { return v < a ? a : v; });
     case Unary::ClampMax:
-      return map1<T, T>(out, x, [a](T v) { return v > a ? a : v; });
+      return m.template map<T, T>([a](T v) { return v > a ? a : v; });
     case Unary::AddScalar:
-      return map1<T, T>(out, x, [a](T v) { return add_wrap(v, a); });
+      return m.template map<T, T>([a](T v) { return add_wrap(v, a); });
     case Unary::MulScalar:
-      return map1<T, T>(out, x, [a](T v) { return mul_wrap(v, a); });
+      return m.template map<T, T>([a](T v) { return mul_wrap(v, a); });
     case Unary::RSubScalar:
-      return map1<T, T>(out, x, [a](T v) { return sub_wrap(a, v); });
+      return m.template map<T, T>([a](T v) { return sub_wrap(a, v); });
     case Unary::EqScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v == a_; });
+      return m.template map<bool, T>([a_](T v) { return v == a_; });
     case Unary::NeScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v != a_; });
+      return m.template map<bool, T>([a_](T v) { return v != a_; });
     case Unary::LtScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v < a_; });
+      return m.template map<bool, T>([a_](T v) { return v < a_; });
     case Unary::LeScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v <= a_; });
+      return m.template map<bool, T>([a_](T v) { return v <= a_; });
     case Unary::GtScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v > a_; });
+      return m.template map<bool, T>([a_](T v) { return v > a_; });
     case Unary::GeScalar:
-      return map1<bool, T>(out, x, [a_](T v) { return v >= a_; });
+      return m.template map<bool, T>([a_](T v) { return v >= a_; });
     case Unary::LogicalNot:
-      return map1<bool, T>(out, x, [](T v) { return v == T(0); });
+      return m.template map<bool, T>([](T v) { return v == T(0); });
     default:
       break;
   }
   if constexpr (std::is_integral_v<T>) {
-    if (k == Unary::PowScalar) return map1<T, T>(out, x, [a](T v) { return int_pow(v, a); });
-  }
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    // Contiguous transcendental kinds run vectorised (simd_math.cpp), in the same fixed chunks;
-    // the lambdas below stay the reference and serve strided inputs.
-    if (simd_unary_handles(k) && x.is_contiguous() && out.is_contiguous() &&
-        x.shape() == out.shape()) {
-      const T* in = reinterpret_cast<const T*>(operand_data<T>(x));
-      T* o = reinterpret_cast<T*>(operand_data<T>(out));
-      parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
-        simd_unary(k, in + begin, o + begin, end - begin, a_, b_);
-      });
-      return;
-    }
+    if (k == Unary::PowScalar) return m.template map<T, T>([a](T v) { return int_pow(v, a); });
   }
   if constexpr (std::is_floating_point_v<T>) {
     switch (k) {
       case Unary::Exp:
-        return map1<T, T>(out, x, [](T v) { return std::exp(v); });
+        return m.template map<T, T>([](T v) { return std::exp(v); });
       case Unary::Log:
-        return map1<T, T>(out, x, [](T v) { return std::log(v); });
+        return m.template map<T, T>([](T v) { return std::log(v); });
       case Unary::Log1p:
-        return map1<T, T>(out, x, [](T v) { return std::log1p(v); });
+        return m.template map<T, T>([](T v) { return std::log1p(v); });
       case Unary::Expm1:
-        return map1<T, T>(out, x, [](T v) { return std::expm1(v); });
+        return m.template map<T, T>([](T v) { return std::expm1(v); });
       case Unary::Sqrt:
-        return map1<T, T>(out, x, [](T v) { return std::sqrt(v); });
+        return m.template map<T, T>([](T v) { return std::sqrt(v); });
       case Unary::Rsqrt:
-        return map1<T, T>(out, x, [](T v) { return T(1) / std::sqrt(v); });
+        return m.template map<T, T>([](T v) { return T(1) / std::sqrt(v); });
       case Unary::Sin:
-        return map1<T, T>(out, x, [](T v) { return std::sin(v); });
+        return m.template map<T, T>([](T v) { return std::sin(v); });
       case Unary::Cos:
-        return map1<T, T>(out, x, [](T v) { return std::cos(v); });
+        return m.template map<T, T>([](T v) { return std::cos(v); });
       case Unary::Tan:
-        return map1<T, T>(out, x, [](T v) { return std::tan(v); });
+        return m.template map<T, T>([](T v) { return std::tan(v); });
       case Unary::Tanh:
-        return map1<T, T>(out, x, [](T v) { return std::tanh(v); });
+        return m.template map<T, T>([](T v) { return std::tanh(v); });
       case Unary::Erf:
-        return map1<T, T>(out, x, [](T v) { return std::erf(v); });
+        return m.template map<T, T>([](T v) { return std::erf(v); });
       case Unary::Sigmoid:
-        return map1<T, T>(out, x, [](T v) { return sigmoid_of(v); });
+        return m.template map<T, T>([](T v) { return sigmoid_of(v); });
       case Unary::Reciprocal:
-        return map1<T, T>(out, x, [](T v) { return T(1) / v; });
+        return m.template map<T, T>([](T v) { return T(1) / v; });
       case Unary::LeakyRelu:
-        return map1<T, T>(out, x, [a](T v) { return v > 0 ? v : v * a; });
+        return m.template map<T, T>([a](T v) { return v > 0 ? v : v * a; });
       case Unary::Softplus:
-        return map1<T, T>(out, x,
-                          [a, b](T v) { return v * a > b ? v : std::log1p(std::exp(v * a)) / a; });
+        return m.template map<T, T>(
+            [a, b](T v) { return v * a > b ? v : std::log1p(std::exp(v * a)) / a; });
       case Unary::RDivScalar:
-        return map1<T, T>(out, x, [a](T v) { return a / v; });
+        return m.template map<T, T>([a](T v) { return a / v; });
       case Unary::PowScalar:
-        if (a_ == 2) return map1<T, T>(out, x, [](T v) { return v * v; });
-        if (a_ == 0.5) return map1<T, T>(out, x, [](T v) { return std::sqrt(v); });
-        return map1<T, T>(out, x, [a](T v) { return std::pow(v, a); });
+        if (a_ == 2) return m.template map<T, T>([](T v) { return v * v; });
+        if (a_ == 0.5) return m.template map<T, T>([](T v) { return std::sqrt(v); });
+        // As PyTorch's pow_tensor_scalar_optimized_kernel: x^3 as two multiplications.
+        if (a_ == 3) return m.template map<T, T>([](T v) { return v * v * v; });
+        return m.template map<T, T>([a](T v) { return std::pow(v, a); });
       case Unary::RPowScalar:
-        return map1<T, T>(out, x, [a](T v) { return std::pow(a, v); });
+        return m.template map<T, T>([a](T v) { return std::pow(a, v); });
       case Unary::GeluErf:
-        return map1<T, T>(out, x,
-                          [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(M_SQRT1_2))); });
+        return m.template map<T, T>(
+            [](T v) { return T(0.5) * v * (T(1) + std::erf(v * T(M_SQRT1_2))); });
       case Unary::GeluTanh:
-        return map1<T, T>(out, x, [](T v) {
+        return m.template map<T, T>([](T v) {
           const T k = T(0.7978845608028654);  // sqrt(2 / pi)
           return T(0.5) * v * (T(1) + std::tanh(k * (v + T(0.044715) * v * v * v)));
         });
       case Unary::Silu:
-        return map1<T, T>(out, x, [](T v) { return v * sigmoid_of(v); });
+        return m.template map<T, T>([](T v) { return v * sigmoid_of(v); });
       default:
         break;
     }
   }
   ADJOINT_ASSERT(false, "unhandled unary kind ", static_cast<int>(k));
+}
+
+struct TensorMap2 {
+  const Tensor& out;
+  const Tensor& a;
+  const Tensor& b;
+  template <class Out, class In, class F>
+  void map(F f) const {
+    map2<Out, In>(out, a, b, f);
+  }
+  template <class T>
+  bool simd(Binary k) const {
+    if (!simd_binary_handles(k) || !out.is_contiguous() || !a.is_contiguous() ||
+        !b.is_contiguous() || a.shape() != out.shape() || b.shape() != out.shape())
+      return false;
+    const T* x = reinterpret_cast<const T*>(operand_data<T>(a));
+    const T* y = reinterpret_cast<const T*>(operand_data<T>(b));
+    T* o = reinterpret_cast<T*>(operand_data<T>(out));
+    parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+      simd_binary(k, x + begin, y + begin, o + begin, end - begin);
+    });
+    return true;
+  }
+};
+
+template <class T>
+struct ArrayMap2 {
+  const T* a;
+  const T* b;
+  T* out;
+  int64_t n;
+  template <class Out, class In, class F>
+  void map(F f) const {
+    if constexpr (std::is_same_v<Out, T> && std::is_same_v<In, T>) {
+      for (int64_t j = 0; j < n; ++j) out[j] = f(a[j], b[j]);
+    } else {
+      ADJOINT_ASSERT(false, "binary_block: a kind that changes the dtype");
+    }
+  }
+  template <class U>
+  bool simd(Binary k) const {
+    if (!simd_binary_handles(k)) return false;
+    simd_binary(k, a, b, out, n);
+    return true;
+  }
+};
+
+// The arithmetic binary kinds (not the comparisons) over a mapper (TensorMap2, ArrayMap2).
+template <class T, class M>
+void binary_numeric(Binary k, const M& m) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    // Contiguous gelu gradients run vectorised (simd_math.cpp); the lambdas below stay the
+    // reference and serve strided and broadcast operands.
+    if (m.template simd<T>(k)) return;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    ADJOINT_CHECK(false, DType, "binary", "arithmetic on bool tensors is not supported");
+  } else {
+    switch (k) {
+      case Binary::Add:
+        return m.template map<T, T>([](T x, T y) { return add_wrap(x, y); });
+      case Binary::Sub:
+        return m.template map<T, T>([](T x, T y) { return sub_wrap(x, y); });
+      case Binary::Mul:
+        return m.template map<T, T>([](T x, T y) { return mul_wrap(x, y); });
+      case Binary::Div:
+        if constexpr (std::is_integral_v<T>) {
+          ADJOINT_CHECK(false, DType, "div", "integer division goes through floats in ops");
+        } else {
+          return m.template map<T, T>([](T x, T y) { return x / y; });
+        }
+      case Binary::Pow:
+        if constexpr (std::is_integral_v<T>) {  // std::pow's double overflows an int64 cast
+          return m.template map<T, T>([](T x, T y) { return int_pow(x, y); });
+        } else {
+          return m.template map<T, T>([](T x, T y) { return std::pow(x, y); });
+        }
+      case Binary::Minimum:
+        return m.template map<T, T>([](T x, T y) { return (x < y || x != x) ? x : y; });
+      case Binary::Maximum:
+        return m.template map<T, T>([](T x, T y) { return (x > y || x != x) ? x : y; });
+      case Binary::TanhBackward:
+        return m.template map<T, T>([](T g, T y) { return g * (T(1) - y * y); });
+      case Binary::ReluBackward:  // PyTorch's threshold_backward: a NaN y passes g through
+        return m.template map<T, T>([](T g, T y) { return y <= T(0) ? T(0) : g; });
+      case Binary::SigmoidBackward:
+        return m.template map<T, T>([](T g, T y) { return g * y * (T(1) - y); });
+      default:
+        break;
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      switch (k) {
+        case Binary::GeluTanhBackward:
+          // d/dx 0.5 x (1 + t), t = tanh(k (x + c x^3)):
+          // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+          return m.template map<T, T>([](T g, T x) {
+            const T k = T(0.7978845608028654), c = T(0.044715);
+            const T x2 = x * x;
+            const T t = std::tanh(k * (x + c * x * x2));
+            return g *
+                   (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2));
+          });
+        case Binary::GeluErfBackward:
+          // d/dx x Phi(x) = Phi(x) + x phi(x)
+          return m.template map<T, T>([](T g, T x) {
+            const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
+            const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
+            return g * (cdf + x * pdf);
+          });
+        default:
+          break;
+      }
+    }
+  }
+  ADJOINT_ASSERT(false, "unhandled binary kind");
 }
 
 }  // namespace
@@ -382,12 +535,26 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
   dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
     if constexpr (std::is_same_v<T, bool>) {
       Tensor as_int = cast(x, DType::Int64);
-      unary_numeric<int64_t>(k, out, as_int, a, b, op);
+      unary_numeric<int64_t>(k, TensorMap1{out, as_int}, a, b, op);
     } else {
-      unary_numeric<T>(k, out, x, a, b, op);
+      unary_numeric<T>(k, TensorMap1{out, x}, a, b, op);
     }
   });
 }
+
+template <class T>
+void unary_block(Unary k, const T* in, T* out, int64_t n, double a, double b) {
+  unary_numeric<T>(k, ArrayMap1<T>{in, out, n}, a, b, unary_name(k));
+}
+template void unary_block<float>(Unary, const float*, float*, int64_t, double, double);
+template void unary_block<double>(Unary, const double*, double*, int64_t, double, double);
+
+template <class T>
+void binary_block(Binary k, const T* x, const T* y, T* out, int64_t n) {
+  binary_numeric<T>(k, ArrayMap2<T>{x, y, out, n});
+}
+template void binary_block<float>(Binary, const float*, const float*, float*, int64_t);
+template void binary_block<double>(Binary, const double*, const double*, double*, int64_t);
 
 Tensor unary(Unary k, const Tensor& x, double a, double b) {
   Tensor out = make_empty(x.shape(), returns_bool(k) ? DType::Bool : x.dtype());
@@ -429,80 +596,7 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
       default:
         break;
     }
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      // Contiguous gelu gradients run vectorised (simd_math.cpp); the lambdas below stay the
-      // reference and serve strided and broadcast operands.
-      if (simd_binary_handles(k) && out.is_contiguous() && a.is_contiguous() && b.is_contiguous() &&
-          a.shape() == out.shape() && b.shape() == out.shape()) {
-        const T* x = reinterpret_cast<const T*>(operand_data<T>(a));
-        const T* y = reinterpret_cast<const T*>(operand_data<T>(b));
-        T* o = reinterpret_cast<T*>(operand_data<T>(out));
-        parallel_for(out.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
-          simd_binary(k, x + begin, y + begin, o + begin, end - begin);
-        });
-        return;
-      }
-    }
-    if constexpr (std::is_same_v<T, bool>) {
-      ADJOINT_CHECK(false, DType, "binary", "arithmetic on bool tensors is not supported");
-    } else {
-      switch (k) {
-        case Binary::Add:
-          return map2<T, T>(out, a, b, [](T x, T y) { return add_wrap(x, y); });
-        case Binary::Sub:
-          return map2<T, T>(out, a, b, [](T x, T y) { return sub_wrap(x, y); });
-        case Binary::Mul:
-          return map2<T, T>(out, a, b, [](T x, T y) { return mul_wrap(x, y); });
-        case Binary::Div:
-          if constexpr (std::is_integral_v<T>) {
-            ADJOINT_CHECK(false, DType, "div", "integer division goes through floats in ops");
-          } else {
-            return map2<T, T>(out, a, b, [](T x, T y) { return x / y; });
-          }
-        case Binary::Pow:
-          if constexpr (std::is_integral_v<T>) {  // std::pow's double overflows an int64 cast
-            return map2<T, T>(out, a, b, [](T x, T y) { return int_pow(x, y); });
-          } else {
-            return map2<T, T>(out, a, b, [](T x, T y) { return std::pow(x, y); });
-          }
-        case Binary::Minimum:
-          return map2<T, T>(out, a, b, [](T x, T y) { return (x < y || x != x) ? x : y; });
-        case Binary::Maximum:
-          return map2<T, T>(out, a, b, [](T x, T y) { return (x > y || x != x) ? x : y; });
-        case Binary::TanhBackward:
-          return map2<T, T>(out, a, b, [](T g, T y) { return g * (T(1) - y * y); });
-        case Binary::ReluBackward:  // PyTorch's threshold_backward: a NaN y passes g through
-          return map2<T, T>(out, a, b, [](T g, T y) { return y <= T(0) ? T(0) : g; });
-        case Binary::SigmoidBackward:
-          return map2<T, T>(out, a, b, [](T g, T y) { return g * y * (T(1) - y); });
-        default:
-          break;
-      }
-      if constexpr (std::is_floating_point_v<T>) {
-        switch (k) {
-          case Binary::GeluTanhBackward:
-            // d/dx 0.5 x (1 + t), t = tanh(k (x + c x^3)):
-            // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
-            return map2<T, T>(out, a, b, [](T g, T x) {
-              const T k = T(0.7978845608028654), c = T(0.044715);
-              const T x2 = x * x;
-              const T t = std::tanh(k * (x + c * x * x2));
-              return g * (T(0.5) * (T(1) + t) +
-                          T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2));
-            });
-          case Binary::GeluErfBackward:
-            // d/dx x Phi(x) = Phi(x) + x phi(x)
-            return map2<T, T>(out, a, b, [](T g, T x) {
-              const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
-              const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
-              return g * (cdf + x * pdf);
-            });
-          default:
-            break;
-        }
-      }
-    }
-    ADJOINT_ASSERT(false, "unhandled binary kind");
+    binary_numeric<T>(k, TensorMap2{out, a, b});
   });
 }
 

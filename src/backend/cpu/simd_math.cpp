@@ -322,6 +322,15 @@ HWY_INLINE void BinaryT(Binary kind, const T* a, const T* b, T* out, size_t n) {
   const hn::ScalableTag<T> d;
   using V = Vec<decltype(d)>;
   switch (kind) {
+    // One correctly rounded operation each, so every instruction set gives the scalar result.
+    case Binary::Add:
+      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Add(x, y); });
+    case Binary::Sub:
+      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Sub(x, y); });
+    case Binary::Mul:
+      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Mul(x, y); });
+    case Binary::Div:
+      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Div(x, y); });
     case Binary::GeluTanhBackward:
       return Apply2(d, a, b, out, n,
                     [d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluTanhGradV(d, x)); });
@@ -383,6 +392,30 @@ HWY_INLINE void UnaryT(Unary kind, const T* in, T* out, size_t n, T a, T b) {
   using V = Vec<decltype(d)>;
   const V one = hn::Set(d, T(1));
   switch (kind) {
+    // One correctly rounded operation each, as the scalar loop.
+    case Unary::Neg:  // 0 - x, as the scalar loop (so -(+0) is +0 there too)
+      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return hn::Sub(hn::Zero(d), x); });
+    case Unary::AddScalar: {
+      const V s = hn::Set(d, a);
+      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Add(x, s); });
+    }
+    case Unary::MulScalar: {
+      const V s = hn::Set(d, a);
+      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Mul(x, s); });
+    }
+    case Unary::RSubScalar: {
+      const V s = hn::Set(d, a);
+      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Sub(s, x); });
+    }
+    case Unary::RDivScalar: {
+      const V s = hn::Set(d, a);
+      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Div(s, x); });
+    }
+    case Unary::Square:
+      return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(x, x); });
+    case Unary::PowScalar:  // a is 2 or 3 (simd_unary_handles(kind, a)), as the scalar loop
+      if (a == T(2)) return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(x, x); });
+      return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(hn::Mul(x, x), x); });
     case Unary::Exp:
       return Apply(d, in, out, n, [d](V x) HWY_ATTR { return ExpV(d, x); });
     case Unary::Expm1:
@@ -473,7 +506,17 @@ void exp_shifted_f64(const double* x, double shift, double* y, size_t n) {
 }  // namespace simd
 
 bool simd_binary_handles(Binary kind) {
-  return kind == Binary::GeluTanhBackward || kind == Binary::GeluErfBackward;
+  switch (kind) {
+    case Binary::Add:
+    case Binary::Sub:
+    case Binary::Mul:
+    case Binary::Div:
+    case Binary::GeluTanhBackward:
+    case Binary::GeluErfBackward:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool simd_binary(Binary kind, const float* a, const float* b, float* out, int64_t n) {
@@ -510,6 +553,12 @@ void simd_exp_shifted(const double* x, double shift, double* y, int64_t n) {
 
 bool simd_unary_handles(Unary kind) {
   switch (kind) {
+    case Unary::Neg:
+    case Unary::AddScalar:
+    case Unary::MulScalar:
+    case Unary::RSubScalar:
+    case Unary::RDivScalar:
+    case Unary::Square:
     case Unary::Exp:
     case Unary::Expm1:
     case Unary::Log:
@@ -529,8 +578,13 @@ bool simd_unary_handles(Unary kind) {
   }
 }
 
+bool simd_unary_handles(Unary kind, double a) {
+  if (kind == Unary::PowScalar) return a == 2 || a == 3;
+  return simd_unary_handles(kind);
+}
+
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a, double b) {
-  if (!simd_unary_handles(kind)) return false;
+  if (!simd_unary_handles(kind, a)) return false;
   // Parameters are rounded to the element type first, as the scalar kernels do.
   if (n > 0)
     simd::unary_f32(kind, in, out, static_cast<size_t>(n), static_cast<float>(a),
@@ -539,7 +593,7 @@ bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a, do
 }
 
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a, double b) {
-  if (!simd_unary_handles(kind)) return false;
+  if (!simd_unary_handles(kind, a)) return false;
   if (n > 0) simd::unary_f64(kind, in, out, static_cast<size_t>(n), a, b);
   return true;
 }

@@ -13,9 +13,12 @@
 
 namespace adjoint::kernels {
 
-/// True for the kinds simd_unary computes: Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Tanh, Erf,
-/// Sigmoid, Softplus, GeluErf, GeluTanh, Silu.
+/// True for the kinds simd_unary computes: Neg and the scalar arithmetic (AddScalar, MulScalar,
+/// RSubScalar, RDivScalar: one rounding each, so bitwise equal to the scalar loop), Exp, Log,
+/// Log1p, Expm1, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Softplus, GeluErf, GeluTanh, Silu.
 bool simd_unary_handles(Unary kind);
+/// The same for a kind with its parameter: also PowScalar with a = 2 or 3 (x * x, x * x * x).
+bool simd_unary_handles(Unary kind, double a);
 
 /// out[i] = kind(in[i]) for i in [0, n), with the kind's parameters a and b as in unary().
 /// `out` may equal `in`; neither needs any alignment. Returns false without writing anything
@@ -23,7 +26,8 @@ bool simd_unary_handles(Unary kind);
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
 
-/// True for the binary kinds simd_binary computes: GeluTanhBackward, GeluErfBackward.
+/// True for the binary kinds simd_binary computes: Add, Sub, Mul, Div (bitwise equal to the
+/// scalar loop), GeluTanhBackward, GeluErfBackward.
 bool simd_binary_handles(Binary kind);
 
 /// out[i] = kind(a[i], b[i]) for i in [0, n); `out` may equal a or b. Returns false without

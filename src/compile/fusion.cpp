@@ -1,0 +1,507 @@
+// Pointwise fusion: fused groups and the interpreter that runs them.
+#include "compile/fusion.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "adjoint/error.h"
+#include "adjoint/tensor_impl.h"
+#include "backend/kernels.h"
+#include "core/op_scope.h"
+#include "core/parallel.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::detail {
+
+// Note [Pointwise fusion]
+// A chain of pointwise ops run one by one reads and writes a full tensor per op. A fused node
+// runs the whole group as one loop over blocks of a few thousand elements: each block's inputs
+// are loaded once, every op of the group runs over the block in registers (arrays of one
+// block), and only the values needed outside the group are written to memory. An interpreter
+// of a small program, not generated code: adjoint has no compiler at run time, and an
+// instruction over a block of 2048 floats costs the same as the compiled op would, so the
+// dispatch between instructions is amortised; each instruction is the op's own per-element
+// function (kernels::unary_block, binary_block share them with the op's kernel), so a fused
+// group computes every element exactly as the ops would one by one, bit for bit where the op's
+// kernel takes its contiguous path. A group holds ops of one phase (forward or backward), one
+// floating dtype and one result shape; operands broadcast into it. Groups are grown in graph
+// order: a node joins the open group when it fits, and a node that reads the group's values
+// without fitting closes it. The fused node runs where its last member ran.
+
+bool fusible(const Graph& g, const GraphNode& n) {
+  if (n.random || n.outputs.size() != 1 || !n.op->pointwise()) return false;
+  const Value& out = g.values[static_cast<std::size_t>(n.outputs[0])];
+  if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
+  for (int id : n.inputs)
+    if (id < 0 || g.values[static_cast<std::size_t>(id)].dtype != out.dtype) return false;
+  return true;
+}
+
+namespace {
+
+struct Instr {
+  PointwiseKernel kernel;
+  int dst;
+  int src0;
+  int src1;  // -1 for a unary kind
+};
+
+/// A group as one program over registers (one block of elements each).
+struct Program {
+  DType dtype;
+  Shape shape;
+  int num_registers = 0;
+  std::vector<int> input_register;   // by fused input
+  std::vector<int> output_register;  // by fused output
+  std::vector<Instr> code;
+};
+
+/// Elements per block: registers of one block stay in the first two cache levels.
+constexpr int64_t kBlock = 2048;
+/// Blocks are shared between threads above this many elements, as the elementwise kernels.
+constexpr int64_t kParallelElements = 262144;
+
+/// How a block reads one input that broadcasts into the group's shape.
+struct InputReader {
+  enum class Kind { Direct, Scalar, Periodic, Strided } kind;
+  const char* data;
+  int64_t period = 0;            // Periodic: the input repeats every `period` elements
+  std::vector<int64_t> sizes;    // Strided: the group's shape
+  std::vector<int64_t> strides;  // Strided: the input's strides in elements (0: broadcast)
+};
+
+template <class T>
+InputReader reader_for(const Tensor& x, const Shape& shape) {
+  InputReader r{InputReader::Kind::Strided, static_cast<const char*>(x.impl()->data())};
+  bool all_broadcast = true;  // an expanded scalar (the cotangent of a sum) has every stride 0
+  for (int64_t d = 0; d < x.dim(); ++d)
+    all_broadcast = all_broadcast && (x.strides()[d] == 0 || x.shape()[d] == 1);
+  if (x.numel() == 1 || all_broadcast) {
+    r.kind = InputReader::Kind::Scalar;
+    return r;
+  }
+  if (x.shape() == shape && x.is_contiguous()) {
+    r.kind = InputReader::Kind::Direct;
+    return r;
+  }
+  const int64_t rank = static_cast<int64_t>(shape.size()), xr = x.dim();
+  // Contiguous trailing dims equal to the group's, leading ones broadcast (a bias row).
+  if (x.is_contiguous()) {
+    int64_t period = 1, d = 0;
+    for (; d < xr && x.shape()[xr - 1 - d] == shape[rank - 1 - d]; ++d)
+      period *= shape[rank - 1 - d];
+    bool rest_one = true;
+    for (int64_t e = d; e < xr; ++e) rest_one = rest_one && x.shape()[xr - 1 - e] == 1;
+    if (rest_one && period == x.numel()) {
+      r.kind = InputReader::Kind::Periodic;
+      r.period = period;
+      return r;
+    }
+  }
+  r.sizes.assign(shape.begin(), shape.end());
+  r.strides.assign(static_cast<std::size_t>(rank), 0);
+  for (int64_t d = 0; d < xr; ++d)
+    if (x.shape()[d] != 1) r.strides[static_cast<std::size_t>(rank - xr + d)] = x.strides()[d];
+  return r;
+}
+
+/// Elements [start, start + n) of the input, as a pointer into it or copied into `reg`.
+template <class T>
+const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
+  const T* x = reinterpret_cast<const T*>(r.data);
+  switch (r.kind) {
+    case InputReader::Kind::Direct:
+      return x + start;
+    case InputReader::Kind::Scalar:
+      std::fill(reg, reg + n, x[0]);
+      return reg;
+    case InputReader::Kind::Periodic:
+      for (int64_t j = 0, p = start % r.period; j < n; ++j) {
+        reg[j] = x[p];
+        if (++p == r.period) p = 0;
+      }
+      return reg;
+    case InputReader::Kind::Strided:
+      break;
+  }
+  const std::size_t rank = r.sizes.size();
+  std::vector<int64_t> index(rank);
+  int64_t rest = start, offset = 0;
+  for (std::size_t d = rank; d-- > 0;) {
+    index[d] = rest % r.sizes[d];
+    rest /= r.sizes[d];
+    offset += index[d] * r.strides[d];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    reg[j] = x[offset];
+    for (std::size_t d = rank; d-- > 0;) {  // the odometer
+      offset += r.strides[d];
+      if (++index[d] < r.sizes[d]) break;
+      offset -= r.strides[d] * r.sizes[d];
+      index[d] = 0;
+    }
+  }
+  return reg;
+}
+
+template <class T>
+void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<Tensor>& outs) {
+  const int64_t numel = p.shape.numel();
+  outs.clear();
+  for (std::size_t k = 0; k < p.output_register.size(); ++k)
+    outs.push_back(make_empty(p.shape, p.dtype));
+  if (numel == 0) return;
+  std::vector<InputReader> readers;
+  for (const Tensor& x : inputs) readers.push_back(reader_for<T>(x, p.shape));
+  std::vector<T*> out_data;
+  for (const Tensor& o : outs) out_data.push_back(static_cast<T*>(o.impl()->data()));
+  const int64_t block = std::min(numel, kBlock);
+  const int64_t blocks = (numel + block - 1) / block;
+  // The registers an output lives in are that output's memory.
+  std::vector<int> output_of(static_cast<std::size_t>(p.num_registers), -1);
+  for (std::size_t k = 0; k < p.output_register.size(); ++k)
+    output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+
+  auto run_blocks = [&](int64_t first, int64_t last) {
+    thread_local std::vector<T> scratch;
+    if (scratch.size() < static_cast<std::size_t>(p.num_registers * block))
+      scratch.resize(static_cast<std::size_t>(p.num_registers * block));
+    std::vector<T*> reg(static_cast<std::size_t>(p.num_registers));
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t start = b * block, n = std::min(block, numel - start);
+      for (int r = 0; r < p.num_registers; ++r) {
+        const int o = output_of[static_cast<std::size_t>(r)];
+        reg[static_cast<std::size_t>(r)] =
+            o >= 0 ? out_data[static_cast<std::size_t>(o)] + start
+                   : scratch.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(block);
+      }
+      for (std::size_t k = 0; k < readers.size(); ++k) {
+        T* slot = reg[static_cast<std::size_t>(p.input_register[k])];
+        reg[static_cast<std::size_t>(p.input_register[k])] =
+            const_cast<T*>(read_block<T>(readers[k], start, n, slot));
+      }
+      for (const Instr& in : p.code) {
+        T* dst = reg[static_cast<std::size_t>(in.dst)];
+        if (in.kernel.is_binary) {
+          kernels::binary_block<T>(in.kernel.binary, reg[static_cast<std::size_t>(in.src0)],
+                                   reg[static_cast<std::size_t>(in.src1)], dst, n);
+        } else {
+          kernels::unary_block<T>(in.kernel.unary, reg[static_cast<std::size_t>(in.src0)], dst, n,
+                                  in.kernel.a, in.kernel.b);
+        }
+      }
+    }
+  };
+  const int64_t grain = std::max<int64_t>(1, kParallelElements / block);
+  parallel_for(blocks, grain, run_blocks);
+}
+
+/// A fused group as the graph keeps it.
+class FusedOp final : public TracedOp {
+ public:
+  FusedOp(Program program, std::vector<std::shared_ptr<const TracedOp>> members,
+          std::vector<std::vector<int>> member_inputs, std::vector<int> member_output,
+          std::vector<int> output_slot, int num_inputs)
+      : program_(std::move(program)),
+        members_(std::move(members)),
+        member_inputs_(std::move(member_inputs)),
+        member_output_(std::move(member_output)),
+        output_slot_(std::move(output_slot)),
+        num_inputs_(num_inputs) {
+    std::ostringstream os;
+    os << "fused[";
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (i == 6) {
+        os << ", ... " << members_.size() << " ops";
+        break;
+      }
+      os << (i ? ", " : "") << members_[i]->name();
+    }
+    os << "]";
+    name_ = os.str();
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    const OpScope scope("fused pointwise");
+    std::vector<Tensor> outs;
+    if (program_.dtype == DType::Float32) {
+      run_program<float>(program_, in, outs);
+    } else {
+      run_program<double>(program_, in, outs);
+    }
+    return first_and_rest(std::move(outs), extras);
+  }
+
+  // The members one by one through the stack (under vmap or jvp). Slots 0 .. num_inputs_ - 1
+  // are the fused inputs, then one per member result.
+  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    std::vector<Tensor> slots(in.begin(), in.end());
+    slots.resize(static_cast<std::size_t>(num_inputs_) + members_.size());
+    std::vector<Tensor> args, unused;
+    for (std::size_t m = 0; m < members_.size(); ++m) {
+      args.clear();
+      for (int s : member_inputs_[m]) args.push_back(slots[static_cast<std::size_t>(s)]);
+      slots[static_cast<std::size_t>(member_output_[m])] =
+          members_[m]->run_dispatched(args, unused);
+    }
+    std::vector<Tensor> outs;
+    for (int s : output_slot_) outs.push_back(slots[static_cast<std::size_t>(s)]);
+    return first_and_rest(std::move(outs), extras);
+  }
+
+  bool same_as(const TracedOp&) const override { return false; }
+
+ private:
+  static Tensor first_and_rest(std::vector<Tensor> outs, std::vector<Tensor>& extras) {
+    extras.assign(std::make_move_iterator(outs.begin() + 1), std::make_move_iterator(outs.end()));
+    return std::move(outs[0]);
+  }
+
+  Program program_;
+  std::vector<std::shared_ptr<const TracedOp>> members_;
+  std::vector<std::vector<int>> member_inputs_;  // slots
+  std::vector<int> member_output_;               // slot of each member's result
+  std::vector<int> output_slot_;                 // slot of each fused output
+  int num_inputs_;
+  std::string name_;
+};
+
+/// Whether some value `uses` reads is in `values`.
+bool reads_any(const GraphNode& n, const std::vector<bool>& in_group) {
+  for (int id : n.inputs)
+    if (id >= 0 && in_group[static_cast<std::size_t>(id)]) return true;
+  return false;
+}
+
+/// Builds the fused node for `members` (indices into g.nodes, in order).
+GraphNode make_fused(Graph& g, const std::vector<int>& members,
+                     const std::vector<int>& readers_outside) {
+  std::map<int, int> slot;  // value id -> slot (inputs first, then member results)
+  std::vector<int> fused_inputs;
+  for (int m : members)
+    for (int id : g.nodes[static_cast<std::size_t>(m)].inputs)
+      if (g.values[static_cast<std::size_t>(id)].kind != ValueKind::Result ||
+          std::find(members.begin(), members.end(), g.values[static_cast<std::size_t>(id)].node) ==
+              members.end())
+        if (!slot.contains(id)) {
+          slot[id] = static_cast<int>(fused_inputs.size());
+          fused_inputs.push_back(id);
+        }
+  const int num_inputs = static_cast<int>(fused_inputs.size());
+  for (std::size_t i = 0; i < members.size(); ++i)
+    slot[g.nodes[static_cast<std::size_t>(members[i])].outputs[0]] =
+        num_inputs + static_cast<int>(i);
+
+  // Registers: one per input; member results reuse the registers of values whose last read
+  // has passed, except those that are outputs (their register is the output's memory).
+  const GraphNode& last = g.nodes[static_cast<std::size_t>(members.back())];
+  Program p;
+  p.dtype = g.values[static_cast<std::size_t>(last.outputs[0])].dtype;
+  p.shape = g.values[static_cast<std::size_t>(last.outputs[0])].shape;
+  std::vector<int> last_read(slot.size(), -1);
+  for (std::size_t i = 0; i < members.size(); ++i)
+    for (int id : g.nodes[static_cast<std::size_t>(members[i])].inputs)
+      last_read[static_cast<std::size_t>(slot[id])] = static_cast<int>(i);
+  std::vector<int> reg_of(slot.size(), -1), free_regs;
+  for (int k = 0; k < num_inputs; ++k) {
+    reg_of[static_cast<std::size_t>(k)] = p.num_registers++;
+    p.input_register.push_back(reg_of[static_cast<std::size_t>(k)]);
+  }
+  std::vector<int> outputs;
+  std::vector<bool> is_output(slot.size(), false);
+  for (int v : readers_outside) {
+    outputs.push_back(v);
+    is_output[static_cast<std::size_t>(slot[v])] = true;
+  }
+  std::vector<std::shared_ptr<const TracedOp>> ops;
+  std::vector<std::vector<int>> member_inputs;
+  std::vector<int> member_output;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(members[i])];
+    Instr in{*n.op->pointwise(), -1, reg_of[static_cast<std::size_t>(slot[n.inputs[0]])],
+             n.inputs.size() > 1 ? reg_of[static_cast<std::size_t>(slot[n.inputs[1]])] : -1};
+    std::vector<int> ins;
+    for (int id : n.inputs) ins.push_back(slot[id]);
+    // Registers of member results read for the last time here become free after it (inputs'
+    // registers are never reused: they may point into the input tensors).
+    for (int id : n.inputs) {
+      const int s = slot[id];
+      if (s >= num_inputs && last_read[static_cast<std::size_t>(s)] == static_cast<int>(i) &&
+          !is_output[static_cast<std::size_t>(s)] &&
+          std::find(free_regs.begin(), free_regs.end(), reg_of[static_cast<std::size_t>(s)]) ==
+              free_regs.end())
+        free_regs.push_back(reg_of[static_cast<std::size_t>(s)]);
+    }
+    const int s = num_inputs + static_cast<int>(i);
+    if (!is_output[static_cast<std::size_t>(s)] && !free_regs.empty()) {
+      reg_of[static_cast<std::size_t>(s)] = free_regs.back();
+      free_regs.pop_back();
+    } else {
+      reg_of[static_cast<std::size_t>(s)] = p.num_registers++;
+    }
+    in.dst = reg_of[static_cast<std::size_t>(s)];
+    p.code.push_back(in);
+    ops.push_back(n.op);
+    member_inputs.push_back(std::move(ins));
+    member_output.push_back(s);
+  }
+  std::vector<int> output_slot;
+  for (int v : outputs) {
+    output_slot.push_back(slot[v]);
+    p.output_register.push_back(reg_of[static_cast<std::size_t>(slot[v])]);
+  }
+  GraphNode fused;
+  fused.op =
+      std::make_shared<FusedOp>(std::move(p), std::move(ops), std::move(member_inputs),
+                                std::move(member_output), std::move(output_slot), num_inputs);
+  fused.inputs = std::move(fused_inputs);
+  fused.outputs = std::move(outputs);
+  fused.backward = last.backward;
+  return fused;
+}
+
+}  // namespace
+
+int recompute_pointwise(Graph& g) {
+  std::vector<int> copy_of(g.values.size(), -1);  // forward value -> its backward copy
+  std::vector<GraphNode> copies;
+  // Copies the forward node behind value id into the backward (its inputs first).
+  std::function<int(int)> recompute = [&](int id) -> int {
+    if (copy_of[static_cast<std::size_t>(id)] >= 0) return copy_of[static_cast<std::size_t>(id)];
+    const Value& v = g.values[static_cast<std::size_t>(id)];
+    if (v.kind != ValueKind::Result) return id;
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(v.node)];
+    if (n.backward || !fusible(g, n)) return id;
+    GraphNode c = n;
+    c.backward = true;
+    for (int& in : c.inputs) in = recompute(in);
+    Value out = g.values[static_cast<std::size_t>(id)];
+    out.node = -1;  // set below, once the copies have their places
+    const int copy = g.add_value(out);
+    copy_of.resize(g.values.size(), -1);
+    c.outputs = {copy};
+    copies.push_back(std::move(c));
+    copy_of[static_cast<std::size_t>(id)] = copy;
+    return copy;
+  };
+  std::vector<GraphNode> backward;
+  for (GraphNode& n : g.nodes)
+    if (n.backward)
+      for (int& in : n.inputs)
+        if (in >= 0) in = recompute(in);
+  for (int& id : g.grads)
+    if (id >= 0) id = recompute(id);
+  if (copies.empty()) return 0;
+  // The copies run first in the backward, in the order they were made (inputs first).
+  std::vector<GraphNode> nodes;
+  for (GraphNode& n : g.nodes)
+    if (!n.backward) nodes.push_back(std::move(n));
+  for (GraphNode& c : copies) nodes.push_back(std::move(c));
+  for (GraphNode& n : g.nodes)
+    if (n.backward && n.op) nodes.push_back(std::move(n));
+  g.nodes = std::move(nodes);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (std::size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      Value& v = g.values[static_cast<std::size_t>(g.nodes[i].outputs[k])];
+      v.node = static_cast<int>(i);
+      v.index = static_cast<int>(k);
+    }
+  return static_cast<int>(copies.size());
+}
+
+int fuse_pointwise(Graph& g) {
+  const std::size_t n_nodes = g.nodes.size();
+  // Who reads each value: nodes, and the graph's outputs and gradients (as readers -1).
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (std::size_t i = 0; i < n_nodes; ++i)
+    for (int id : g.nodes[i].inputs)
+      if (id >= 0) readers[static_cast<std::size_t>(id)].push_back(static_cast<int>(i));
+  for (int id : g.outputs)
+    if (id >= 0) readers[static_cast<std::size_t>(id)].push_back(-1);
+  for (int id : g.grads)
+    if (id >= 0) readers[static_cast<std::size_t>(id)].push_back(-1);
+
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_of(n_nodes, -1);
+  for (bool backward : {false, true}) {
+    std::vector<int> open;
+    std::vector<bool> in_open(g.values.size(), false);
+    auto close = [&] {
+      if (open.size() >= 2) {
+        for (int m : open) group_of[static_cast<std::size_t>(m)] = static_cast<int>(groups.size());
+        groups.push_back(open);
+      }
+      for (int m : open)
+        in_open[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(m)].outputs[0])] = false;
+      open.clear();
+    };
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      const GraphNode& n = g.nodes[i];
+      if (n.backward != backward) continue;
+      const bool fits =
+          fusible(g, n) &&
+          (open.empty() || (g.values[static_cast<std::size_t>(n.outputs[0])].shape ==
+                                g.values[static_cast<std::size_t>(
+                                             g.nodes[static_cast<std::size_t>(open[0])].outputs[0])]
+                                    .shape &&
+                            g.values[static_cast<std::size_t>(n.outputs[0])].dtype ==
+                                g.values[static_cast<std::size_t>(
+                                             g.nodes[static_cast<std::size_t>(open[0])].outputs[0])]
+                                    .dtype));
+      if (!fits) {
+        if (!open.empty() && (reads_any(n, in_open) || fusible(g, n))) close();
+        if (!fusible(g, n)) continue;
+      }
+      open.push_back(static_cast<int>(i));
+      in_open[static_cast<std::size_t>(n.outputs[0])] = true;
+    }
+    close();
+  }
+  if (groups.empty()) return 0;
+
+  // Each group's outputs: member results read outside the group.
+  std::vector<GraphNode> fused;
+  for (const std::vector<int>& members : groups) {
+    std::vector<int> outside;
+    for (int m : members) {
+      const int id = g.nodes[static_cast<std::size_t>(m)].outputs[0];
+      for (int r : readers[static_cast<std::size_t>(id)])
+        if (r < 0 ||
+            group_of[static_cast<std::size_t>(r)] != group_of[static_cast<std::size_t>(m)]) {
+          outside.push_back(id);
+          break;
+        }
+    }
+    // Nothing reads the group from outside only when dead code was kept: the last result.
+    if (outside.empty())
+      outside.push_back(g.nodes[static_cast<std::size_t>(members.back())].outputs[0]);
+    fused.push_back(make_fused(g, members, outside));
+  }
+  // The fused node takes the place of its last member; the other members go.
+  std::vector<GraphNode> nodes;
+  int removed = 0;
+  for (std::size_t i = 0; i < n_nodes; ++i) {
+    const int grp = group_of[i];
+    if (grp < 0) {
+      nodes.push_back(std::move(g.nodes[i]));
+    } else if (static_cast<int>(i) == groups[static_cast<std::size_t>(grp)].back()) {
+      nodes.push_back(std::move(fused[static_cast<std::size_t>(grp)]));
+      removed += static_cast<int>(groups[static_cast<std::size_t>(grp)].size()) - 1;
+    }
+  }
+  g.nodes = std::move(nodes);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (std::size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      Value& v = g.values[static_cast<std::size_t>(g.nodes[i].outputs[k])];
+      v.node = static_cast<int>(i);
+      v.index = static_cast<int>(k);
+    }
+  return removed;
+}
+
+}  // namespace adjoint::detail

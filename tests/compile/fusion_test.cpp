@@ -1,0 +1,199 @@
+// compile's pointwise fusion and memory plan. The oracle is eager code, op by op: a fused group
+// computes every element with the op's own per-element function, so on contiguous operands
+// (broadcast ones included) it equals the unfused ops bit for bit; the allocator's counts show
+// that a fused chain makes no intermediate buffers, and its peak matches the plan's.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "adjoint/adjoint.h"
+
+namespace {
+
+using namespace adjoint;
+
+void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::isnan(a[i]) && std::isnan(b[i]))) ASSERT_EQ(a[i], b[i]) << what << " at " << i;
+}
+
+// A random program of pointwise ops over a [rows, cols] argument and broadcast operands (a
+// scalar, a row, a column), reduced to a sum so that it has a gradient.
+struct RandomProgram {
+  uint64_t seed;
+  Tensor operator()(const std::vector<Tensor>& in) const {
+    std::mt19937_64 rng(seed);
+    std::vector<Tensor> pool = {in[0], in[1], in[2], in[3]};
+    for (int step = 0; step < 14; ++step) {
+      const Tensor a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
+      Tensor r;
+      switch (rng() % 12) {
+        case 0:
+          r = a + b;
+          break;
+        case 1:
+          r = a * b;
+          break;
+        case 2:
+          r = a - b * 0.5;
+          break;
+        case 3:
+          r = tanh(a);
+          break;
+        case 4:
+          r = sigmoid(a) * b;
+          break;
+        case 5:
+          r = exp(a * 0.1);
+          break;
+        case 6:
+          r = a / (b * b + 1.0);
+          break;
+        case 7:
+          r = pow(a, 3.0) * 0.01 + 1.0;
+          break;
+        case 8:
+          r = sqrt(a * a + 1.0);
+          break;
+        case 9:
+          r = relu(a) - b;
+          break;
+        case 10:
+          r = 2.0 - a;
+          break;
+        default:
+          r = maximum(a, b);
+          break;
+      }
+      pool.push_back(r);
+    }
+    Tensor out = pool.back();
+    for (std::size_t k = pool.size() - 4; k < pool.size() - 1; ++k) out = out + pool[k];
+    return out.sum();
+  }
+};
+
+TEST(Fusion, RandomPointwiseProgramsEqualEagerBitwise) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (uint64_t seed = 1; seed <= 25; ++seed) {
+      Generator gen(seed);
+      auto leaf = [&](const Shape& s) { return randn(s, dtype, &gen).requires_grad_(true); };
+      std::vector<Tensor> in = {leaf({37, 70}), leaf({}), leaf({70}), leaf({37, 1})};
+      const RandomProgram f{seed};
+      CompiledFunction c =
+          compile([f](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x)}; });
+      for (double scale : {1.0, 0.5}) {
+        std::vector<Tensor> xe, xc;
+        for (const Tensor& x : in) {
+          xe.push_back((x.detach() * scale).requires_grad_(true));
+          xc.push_back((x.detach() * scale).requires_grad_(true));
+        }
+        const std::string what =
+            "seed " + std::to_string(seed) + " " + std::string(to_string(dtype));
+        Tensor ye = f(xe), yc = c(xc)[0];
+        expect_same(yc, ye, what + ": value");
+        const std::vector<Tensor> ge = autograd::grad({ye}, xe, {}, {}, false, true);
+        const std::vector<Tensor> gc = autograd::grad({yc}, xc, {}, {}, false, true);
+        for (std::size_t i = 0; i < ge.size(); ++i) {
+          ASSERT_EQ(gc[i].defined(), ge[i].defined());
+          if (ge[i].defined()) expect_same(gc[i], ge[i], what + ": gradient " + std::to_string(i));
+        }
+      }
+      EXPECT_GT(c.plan().fused_away, 0) << "seed " << seed;
+    }
+  }
+}
+
+TEST(Fusion, StridedOperandsAgreeWithinAFewUlps) {
+  // Where eager code takes a strided loop (a transposed argument; gelu's gradient of a
+  // broadcast cotangent) it uses the scalar functions, and the fused group its vectorised
+  // ones on the gathered block: transcendental kinds then agree to a few ulps, not bits.
+  auto f = [](const Tensor& x) { return (gelu(tanh(exp(x * 0.3) + x)) * 2.0).sum(); };
+  CompiledFunction c = compile(f);
+  Tensor x = randn({50, 40}).t().requires_grad_(true);
+  Tensor xe = x.detach().requires_grad_(true);
+  Tensor got = c(x), want = f(xe);
+  EXPECT_LE(std::abs(got.item<float>() - want.item<float>()), 1e-6f * std::abs(want.item<float>()));
+  const Tensor gc = autograd::grad({got}, {x})[0], ge = autograd::grad({want}, {xe})[0];
+  EXPECT_LE((gc - ge).abs().max().item<float>(), 4 * 1.2e-7f * ge.abs().max().item<float>());
+  EXPECT_GT(c.plan().fused_away, 0);
+}
+
+TEST(Fusion, AFusedChainMakesNoIntermediateBuffers) {
+  auto f = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < 10; ++i) y = tanh(y * 0.9 + 0.1);
+    return y;
+  };
+  Tensor x = randn({4096});
+  CompiledFunction fused = compile(f);
+  CompileOptions off;
+  off.fuse_pointwise = false;
+  CompiledFunction unfused = compile(f, off);
+  fused(x);
+  unfused(x);
+  auto allocations = [&](const CompiledFunction& c) {
+    const uint64_t before = memory_stats().allocations;
+    Tensor y = c(x);
+    return memory_stats().allocations - before;
+  };
+  EXPECT_EQ(allocations(fused), 1u);     // the result
+  EXPECT_EQ(allocations(unfused), 30u);  // every op's
+  expect_same(fused(x), f(x), "value");
+  EXPECT_NE(fused.dump().find("fused[mul, add, tanh, mul, add, tanh"), std::string::npos);
+  EXPECT_EQ(fused.plan().fused_away, 29);
+}
+
+TEST(Fusion, TheBackwardRecomputesPointwiseValuesInsteadOfKeepingThem) {
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor y = in[0];
+    for (int i = 0; i < 5; ++i) y = tanh(y * 0.9 + 0.1);
+    return std::vector<Tensor>{y.sum()};
+  };
+  Tensor x = randn({1000}).requires_grad_(true);
+  CompiledFunction recompute = compile(f);
+  CompileOptions keep;
+  keep.recompute_pointwise = false;
+  CompiledFunction saving = compile(f, keep);
+  Tensor xe = x.detach().requires_grad_(true);
+  auto g1 = autograd::grad({recompute({x})[0]}, {x});
+  auto g2 = autograd::grad({saving({x})[0]}, {x});
+  auto ge = autograd::grad({f({xe})[0]}, {xe});
+  expect_same(g1[0], ge[0], "recomputed");
+  expect_same(g2[0], ge[0], "kept");
+  EXPECT_EQ(recompute.plan().saved_bytes, 0u);  // only the argument, which the node holds
+  EXPECT_EQ(saving.plan().saved_bytes, 5 * detail::block_bytes(1000 * 4));  // each tanh
+  EXPECT_EQ(recompute.plan().recomputed, 15);
+}
+
+TEST(Fusion, ThePlannedPeakIsWhatTheAllocatorMeasures) {
+  for (bool fuse : {true, false}) {
+    CompileOptions o;
+    o.fuse_pointwise = fuse;
+    auto f = [](const std::vector<Tensor>& in) {
+      Tensor h = in[0] * in[1] + 1.0;  // [300, 200] by a row
+      Tensor a = sigmoid(h), b = tanh(h);
+      Tensor y = (a * b + exp(h * 0.01)).sum({1}, true);  // [300, 1]
+      return std::vector<Tensor>{y * y, (y + 1.0).sum()};
+    };
+    CompiledFunction c = compile(f, o);
+    Tensor x = randn({300, 200}).requires_grad_(true), w = randn({200}).requires_grad_(true);
+    c({x, w});  // traced
+    const std::size_t base = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    std::vector<Tensor> out = c({x, w});
+    EXPECT_EQ(memory_stats().peak_bytes - base, c.plan().forward_peak_bytes) << "fuse " << fuse;
+    const std::size_t before_backward = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    auto g = autograd::grad({(out[0].sum() + out[1])}, {x, w});
+    // The engine's own seeds and sums of the two outputs' gradients come on top.
+    const std::size_t measured = memory_stats().peak_bytes - before_backward;
+    EXPECT_GE(measured, c.plan().backward_peak_bytes) << "fuse " << fuse;
+    EXPECT_LE(measured, c.plan().backward_peak_bytes + 4 * 1024) << "fuse " << fuse;
+  }
+}
+
+}  // namespace
