@@ -34,6 +34,12 @@ void gpt_tiny(const Opts& o, Json& j) {
   const Tensor targets = dp.rows(tokens.slice(1, 1, kCtx + 1));
 
   model.run_blocks = block_runner(o.checkpoint);
+  // --compile: the forward and the loss as one compiled function (the parameters captured).
+  const adjoint::CompiledFunction compiled_loss = adjoint::compile(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{model.loss(in[0], in[1])}; });
+  auto forward_loss = [&] {
+    return o.compile ? compiled_loss({inputs, targets})[0] : model.loss(inputs, targets);
+  };
 
   Samples fwd, bwd, step, total, peak;
   double first_loss = NAN;
@@ -47,7 +53,7 @@ void gpt_tiny(const Opts& o, Json& j) {
     {
       std::optional<adjoint::Autocast> amp;
       autocast_forward(amp, o);
-      loss = model.loss(inputs, targets);
+      loss = forward_loss();
     }
     const auto t2 = Clock::now();
     loss.backward();
@@ -74,7 +80,7 @@ void gpt_tiny(const Opts& o, Json& j) {
     {
       std::optional<adjoint::Autocast> amp;
       autocast_forward(amp, o);
-      loss = model.loss(inputs, targets);
+      loss = forward_loss();
     }
     loss.backward();
   });
@@ -97,6 +103,14 @@ void gpt_tiny(const Opts& o, Json& j) {
   j.num("loss", last_loss.item<double>());
   j.integer("peak_storage_bytes", static_cast<long long>(peak.median()));
   dp.report(j);
+  if (o.compile) {
+    const adjoint::CompileStats cs = compiled_loss.stats();
+    const adjoint::CompiledMemoryPlan plan = compiled_loss.plan();
+    j.integer("compile_traces", cs.traces);
+    j.integer("compile_graph_breaks", cs.graph_breaks);
+    j.integer("compile_nodes", plan.nodes);
+    j.integer("compile_nodes_traced", plan.nodes_traced);
+  }
 }
 
 static RegisterWorkload register_gpt_tiny{"gpt-tiny", gpt_tiny, 20};

@@ -23,6 +23,7 @@ struct CompiledEntry {
   std::shared_ptr<const Graph> traced;  ///< before the passes, for dump(false)
   std::string graph_break;              ///< why it could not be traced
   std::vector<bool> capture_requires_grad;
+  std::vector<Shape> capture_strides;
 };
 
 struct CompiledState {
@@ -46,7 +47,7 @@ void append(std::ostringstream& os, const Shape& s) {
   for (int64_t d : s) os << d << ',';
 }
 
-/// Everything a trace depended on besides the values: the inputs' shapes, dtypes, layouts
+/// Everything a trace depended on besides the values: the inputs' shapes, dtypes, strides
 /// and requires-grad flags, grad and inference mode, autocast, and the static arguments.
 std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics) {
   std::ostringstream os;
@@ -58,7 +59,9 @@ std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& stati
     }
     os << static_cast<int>(x.dtype()) << ':';
     append(os, x.shape());
-    os << x.requires_grad() << x.is_contiguous() << '|';
+    os << ':';
+    append(os, x.strides());  // ops decide by layout (reshape views or copies)
+    os << x.requires_grad() << '|';
   }
   for (const StaticArg& a : statics) {
     os << a.index() << '=';
@@ -100,7 +103,7 @@ bool guards_hold(const CompiledEntry& e) {
   for (std::size_t i = 0; i < g.captures.size(); ++i) {
     const Tensor& c = g.captures[i];
     const Value& v = g.values[static_cast<std::size_t>(e.plan->capture_ids[i])];
-    if (c.shape() != v.shape || c.dtype() != v.dtype ||
+    if (c.shape() != v.shape || c.dtype() != v.dtype || c.strides() != e.capture_strides[i] ||
         c.requires_grad() != e.capture_requires_grad[i])
       return false;
   }
@@ -153,7 +156,10 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     try {
       detail::Graph g = detail::trace_function(s.f, stand_ins, statics);
       e->traced = std::make_shared<const detail::Graph>(g);
-      for (const Tensor& c : g.captures) e->capture_requires_grad.push_back(c.requires_grad());
+      for (const Tensor& c : g.captures) {
+        e->capture_requires_grad.push_back(c.requires_grad());
+        e->capture_strides.push_back(c.strides());
+      }
       e->plan = std::make_shared<const detail::Plan>(detail::make_plan(std::move(g), s.options));
     } catch (const detail::GraphBreak& b) {
       if (s.options.on_graph_break == OnGraphBreak::Throw) throw;

@@ -209,10 +209,12 @@ class Tracer final : public OpTracer {
                v.shape, ", ", v.dtype, ")");
   }
 
-  // A copy, so that nothing the trace does reaches the caller's tensor.
+  // The same memory and layout (ops decide by strides: reshape views or copies), without the
+  // caller's history or hooks. Nothing is written through it: in-place ops stop the trace
+  // before they write (written_in_place).
   Tensor leaf_alias(const Tensor& x) const {
     Pause pause;
-    Tensor alias = x.detach().clone();
+    Tensor alias = x.detach();
     if (is_grad_enabled() && x.requires_grad()) alias.requires_grad_(true);
     return alias;
   }
