@@ -411,6 +411,14 @@ class TypedTracedOp final : public TracedOp {
     }
   }
 
+  std::optional<ReductionKernel> reduction() const override {
+    if constexpr (requires { op_.reduction(); }) {
+      return op_.reduction();
+    } else {
+      return std::nullopt;
+    }
+  }
+
   bool same_as(const TracedOp& other) const override {
     const auto* o = dynamic_cast<const TypedTracedOp*>(&other);
     if (o == nullptr) return false;

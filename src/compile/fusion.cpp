@@ -57,6 +57,11 @@ struct Program {
   std::vector<int> input_register;   // by fused input
   std::vector<int> output_register;  // by fused output
   std::vector<Instr> code;
+  /// A full sum ends the group: its register is summed (in double, four running sums per
+  /// block, then the blocks in order: the same for any number of threads) into the one output,
+  /// of shape `reduced_shape`.
+  int sum_register = -1;
+  Shape reduced_shape;
 };
 
 /// Elements per block: registers of one block stay in the first two cache levels.
@@ -151,19 +156,29 @@ template <class T>
 void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<Tensor>& outs) {
   const int64_t numel = p.shape.numel();
   outs.clear();
-  for (std::size_t k = 0; k < p.output_register.size(); ++k)
-    outs.push_back(make_empty(p.shape, p.dtype));
-  if (numel == 0) return;
+  if (p.sum_register >= 0) {
+    outs.push_back(make_empty(p.reduced_shape, p.dtype));
+  } else {
+    for (std::size_t k = 0; k < p.output_register.size(); ++k)
+      outs.push_back(make_empty(p.shape, p.dtype));
+  }
+  if (numel == 0) {
+    if (p.sum_register >= 0) *static_cast<T*>(outs[0].impl()->data()) = T(0);
+    return;
+  }
   std::vector<InputReader> readers;
   for (const Tensor& x : inputs) readers.push_back(reader_for<T>(x, p.shape));
   std::vector<T*> out_data;
-  for (const Tensor& o : outs) out_data.push_back(static_cast<T*>(o.impl()->data()));
+  if (p.sum_register < 0)
+    for (const Tensor& o : outs) out_data.push_back(static_cast<T*>(o.impl()->data()));
   const int64_t block = std::min(numel, kBlock);
   const int64_t blocks = (numel + block - 1) / block;
   // The registers an output lives in are that output's memory.
   std::vector<int> output_of(static_cast<std::size_t>(p.num_registers), -1);
-  for (std::size_t k = 0; k < p.output_register.size(); ++k)
-    output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+  if (p.sum_register < 0)
+    for (std::size_t k = 0; k < p.output_register.size(); ++k)
+      output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+  std::vector<double> partial(p.sum_register >= 0 ? static_cast<std::size_t>(blocks) : 0);
 
   auto run_blocks = [&](int64_t first, int64_t last) {
     thread_local std::vector<T> scratch;
@@ -193,10 +208,29 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
                                   in.kernel.a, in.kernel.b);
         }
       }
+      if (p.sum_register >= 0) {
+        // Four running sums, so that the adds do not wait on each other.
+        const T* v = reg[static_cast<std::size_t>(p.sum_register)];
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+          a0 += v[j];
+          a1 += v[j + 1];
+          a2 += v[j + 2];
+          a3 += v[j + 3];
+        }
+        for (; j < n; ++j) a0 += v[j];
+        partial[static_cast<std::size_t>(b)] = (a0 + a1) + (a2 + a3);
+      }
     }
   };
   const int64_t grain = std::max<int64_t>(1, kParallelElements / block);
   parallel_for(blocks, grain, run_blocks);
+  if (p.sum_register >= 0) {  // the blocks' sums in block order: the same for any threads
+    double total = 0;
+    for (double v : partial) total += v;
+    *static_cast<T*>(outs[0].impl()->data()) = static_cast<T>(total);
+  }
 }
 
 /// A fused group as the graph keeps it.
@@ -241,7 +275,7 @@ class FusedOp final : public TracedOp {
   // are the fused inputs, then one per member result.
   Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
     std::vector<Tensor> slots(in.begin(), in.end());
-    slots.resize(static_cast<std::size_t>(num_inputs_) + members_.size());
+    slots.resize(static_cast<std::size_t>(num_inputs_) + members_.size());  // (a sum included)
     std::vector<Tensor> args, unused;
     for (std::size_t m = 0; m < members_.size(); ++m) {
       args.clear();
@@ -278,9 +312,11 @@ bool reads_any(const GraphNode& n, const std::vector<bool>& in_group) {
   return false;
 }
 
-/// Builds the fused node for `members` (indices into g.nodes, in order).
+/// Builds the fused node for `members` (indices into g.nodes, in order), writing the values
+/// in `readers_outside`; or, given `sum` (a node summing one member's result over every dim),
+/// ending with that sum as its one output.
 GraphNode make_fused(Graph& g, const std::vector<int>& members,
-                     const std::vector<int>& readers_outside) {
+                     const std::vector<int>& readers_outside, const GraphNode* sum = nullptr) {
   std::map<int, int> slot;  // value id -> slot (inputs first, then member results)
   std::vector<int> fused_inputs;
   for (int m : members)
@@ -355,6 +391,16 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
     output_slot.push_back(slot[v]);
     p.output_register.push_back(reg_of[static_cast<std::size_t>(slot[v])]);
   }
+  if (sum != nullptr) {
+    const int summed = sum->inputs[0];
+    p.sum_register = reg_of[static_cast<std::size_t>(slot[summed])];
+    p.reduced_shape = g.values[static_cast<std::size_t>(sum->outputs[0])].shape;
+    outputs = {sum->outputs[0]};
+    ops.push_back(sum->op);
+    member_inputs.push_back({slot[summed]});
+    member_output.push_back(num_inputs + static_cast<int>(members.size()));
+    output_slot = {member_output.back()};
+  }
   GraphNode fused;
   fused.op =
       std::make_shared<FusedOp>(std::move(p), std::move(ops), std::move(member_inputs),
@@ -363,6 +409,31 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   fused.outputs = std::move(outputs);
   fused.backward = last.backward;
   return fused;
+}
+
+/// The node that sums a group's one written value over every dim, when that sum is all that
+/// reads it outside the group (the group then ends with the sum and never writes the value),
+/// else -1.
+int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
+              const std::vector<int>& group_of, int group, const std::vector<int>& outside) {
+  if (outside.size() != 1) return -1;
+  const int v = outside[0];
+  int sum = -1;
+  for (int reader : readers[static_cast<std::size_t>(v)]) {
+    if (reader < 0) return -1;  // an output or a gradient
+    if (group_of[static_cast<std::size_t>(reader)] == group) continue;
+    if (sum >= 0) return -1;  // a second reader outside
+    sum = reader;
+  }
+  if (sum < 0) return -1;
+  const GraphNode& n = g.nodes[static_cast<std::size_t>(sum)];
+  const std::optional<ReductionKernel> red = n.op->reduction();
+  const Value& in = g.values[static_cast<std::size_t>(v)];
+  if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.outputs.size() != 1 ||
+      red->dims.size() != in.shape.size() ||
+      g.values[static_cast<std::size_t>(n.outputs[0])].dtype != in.dtype)
+    return -1;
+  return sum;
 }
 
 }  // namespace
@@ -466,6 +537,7 @@ int fuse_pointwise(Graph& g) {
 
   // Each group's outputs: member results read outside the group.
   std::vector<GraphNode> fused;
+  std::vector<int> epilogue;  // by group: the sum node folded into it, or -1
   for (const std::vector<int>& members : groups) {
     std::vector<int> outside;
     for (int m : members) {
@@ -480,16 +552,27 @@ int fuse_pointwise(Graph& g) {
     // Nothing reads the group from outside only when dead code was kept: the last result.
     if (outside.empty())
       outside.push_back(g.nodes[static_cast<std::size_t>(members.back())].outputs[0]);
-    fused.push_back(make_fused(g, members, outside));
+    const int sum = summed_by(g, readers, group_of, static_cast<int>(fused.size()), outside);
+    epilogue.push_back(sum);
+    fused.push_back(make_fused(g, members, outside,
+                               sum >= 0 ? &g.nodes[static_cast<std::size_t>(sum)] : nullptr));
   }
-  // The fused node takes the place of its last member; the other members go.
+  // The fused node takes the place of its last member (or of the sum that ends it); the
+  // other members go.
+  std::vector<int> folded_into(n_nodes, -1);
+  for (std::size_t k = 0; k < groups.size(); ++k)
+    if (epilogue[k] >= 0) folded_into[static_cast<std::size_t>(epilogue[k])] = static_cast<int>(k);
   std::vector<GraphNode> nodes;
   int removed = 0;
   for (std::size_t i = 0; i < n_nodes; ++i) {
     const int grp = group_of[i];
-    if (grp < 0) {
+    if (folded_into[i] >= 0) {
+      nodes.push_back(std::move(fused[static_cast<std::size_t>(folded_into[i])]));
+      removed += static_cast<int>(groups[static_cast<std::size_t>(folded_into[i])].size());
+    } else if (grp < 0) {
       nodes.push_back(std::move(g.nodes[i]));
-    } else if (static_cast<int>(i) == groups[static_cast<std::size_t>(grp)].back()) {
+    } else if (static_cast<int>(i) == groups[static_cast<std::size_t>(grp)].back() &&
+               epilogue[static_cast<std::size_t>(grp)] < 0) {
       nodes.push_back(std::move(fused[static_cast<std::size_t>(grp)]));
       removed += static_cast<int>(groups[static_cast<std::size_t>(grp)].size()) - 1;
     }

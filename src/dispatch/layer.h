@@ -69,6 +69,14 @@ struct PointwiseKernel {
   static PointwiseKernel of(kernels::Binary k) { return {true, kernels::Unary::Neg, k, 0, 0}; }
 };
 
+/// A reduction an op computes, for compile's fusion to end a pointwise group with it (an op
+/// says so with `ReductionKernel reduction() const`).
+struct ReductionKernel {
+  kernels::Reduce kind = kernels::Reduce::Sum;
+  std::vector<int64_t> dims;  ///< normalized
+  bool keepdim = false;
+};
+
 /// An op as a traced graph keeps it (src/compile): a copy of the op struct after its forward
 /// ran, able to run again on new inputs.
 class TracedOp {
@@ -83,6 +91,8 @@ class TracedOp {
                                 std::vector<Tensor>& extras) const = 0;
   /// The op's elementwise computation when it is a pointwise op (its `fusion()` member).
   virtual std::optional<PointwiseKernel> pointwise() const { return std::nullopt; }
+  /// The op's reduction when it is one (its `reduction()` member).
+  virtual std::optional<ReductionKernel> reduction() const { return std::nullopt; }
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it
   /// computes the same values (common-subexpression elimination). False when unsure.
   virtual bool same_as(const TracedOp& other) const = 0;

@@ -47,6 +47,7 @@ struct Sum {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kernels::Reduce::Sum, x, dims, keepdim);
   }
+  detail::ReductionKernel reduction() const { return {kernels::Reduce::Sum, dims, keepdim}; }
   // d/dx_i sum(x) = 1: the gradient is broadcast back over the reduced dims
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return expand_reduced(gy, c.input_shape(0), dims, keepdim);
