@@ -1,11 +1,14 @@
 // The registry-driven compile check: for every sample in adjoint::testing::op_registry(), the
-// compiled function equals the eager one, bit for bit (no pass here reassociates arithmetic):
-// its values, its gradients through the compiled backward (on the first call, which traces,
-// and on a second call with other values, which replays), its gradients with create_graph and
-// the second derivative through them, and its JVP (compile under jvp). A sample whose trace
-// breaks runs eagerly and must still agree; the breaks are listed at the end.
+// compiled function equals the eager one: its values, its gradients through the compiled
+// backward (on the first call, which traces, and on a second call with other values, which
+// replays), its gradients with create_graph and the second derivative through them, and its
+// JVP (compile under jvp). Without fusion, bit for bit (no other pass reassociates
+// arithmetic); with fusion, within a few ulps (a sum folded into a fused loop adds in another
+// order). A sample whose trace breaks runs eagerly and must still agree; the breaks are listed
+// at the end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -40,16 +43,25 @@ std::vector<Tensor> needing_grad(const std::vector<Tensor>& xs) {
   return r;
 }
 
-// Equal shapes and bitwise equal values (NaN equal to NaN); undefined equals undefined.
+// Relative tolerance of the comparisons: 0 is bit for bit.
+thread_local double tolerance = 0;
+
+// Equal shapes and values (NaN equal to NaN); undefined equals undefined.
 void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.defined(), want.defined()) << what;
   if (!want.defined()) return;
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!(std::isnan(a[i]) && std::isnan(b[i])))
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (tolerance == 0) {
       ASSERT_EQ(a[i], b[i]) << what << " at element " << i;
+    } else {
+      ASSERT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i])))
+          << what << " at element " << i;
+    }
+  }
 }
 
 // A fixed cotangent shaped like y.
@@ -63,12 +75,22 @@ std::set<std::string>& breaks() {
   return b;
 }
 
+void check_sample(const OpSample& s, bool fuse);
+
 class OpCompile : public ::testing::TestWithParam<OpSample> {};
 
 TEST_P(OpCompile, EqualsEager) {
-  const OpSample& s = GetParam();
+  tolerance = 0;
+  check_sample(GetParam(), false);
+  tolerance = 1e-12;  // float64 samples; a few ulps of the sums fusion reorders
+  check_sample(GetParam(), true);
+  tolerance = 0;
+}
+
+void check_sample(const OpSample& s, bool fuse) {
   CompileOptions options;
   options.warn = false;
+  options.fuse_pointwise = fuse;
   auto list_fn = [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{s.fn(xs)}; };
   CompiledFunction compiled = compile(list_fn, options);
 
