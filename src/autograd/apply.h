@@ -367,6 +367,25 @@ class TypedTracedOp final : public TracedOp {
   explicit TypedTracedOp(const Op& op) : op_(op) {}
   const char* name() const override { return Op::name; }
 
+  // A forward that sets members of the op (a non-const forward) must say which with
+  // `forward_state()`: a backward traced with them would read stale values on a replay where
+  // they changed (run_kernel checks).
+  static constexpr bool kConstForward = [] {
+    if constexpr (is_std_array<Inputs>::value) {
+      return []<std::size_t... I>(std::index_sequence<I...>) {
+        return requires(const Op& c, Saver& s, const Tensor& t) { c.forward(s, ((void)I, t)...); }
+        || requires(const Op& c, const Tensor& t) { c.forward(((void)I, t)...); };
+      }
+      (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
+    } else {
+      return requires(const Op& c, Saver& s, const std::vector<Tensor>& v) { c.forward(s, v); }
+      || requires(const Op& c, const std::vector<Tensor>& v) { c.forward(v); };
+    }
+  }();
+  static_assert(
+      kConstForward || requires(const Op& c) { c.forward_state(); },
+      "an op whose forward sets its members declares them with forward_state()");
+
   Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
     const OpScope op_scope(Op::name);
     Op op = op_;  // a forward may set members
@@ -390,6 +409,9 @@ class TypedTracedOp final : public TracedOp {
       }
     }
     extras = std::move(saver.tensors);
+    if constexpr (!kConstForward) {
+      if (!(op.forward_state() == op_.forward_state())) throw TracedStateChanged();
+    }
     return out;
   }
 

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "adjoint/compile.h"
+#include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "autograd/forward_ad.h"
@@ -194,9 +195,32 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     if (entry->plan->forward_reads_saved) return s.f(inputs, statics);
     return detail::run_plan_dispatched(*entry->plan, inputs);
   }
-  return detail::run_plan(
-      entry->plan, inputs,
-      [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
+  // An op's forward state (cross_entropy's count of rows) may differ from the traced one:
+  // the backward read the old value, so trace again, with the draws of the failed replay
+  // given back to their generators.
+  std::vector<Generator::State> states;
+  for (Generator* gen : entry->plan->graph.generators) states.push_back(gen->state());
+  try {
+    return detail::run_plan(
+        entry->plan, inputs,
+        [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
+  } catch (const detail::TracedStateChanged&) {
+    for (std::size_t i = 0; i < states.size(); ++i)
+      entry->plan->graph.generators[i]->set_state(states[i]);
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      ++s.stats.guard_failures;
+      std::erase(s.entries, entry);
+    }
+    // A state that differs even from a trace of these very inputs (a NaN) runs eagerly.
+    thread_local bool retrying = false;
+    if (retrying) return s.f(inputs, statics);
+    retrying = true;
+    struct Reset {
+      ~Reset() { retrying = false; }
+    } reset;
+    return (*this)(inputs, statics);
+  }
 }
 
 Tensor CompiledFunction::call_one(const Tensor& x) const {

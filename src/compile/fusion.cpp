@@ -289,6 +289,7 @@ class FusedOp final : public TracedOp {
   }
 
   bool same_as(const TracedOp&) const override { return false; }
+  bool fused() const override { return true; }
 
  private:
   static Tensor first_and_rest(std::vector<Tensor> outs, std::vector<Tensor>& extras) {
@@ -476,12 +477,7 @@ int recompute_pointwise(Graph& g) {
   for (GraphNode& n : g.nodes)
     if (n.backward && n.op) nodes.push_back(std::move(n));
   g.nodes = std::move(nodes);
-  for (std::size_t i = 0; i < g.nodes.size(); ++i)
-    for (std::size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
-      Value& v = g.values[static_cast<std::size_t>(g.nodes[i].outputs[k])];
-      v.node = static_cast<int>(i);
-      v.index = static_cast<int>(k);
-    }
+  g.index_results();
   return static_cast<int>(copies.size());
 }
 
@@ -578,12 +574,7 @@ int fuse_pointwise(Graph& g) {
     }
   }
   g.nodes = std::move(nodes);
-  for (std::size_t i = 0; i < g.nodes.size(); ++i)
-    for (std::size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
-      Value& v = g.values[static_cast<std::size_t>(g.nodes[i].outputs[k])];
-      v.node = static_cast<int>(i);
-      v.index = static_cast<int>(k);
-    }
+  g.index_results();
   return removed;
 }
 

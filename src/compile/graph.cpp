@@ -25,12 +25,24 @@ void node_line(std::ostringstream& os, const Graph& g, const GraphNode& n) {
   os << " = " << n.op->name() << "(";
   for (std::size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << ref(n.inputs[k]);
   os << ") : " << type_of(g.values[static_cast<std::size_t>(n.outputs[0])]);
-  if (n.outputs.size() > 1) os << "  (+" << n.outputs.size() - 1 << " saved for backward)";
+  if (n.outputs.size() > 1 && !n.op->fused())
+    os << "  (+" << n.outputs.size() - 1 << " saved for backward)";
   if (n.random) os << "  [random]";
   os << "\n";
 }
 
 }  // namespace
+
+void Graph::index_results() {
+  for (Value& v : values)
+    if (v.kind == ValueKind::Result) v.node = -1;  // a dropped node's results have none
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (std::size_t k = 0; k < nodes[i].outputs.size(); ++k) {
+      Value& v = values[static_cast<std::size_t>(nodes[i].outputs[k])];
+      v.node = static_cast<int>(i);
+      v.index = static_cast<int>(k);
+    }
+}
 
 std::string graph_to_text(const Graph& g) {
   std::ostringstream os;

@@ -10,6 +10,10 @@
 #include "adjoint/tensor.h"
 #include "dispatch/layer.h"
 
+namespace adjoint {
+class Generator;
+}
+
 namespace adjoint::detail {
 
 enum class ValueKind : uint8_t {
@@ -41,10 +45,11 @@ struct GraphNode {
 struct Graph {
   std::vector<Value> values;
   std::vector<GraphNode> nodes;
-  std::vector<int> inputs;        ///< value id of each argument
-  std::vector<Tensor> captures;   ///< by Value::index: the caller's tensors, held
-  std::vector<Tensor> constants;  ///< by Value::index
-  std::vector<int> outputs;       ///< value id of each result of the function
+  std::vector<int> inputs;             ///< value id of each argument
+  std::vector<Tensor> captures;        ///< by Value::index: the caller's tensors, held
+  std::vector<Tensor> constants;       ///< by Value::index
+  std::vector<Generator*> generators;  ///< those the random nodes draw from
+  std::vector<int> outputs;            ///< value id of each result of the function
   /// The backward: for each output, the cotangent value it receives (-1: it needs none), and
   /// for each differentiated leaf (an input or capture value), the value of its gradient (-1:
   /// the outputs do not depend on it).
@@ -57,6 +62,9 @@ struct Graph {
     return static_cast<int>(values.size()) - 1;
   }
   bool has_backward() const { return !grad_leaves.empty(); }
+  /// Sets each result's producer (Value::node, Value::index) from the node list, after the
+  /// nodes were removed, added or reordered.
+  void index_results();
 };
 
 /// The graph as text: one line per value definition, forward then backward.

@@ -26,15 +26,10 @@ void rename_uses(Graph& g, const std::vector<int>& replacement) {
 /// Removes the nodes not marked live, keeping the values (ids stay valid).
 void keep_nodes(Graph& g, const std::vector<bool>& live) {
   std::vector<GraphNode> kept;
-  std::vector<int> new_index(g.nodes.size(), -1);
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!live[i]) continue;
-    new_index[i] = static_cast<int>(kept.size());
-    kept.push_back(std::move(g.nodes[i]));
-  }
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (live[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
-  for (Value& v : g.values)
-    if (v.kind == ValueKind::Result) v.node = new_index[static_cast<std::size_t>(v.node)];
+  g.index_results();
 }
 
 /// For each value, the step of `schedule` that uses it last (-1: none).
@@ -170,36 +165,20 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
   std::vector<bool> keep_forward(g.values.size(), false), keep_backward(g.values.size(), false);
   for (int id : g.outputs)
     if (id >= 0) keep_forward[static_cast<std::size_t>(id)] = true;
-  for (const GraphNode& n : g.nodes) {
-    if (!n.backward) continue;
-    for (int id : n.inputs) {
-      if (id < 0) continue;
-      const Value& v = g.values[static_cast<std::size_t>(id)];
-      if (v.kind == ValueKind::Result && !g.nodes[static_cast<std::size_t>(v.node)].backward &&
-          !keep_forward[static_cast<std::size_t>(id)]) {
-        keep_forward[static_cast<std::size_t>(id)] = true;
-        p.saved.push_back(id);
-      }
-    }
-  }
-  for (int id : g.grads) {
-    if (id < 0) continue;
-    keep_backward[static_cast<std::size_t>(id)] = true;
+  std::vector<bool> is_saved(g.values.size(), false);
+  auto save = [&](int id) {  // a forward result the backward reads or returns
+    if (id < 0 || is_saved[static_cast<std::size_t>(id)]) return;
     const Value& v = g.values[static_cast<std::size_t>(id)];
-    if (v.kind == ValueKind::Result && !g.nodes[static_cast<std::size_t>(v.node)].backward &&
-        !keep_forward[static_cast<std::size_t>(id)]) {
-      keep_forward[static_cast<std::size_t>(id)] = true;
-      p.saved.push_back(id);
-    }
-  }
-  // Outputs the backward reads are saved too (their tensors belong to the caller).
-  for (int id : g.outputs) {
-    if (id < 0) continue;
-    for (const GraphNode& n : g.nodes)
-      if (n.backward && std::find(n.inputs.begin(), n.inputs.end(), id) != n.inputs.end() &&
-          g.values[static_cast<std::size_t>(id)].kind == ValueKind::Result &&
-          std::find(p.saved.begin(), p.saved.end(), id) == p.saved.end())
-        p.saved.push_back(id);
+    if (v.kind != ValueKind::Result || g.nodes[static_cast<std::size_t>(v.node)].backward) return;
+    is_saved[static_cast<std::size_t>(id)] = keep_forward[static_cast<std::size_t>(id)] = true;
+    p.saved.push_back(id);
+  };
+  for (const GraphNode& n : g.nodes)
+    if (n.backward)
+      for (int id : n.inputs) save(id);
+  for (int id : g.grads) {
+    if (id >= 0) keep_backward[static_cast<std::size_t>(id)] = true;
+    save(id);
   }
   p.capture_ids.assign(g.captures.size(), -1);
   p.constant_ids.assign(g.constants.size(), -1);

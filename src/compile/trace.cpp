@@ -124,7 +124,10 @@ class Tracer final : public OpTracer {
     // A generator made inside the function is seeded there from C++ values: its draws are
     // the same at every call, constants of the trace.
     const bool local = rng && local_generators_.contains(rng);
-    if (rng && !local && !generators_.contains(rng)) generators_.emplace(rng, rng->state());
+    if (rng && !local && !generators_.contains(rng)) {
+      generators_.emplace(rng, rng->state());
+      g_.generators.push_back(rng);
+    }
     Tensor out;
     {
       Pause pause;

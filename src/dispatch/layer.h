@@ -5,6 +5,7 @@
 
 #include <any>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -77,6 +78,17 @@ struct ReductionKernel {
   bool keepdim = false;
 };
 
+/// Thrown by TracedOp::run_kernel when the op's forward, run again, set its data-dependent
+/// state (`forward_state()`, such as cross_entropy's 1 / (rows not ignored)) to another value
+/// than when it was traced: the traced backward read the old value, so the graph must be
+/// traced again.
+class TracedStateChanged : public std::exception {
+ public:
+  const char* what() const noexcept override {
+    return "compile: an op's forward state differs from the traced one";
+  }
+};
+
 /// An op as a traced graph keeps it (src/compile): a copy of the op struct after its forward
 /// ran, able to run again on new inputs.
 class TracedOp {
@@ -91,6 +103,8 @@ class TracedOp {
                                 std::vector<Tensor>& extras) const = 0;
   /// The op's elementwise computation when it is a pointwise op (its `fusion()` member).
   virtual std::optional<PointwiseKernel> pointwise() const { return std::nullopt; }
+  /// A fused group of ops (compile's fusion), whose further results are not saved tensors.
+  virtual bool fused() const { return false; }
   /// The op's reduction when it is one (its `reduction()` member).
   virtual std::optional<ReductionKernel> reduction() const { return std::nullopt; }
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it

@@ -87,6 +87,8 @@ struct CrossEntropy {
   Reduction reduction;
   int64_t ignore_index;
   double scale = 1;  // set by forward: 1 / (non-ignored rows) for Mean, 0 when there are none
+  // What the forward sets, which the VJP reads: compile traces again when it changes.
+  double forward_state() const { return scale; }
 
   Tensor forward(const Tensor& logits, const Tensor& target) {
     kernels::CrossEntropyForward r = kernels::cross_entropy(logits, target, ignore_index);
