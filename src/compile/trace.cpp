@@ -148,6 +148,8 @@ class Tracer final : public OpTracer {
                          "does next may depend on them, which a graph cannot follow"));
   }
 
+  [[noreturn]] void untraceable(const char* what) override { throw GraphBreak(what); }
+
   void constant_made(const Tensor& t) override { constants_.insert(t.impl()); }
   void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
   void generator_reseeded(const Generator* gen) override {

@@ -36,6 +36,9 @@ class OpTracer {
                                  Generator* rng) = 0;
   /// A tensor's values were read into C++ (item, to_vector): the trace cannot follow them.
   [[noreturn]] virtual void values_read(const char* what) = 0;
+  /// Something a replay would not do again (a hook registered, a backward run): `what` says
+  /// what and why.
+  [[noreturn]] virtual void untraceable(const char* what) = 0;
   /// A factory made `t` from C++ values alone (zeros, arange, tensor): a constant of the trace.
   virtual void constant_made(const Tensor& t) = 0;
   /// Memory for a tensor was allocated while tracing (by a traced op or not): a tensor made
@@ -52,6 +55,12 @@ class OpTracer {
 extern constinit thread_local OpTracer* tls_op_tracer;
 
 inline bool tracing() { return (tls_mode.layers & layer_bit(Layer::Trace)) != 0; }
+
+/// Stops a trace at `what` (see OpTracer::untraceable); nothing when not tracing.
+inline void check_traceable(const char* what) {
+  if (tracing()) [[unlikely]]
+    tls_op_tracer->untraceable(what);
+}
 
 /// Marks a tensor made from C++ values alone (a mask of a fixed pattern, a fill value) as a
 /// constant while tracing, as the public factories do.

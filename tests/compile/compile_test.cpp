@@ -249,6 +249,36 @@ TEST(Compile, InPlaceWritesAreAGraphBreakAndHappenOnce) {
   expect_same(x, full({2}, 2.0));  // doubled once, by the eager run
 }
 
+TEST(Compile, HooksAndBackwardInsideTheFunctionAreGraphBreaks) {
+  CompileOptions o;
+  o.on_graph_break = OnGraphBreak::Throw;
+  Tensor x = randn({3}).requires_grad_(true);
+  CompiledFunction hook = compile(
+      [](const Tensor& v) {
+        Tensor y = v * 2.0;
+        y.register_hook([](const Tensor& g) { return g; });
+        return y;
+      },
+      o);
+  expect_error([&] { hook(x); }, ErrorKind::NotImplemented, {"register_hook"});
+  CompiledFunction retain = compile(
+      [](const Tensor& v) {
+        Tensor y = v * 2.0;
+        y.retain_grad();
+        return y;
+      },
+      o);
+  expect_error([&] { retain(x); }, ErrorKind::NotImplemented, {"retain_grad"});
+  CompiledFunction inner = compile(
+      [](const Tensor& v) {
+        (v * 2.0).sum().backward();
+        return v * 1.0;
+      },
+      o);
+  expect_error([&] { inner(x); }, ErrorKind::NotImplemented, {"backward()"});
+  EXPECT_FALSE(x.grad().defined());  // the trace's backward ran on an alias, if at all
+}
+
 TEST(Compile, RandomDrawsMatchEager) {
   auto f = [](Generator* g) {
     return [g](const Tensor& x) {
