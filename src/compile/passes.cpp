@@ -95,6 +95,39 @@ std::size_t predicted_peak(const Graph& g, const Schedule& s) {
   return peak;
 }
 
+// Renumbers the values that are still used densely, so that a run's table of values (one
+// slot each) holds no dead ones: a chain of 3000 fused ops leaves a handful of 6000.
+void compact_values(Graph& g) {
+  std::vector<int> new_id(g.values.size(), -1);
+  std::vector<Value> kept;
+  auto keep = [&](int& id) {
+    if (id < 0) return;
+    if (new_id[static_cast<std::size_t>(id)] < 0) {
+      new_id[static_cast<std::size_t>(id)] = static_cast<int>(kept.size());
+      kept.push_back(g.values[static_cast<std::size_t>(id)]);
+    }
+    id = new_id[static_cast<std::size_t>(id)];
+  };
+  for (int& id : g.inputs) keep(id);
+  for (std::size_t id = 0; id < g.values.size(); ++id) {  // bound by index at every run
+    const ValueKind k = g.values[id].kind;
+    int i = static_cast<int>(id);
+    if (k == ValueKind::Capture || k == ValueKind::Constant || k == ValueKind::Cotangent) keep(i);
+  }
+  for (GraphNode& n : g.nodes) {
+    for (int& id : n.inputs) keep(id);
+    for (int& id : n.outputs) keep(id);
+  }
+  for (int& id : g.outputs) keep(id);
+  for (int& id : g.grads) keep(id);
+  for (int& id : g.grad_leaves) keep(id);
+  for (int& id : g.cotangents) keep(id);
+  for (Value& v : kept)
+    if (v.alias_of >= 0) v.alias_of = new_id[static_cast<std::size_t>(v.alias_of)];
+  g.values = std::move(kept);
+  g.index_results();
+}
+
 }  // namespace
 
 int eliminate_common_subexpressions(Graph& g) {
@@ -157,6 +190,7 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
     if (options.eliminate_dead_code) p.dropped += eliminate_dead_code(traced);
   }
   if (options.fuse_pointwise) p.fused = fuse_pointwise(traced);
+  compact_values(traced);
   p.graph = std::move(traced);
   const Graph& g = p.graph;
 

@@ -273,6 +273,9 @@ struct TensorMap1 {
   }
 };
 
+// Below this many elements a dispatched vector call costs more than the plain loop.
+constexpr int64_t kShortBlock = 64;
+
 template <class T>
 struct ArrayMap1 {
   const T* in;
@@ -288,7 +291,8 @@ struct ArrayMap1 {
   }
   template <class U>
   bool simd(Unary k, double a, double b) const {
-    if (!simd_unary_handles(k, a)) return false;
+    // A short block of an exact kind is quicker in the plain loop (the same bits).
+    if (!simd_unary_handles(k, a) || (n < kShortBlock && simd_is_exact(k))) return false;
     simd_unary(k, in, out, n, a, b);
     return true;
   }
@@ -442,7 +446,7 @@ struct ArrayMap2 {
   }
   template <class U>
   bool simd(Binary k) const {
-    if (!simd_binary_handles(k)) return false;
+    if (!simd_binary_handles(k) || (n < kShortBlock && simd_is_exact(k))) return false;
     simd_binary(k, a, b, out, n);
     return true;
   }

@@ -578,6 +578,25 @@ bool simd_unary_handles(Unary kind) {
   }
 }
 
+bool simd_is_exact(Unary kind) {
+  switch (kind) {
+    case Unary::Neg:
+    case Unary::AddScalar:
+    case Unary::MulScalar:
+    case Unary::RSubScalar:
+    case Unary::RDivScalar:
+    case Unary::Square:
+    case Unary::PowScalar:  // x^2 and x^3, the only ones it computes
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool simd_is_exact(Binary kind) {
+  return kind == Binary::Add || kind == Binary::Sub || kind == Binary::Mul || kind == Binary::Div;
+}
+
 bool simd_unary_handles(Unary kind, double a) {
   if (kind == Unary::PowScalar) return a == 2 || a == 3;
   return simd_unary_handles(kind);

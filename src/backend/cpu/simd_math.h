@@ -26,6 +26,11 @@ bool simd_unary_handles(Unary kind, double a);
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
 
+/// The kinds whose vectorised form is bitwise the scalar loop's (one rounding per
+/// operation): a caller may take either, as is faster for its length.
+bool simd_is_exact(Unary kind);
+bool simd_is_exact(Binary kind);
+
 /// True for the binary kinds simd_binary computes: Add, Sub, Mul, Div (bitwise equal to the
 /// scalar loop), GeluTanhBackward, GeluErfBackward.
 bool simd_binary_handles(Binary kind);
