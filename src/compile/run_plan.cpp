@@ -98,6 +98,10 @@ class CompiledBackward final : public Node {
       bind_leaves(*plan_, env, inputs, captures);
       for (std::size_t i = 0; i < plan_->saved.size(); ++i)
         env[static_cast<std::size_t>(plan_->saved[i])] = saved_[i].unpack(self);
+      // Without retain_graph the run owns them now, and lets each go after its last reader,
+      // as eager nodes free theirs one by one.
+      if (!run.retain_graph)
+        for (SavedTensor& st : saved_) st.release();
       for (std::size_t k = 0; k < g.cotangents.size(); ++k) {
         const int c = g.cotangents[k];
         if (c < 0) continue;
