@@ -65,8 +65,12 @@ std::size_t value_bytes(const Value& v) {
 // Replays a schedule's allocations: each result takes its size class when its node runs (a
 // view takes nothing and holds its base), and gives it back when it and every view of it
 // have been let go, as run_kernels does.
-std::size_t predicted_peak(const Graph& g, const Schedule& s) {
+std::size_t predicted_peak(const Graph& g, const Schedule& s,
+                           const std::vector<int>& handed_over = {}) {
+  // `handed_over`: values made before the run that it owns and frees after their last reader
+  // (what the forward kept for the backward).
   std::vector<bool> made_here(g.values.size(), false);
+  for (int id : handed_over) made_here[static_cast<std::size_t>(id)] = true;
   for (int n : s.nodes)
     for (int id : g.nodes[static_cast<std::size_t>(n)].outputs)
       made_here[static_cast<std::size_t>(id)] = true;
@@ -76,12 +80,15 @@ std::size_t predicted_peak(const Graph& g, const Schedule& s) {
     return id;
   };
   std::vector<int> holders(g.values.size(), 0);
-  std::size_t live = 0, peak = 0;
+  for (int id : handed_over) ++holders[static_cast<std::size_t>(id)];
+  // Bytes above those held when the run starts (negative once it freed what it was handed).
+  int64_t live = 0, peak = 0;
   for (std::size_t step = 0; step < s.nodes.size(); ++step) {
     for (int id : g.nodes[static_cast<std::size_t>(s.nodes[step])].outputs) {
       const int root = owner(id);
       if (!made_here[static_cast<std::size_t>(root)]) continue;
-      if (root == id) live += value_bytes(g.values[static_cast<std::size_t>(id)]);
+      if (root == id)
+        live += static_cast<int64_t>(value_bytes(g.values[static_cast<std::size_t>(id)]));
       ++holders[static_cast<std::size_t>(root)];
     }
     peak = std::max(peak, live);
@@ -232,7 +239,12 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
   p.forward = schedule(g, false, keep_forward);
   p.backward = schedule(g, true, keep_backward);
   p.forward_peak_bytes = predicted_peak(g, p.forward);
-  p.backward_peak_bytes = predicted_peak(g, p.backward);
+  // The backward owns the kept values that are not also outputs (the caller holds those).
+  std::vector<int> handed_over;
+  for (int id : p.saved)
+    if (std::find(g.outputs.begin(), g.outputs.end(), id) == g.outputs.end())
+      handed_over.push_back(id);
+  p.backward_peak_bytes = predicted_peak(g, p.backward, handed_over);
   for (int id : p.saved) p.saved_bytes += value_bytes(g.values[static_cast<std::size_t>(id)]);
   return p;
 }

@@ -1,0 +1,270 @@
+// The fused loop's interpreter (Note [Pointwise fusion] in fusion.cpp).
+#include "compile/fused_loop.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "adjoint/tensor_impl.h"
+#include "backend/kernels.h"
+#include "core/op_scope.h"
+#include "core/parallel.h"
+#include "core/tensor_factory.h"
+
+namespace adjoint::detail {
+namespace {
+
+/// Elements per block: registers of one block stay in the first two cache levels.
+constexpr int64_t kBlock = 512;
+/// Blocks are shared between threads above this many elements, as the elementwise kernels.
+constexpr int64_t kParallelElements = 262144;
+
+/// How a block reads one input that broadcasts into the group's shape.
+struct InputReader {
+  enum class Kind { Direct, Scalar, Periodic, Strided } kind;
+  const char* data;
+  int64_t period = 0;            // Periodic: the input repeats every `period` elements
+  std::vector<int64_t> sizes;    // Strided: the group's shape
+  std::vector<int64_t> strides;  // Strided: the input's strides in elements (0: broadcast)
+};
+
+template <class T>
+InputReader reader_for(const Tensor& x, const Shape& shape) {
+  InputReader r{InputReader::Kind::Strided, static_cast<const char*>(x.impl()->data())};
+  bool all_broadcast = true;  // an expanded scalar (the cotangent of a sum) has every stride 0
+  for (int64_t d = 0; d < x.dim(); ++d)
+    all_broadcast = all_broadcast && (x.strides()[d] == 0 || x.shape()[d] == 1);
+  if (x.numel() == 1 || all_broadcast) {
+    r.kind = InputReader::Kind::Scalar;
+    return r;
+  }
+  if (x.shape() == shape && x.is_contiguous()) {
+    r.kind = InputReader::Kind::Direct;
+    return r;
+  }
+  const int64_t rank = static_cast<int64_t>(shape.size()), xr = x.dim();
+  // Contiguous trailing dims equal to the group's, leading ones broadcast (a bias row).
+  if (x.is_contiguous()) {
+    int64_t period = 1, d = 0;
+    for (; d < xr && x.shape()[xr - 1 - d] == shape[rank - 1 - d]; ++d)
+      period *= shape[rank - 1 - d];
+    bool rest_one = true;
+    for (int64_t e = d; e < xr; ++e) rest_one = rest_one && x.shape()[xr - 1 - e] == 1;
+    if (rest_one && period == x.numel()) {
+      r.kind = InputReader::Kind::Periodic;
+      r.period = period;
+      return r;
+    }
+  }
+  r.sizes.assign(shape.begin(), shape.end());
+  r.strides.assign(static_cast<std::size_t>(rank), 0);
+  for (int64_t d = 0; d < xr; ++d)
+    if (x.shape()[d] != 1) r.strides[static_cast<std::size_t>(rank - xr + d)] = x.strides()[d];
+  return r;
+}
+
+/// Elements [start, start + n) of the input, as a pointer into it or copied into `reg`.
+template <class T>
+const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
+  const T* x = reinterpret_cast<const T*>(r.data);
+  switch (r.kind) {
+    case InputReader::Kind::Direct:
+      return x + start;
+    case InputReader::Kind::Scalar:
+      std::fill(reg, reg + n, x[0]);
+      return reg;
+    case InputReader::Kind::Periodic:
+      for (int64_t j = 0, p = start % r.period; j < n; ++j) {
+        reg[j] = x[p];
+        if (++p == r.period) p = 0;
+      }
+      return reg;
+    case InputReader::Kind::Strided:
+      break;
+  }
+  const std::size_t rank = r.sizes.size();
+  std::vector<int64_t> index(rank);
+  int64_t rest = start, offset = 0;
+  for (std::size_t d = rank; d-- > 0;) {
+    index[d] = rest % r.sizes[d];
+    rest /= r.sizes[d];
+    offset += index[d] * r.strides[d];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    reg[j] = x[offset];
+    for (std::size_t d = rank; d-- > 0;) {  // the odometer
+      offset += r.strides[d];
+      if (++index[d] < r.sizes[d]) break;
+      offset -= r.strides[d] * r.sizes[d];
+      index[d] = 0;
+    }
+  }
+  return reg;
+}
+
+template <class T>
+void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<Tensor>& outs) {
+  const int64_t numel = p.shape.numel();
+  outs.clear();
+  if (p.sum_register >= 0) {
+    outs.push_back(make_empty(p.reduced_shape, p.dtype));
+  } else {
+    for (std::size_t k = 0; k < p.output_register.size(); ++k)
+      outs.push_back(make_empty(p.shape, p.dtype));
+  }
+  if (numel == 0) {
+    if (p.sum_register >= 0) *static_cast<T*>(outs[0].impl()->data()) = T(0);
+    return;
+  }
+  std::vector<InputReader> readers;
+  for (const Tensor& x : inputs) readers.push_back(reader_for<T>(x, p.shape));
+  std::vector<T*> out_data;
+  if (p.sum_register < 0)
+    for (const Tensor& o : outs) out_data.push_back(static_cast<T*>(o.impl()->data()));
+  const int64_t block = std::min(numel, kBlock);
+  const int64_t blocks = (numel + block - 1) / block;
+  // The registers an output lives in are that output's memory.
+  std::vector<int> output_of(static_cast<std::size_t>(p.num_registers), -1);
+  if (p.sum_register < 0)
+    for (std::size_t k = 0; k < p.output_register.size(); ++k)
+      output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+  std::vector<double> partial(p.sum_register >= 0 ? static_cast<std::size_t>(blocks) : 0);
+
+  auto run_blocks = [&](int64_t first, int64_t last) {
+    thread_local std::vector<T> scratch;
+    if (scratch.size() < static_cast<std::size_t>(p.num_registers * block))
+      scratch.resize(static_cast<std::size_t>(p.num_registers * block));
+    std::vector<T*> reg(static_cast<std::size_t>(p.num_registers));
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t start = b * block, n = std::min(block, numel - start);
+      for (int r = 0; r < p.num_registers; ++r) {
+        const int o = output_of[static_cast<std::size_t>(r)];
+        reg[static_cast<std::size_t>(r)] =
+            o >= 0 ? out_data[static_cast<std::size_t>(o)] + start
+                   : scratch.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(block);
+      }
+      for (std::size_t k = 0; k < readers.size(); ++k) {
+        T* slot = reg[static_cast<std::size_t>(p.input_register[k])];
+        reg[static_cast<std::size_t>(p.input_register[k])] =
+            const_cast<T*>(read_block<T>(readers[k], start, n, slot));
+      }
+      for (const Instr& in : p.code) {
+        T* dst = reg[static_cast<std::size_t>(in.dst)];
+        if (in.kernel.is_binary) {
+          kernels::binary_block<T>(in.kernel.binary, reg[static_cast<std::size_t>(in.src0)],
+                                   reg[static_cast<std::size_t>(in.src1)], dst, n);
+        } else {
+          kernels::unary_block<T>(in.kernel.unary, reg[static_cast<std::size_t>(in.src0)], dst, n,
+                                  in.kernel.a, in.kernel.b);
+        }
+      }
+      if (p.sum_register >= 0) {
+        // Four running sums, so that the adds do not wait on each other.
+        const T* v = reg[static_cast<std::size_t>(p.sum_register)];
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+          a0 += v[j];
+          a1 += v[j + 1];
+          a2 += v[j + 2];
+          a3 += v[j + 3];
+        }
+        for (; j < n; ++j) a0 += v[j];
+        partial[static_cast<std::size_t>(b)] = (a0 + a1) + (a2 + a3);
+      }
+    }
+  };
+  const int64_t grain = std::max<int64_t>(1, kParallelElements / block);
+  parallel_for(blocks, grain, run_blocks);
+  if (p.sum_register >= 0) {  // the blocks' sums in block order: the same for any threads
+    double total = 0;
+    for (double v : partial) total += v;
+    *static_cast<T*>(outs[0].impl()->data()) = static_cast<T>(total);
+  }
+}
+
+/// A fused group as the graph keeps it.
+class FusedOp final : public TracedOp {
+ public:
+  FusedOp(Program program, std::vector<std::shared_ptr<const TracedOp>> members,
+          std::vector<std::vector<int>> member_inputs, std::vector<int> member_output,
+          std::vector<int> output_slot, int num_inputs)
+      : program_(std::move(program)),
+        members_(std::move(members)),
+        member_inputs_(std::move(member_inputs)),
+        member_output_(std::move(member_output)),
+        output_slot_(std::move(output_slot)),
+        num_inputs_(num_inputs) {
+    std::ostringstream os;
+    os << "fused[";
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (i == 6) {
+        os << ", ... " << members_.size() << " ops";
+        break;
+      }
+      os << (i ? ", " : "") << members_[i]->name();
+    }
+    os << "]";
+    name_ = os.str();
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    const OpScope scope("fused pointwise");
+    std::vector<Tensor> outs;
+    if (program_.dtype == DType::Float32) {
+      run_program<float>(program_, in, outs);
+    } else {
+      run_program<double>(program_, in, outs);
+    }
+    return first_and_rest(std::move(outs), extras);
+  }
+
+  // The members one by one through the stack (under vmap or jvp). Slots 0 .. num_inputs_ - 1
+  // are the fused inputs, then one per member result.
+  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    std::vector<Tensor> slots(in.begin(), in.end());
+    slots.resize(static_cast<std::size_t>(num_inputs_) + members_.size());  // (a sum included)
+    std::vector<Tensor> args, unused;
+    for (std::size_t m = 0; m < members_.size(); ++m) {
+      args.clear();
+      for (int s : member_inputs_[m]) args.push_back(slots[static_cast<std::size_t>(s)]);
+      slots[static_cast<std::size_t>(member_output_[m])] =
+          members_[m]->run_dispatched(args, unused);
+    }
+    std::vector<Tensor> outs;
+    for (int s : output_slot_) outs.push_back(slots[static_cast<std::size_t>(s)]);
+    return first_and_rest(std::move(outs), extras);
+  }
+
+  bool same_as(const TracedOp&) const override { return false; }
+  bool fused() const override { return true; }
+
+ private:
+  static Tensor first_and_rest(std::vector<Tensor> outs, std::vector<Tensor>& extras) {
+    extras.assign(std::make_move_iterator(outs.begin() + 1), std::make_move_iterator(outs.end()));
+    return std::move(outs[0]);
+  }
+
+  Program program_;
+  std::vector<std::shared_ptr<const TracedOp>> members_;
+  std::vector<std::vector<int>> member_inputs_;  // slots
+  std::vector<int> member_output_;               // slot of each member's result
+  std::vector<int> output_slot_;                 // slot of each fused output
+  int num_inputs_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TracedOp> make_fused_op(Program program,
+                                              std::vector<std::shared_ptr<const TracedOp>> members,
+                                              std::vector<std::vector<int>> member_inputs,
+                                              std::vector<int> member_output,
+                                              std::vector<int> output_slot, int num_inputs) {
+  return std::make_shared<FusedOp>(std::move(program), std::move(members), std::move(member_inputs),
+                                   std::move(member_output), std::move(output_slot), num_inputs);
+}
+
+}  // namespace adjoint::detail

@@ -1,0 +1,46 @@
+// The fused loop: a group of pointwise ops as one small program over blocks of elements, and
+// the graph node that runs it (Note [Pointwise fusion] in fusion.cpp).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "adjoint/tensor.h"
+#include "dispatch/layer.h"
+
+namespace adjoint::detail {
+
+/// One op of the group: dst = kernel(src0[, src1]) over a block, registers by index.
+struct Instr {
+  PointwiseKernel kernel;
+  int dst;
+  int src0;
+  int src1;  // -1 for a unary kind
+};
+
+/// A group as one program over registers (one block of elements each).
+struct Program {
+  DType dtype;
+  Shape shape;
+  int num_registers = 0;
+  std::vector<int> input_register;   // by fused input
+  std::vector<int> output_register;  // by fused output
+  std::vector<Instr> code;
+  /// A full sum ends the group: its register is summed (in double, four running sums per
+  /// block, then the blocks in order: the same for any number of threads) into the one output,
+  /// of shape `reduced_shape`.
+  int sum_register = -1;
+  Shape reduced_shape;
+};
+
+/// A fused group as a graph node keeps it. A replay runs `program`; under vmap or jvp the
+/// members run one by one through the stack instead, on slots: the fused inputs first
+/// (`num_inputs`), then one per member's result (`member_output`), the outputs being
+/// `output_slot`.
+std::shared_ptr<const TracedOp> make_fused_op(Program program,
+                                              std::vector<std::shared_ptr<const TracedOp>> members,
+                                              std::vector<std::vector<int>> member_inputs,
+                                              std::vector<int> member_output,
+                                              std::vector<int> output_slot, int num_inputs);
+
+}  // namespace adjoint::detail
