@@ -21,9 +21,10 @@ constexpr int64_t kParallelElements = 262144;
 
 /// How a block reads one input that broadcasts into the group's shape.
 struct InputReader {
-  enum class Kind { Direct, Scalar, Periodic, Strided } kind;
+  enum class Kind { Direct, Scalar, Periodic, Repeated, Strided } kind;
   const char* data;
-  int64_t period = 0;            // Periodic: the input repeats every `period` elements
+  int64_t period = 0;            // Periodic: the input repeats every `period` elements;
+                                 // Repeated: each of its elements `period` times (a row statistic)
   std::vector<int64_t> sizes;    // Strided: the group's shape
   std::vector<int64_t> strides;  // Strided: the input's strides in elements (0: broadcast)
 };
@@ -56,6 +57,18 @@ InputReader reader_for(const Tensor& x, const Shape& shape) {
       return r;
     }
   }
+  // Contiguous leading dims equal to the group's, trailing ones of size 1 (a mean per row).
+  if (x.is_contiguous() && xr == rank) {
+    int64_t d = rank, repeat = 1;
+    for (; d > 0 && x.shape()[d - 1] == 1; --d) repeat *= shape[d - 1];
+    bool lead_equal = true;
+    for (int64_t e = 0; e < d; ++e) lead_equal = lead_equal && x.shape()[e] == shape[e];
+    if (lead_equal && repeat > 1) {
+      r.kind = InputReader::Kind::Repeated;
+      r.period = repeat;
+      return r;
+    }
+  }
   r.sizes.assign(shape.begin(), shape.end());
   r.strides.assign(static_cast<std::size_t>(rank), 0);
   for (int64_t d = 0; d < xr; ++d)
@@ -77,6 +90,15 @@ const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
       for (int64_t j = 0, p = start % r.period; j < n; ++j) {
         reg[j] = x[p];
         if (++p == r.period) p = 0;
+      }
+      return reg;
+    case InputReader::Kind::Repeated:
+      for (int64_t j = 0, i = start / r.period, k = start % r.period; j < n; ++j) {
+        reg[j] = x[i];
+        if (++k == r.period) {
+          k = 0;
+          ++i;
+        }
       }
       return reg;
     case InputReader::Kind::Strided:

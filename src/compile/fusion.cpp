@@ -168,7 +168,35 @@ int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
 }  // namespace
 
 int recompute_pointwise(Graph& g) {
-  std::vector<int> copy_of(g.values.size(), -1);  // forward value -> its backward copy
+  const std::size_t n_values = g.values.size();
+  auto made_by_fusible = [&](int id) {
+    const Value& v = g.values[static_cast<std::size_t>(id)];
+    return v.kind == ValueKind::Result && !g.nodes[static_cast<std::size_t>(v.node)].backward &&
+           fusible(g, g.nodes[static_cast<std::size_t>(v.node)]);
+  };
+  // What the backward has without recomputing: the leaves, and the forward values it reads
+  // that no pointwise op made (kept anyway).
+  std::vector<bool> kept(n_values, false);
+  for (std::size_t id = 0; id < n_values; ++id) kept[id] = g.values[id].kind != ValueKind::Result;
+  for (const GraphNode& n : g.nodes)
+    if (n.backward)
+      for (int id : n.inputs)
+        if (id >= 0 && !made_by_fusible(id)) kept[static_cast<std::size_t>(id)] = true;
+  // A value is recomputed only from what is kept anyway, so recomputing never makes the
+  // forward keep more (a residual stream, rebuilt from branch outputs nothing else keeps,
+  // stays kept, as in eager code).
+  std::vector<int> from_kept(n_values, -1);  // -1 unknown, 0 no, 1 yes
+  std::function<bool(int)> recomputable = [&](int id) -> bool {
+    int& r = from_kept[static_cast<std::size_t>(id)];
+    if (r >= 0) return r == 1;
+    if (!made_by_fusible(id)) return (r = kept[static_cast<std::size_t>(id)] ? 1 : 0) == 1;
+    r = 1;
+    for (int in :
+         g.nodes[static_cast<std::size_t>(g.values[static_cast<std::size_t>(id)].node)].inputs)
+      if (in >= 0 && !recomputable(in)) r = 0;
+    return r == 1;
+  };
+  std::vector<int> copy_of(n_values, -1);  // forward value -> its backward copy
   std::vector<GraphNode> copies;
   // Copies the forward node behind value id into the backward (its inputs first).
   std::function<int(int)> recompute = [&](int id) -> int {
@@ -176,7 +204,7 @@ int recompute_pointwise(Graph& g) {
     const Value& v = g.values[static_cast<std::size_t>(id)];
     if (v.kind != ValueKind::Result) return id;
     const GraphNode& n = g.nodes[static_cast<std::size_t>(v.node)];
-    if (n.backward || !fusible(g, n)) return id;
+    if (n.backward || !fusible(g, n) || !recomputable(id)) return id;
     GraphNode c = n;
     c.backward = true;
     for (int& in : c.inputs) in = recompute(in);
