@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adjoint/adjoint.h"
+#include "leaf_steps.h"
 #include "report.h"
 
 namespace bench {
@@ -23,28 +24,12 @@ void pointwise_chain(const Opts& o, Json& j) {
   Tensor x = adjoint::randn({4096, 1024}, adjoint::DType::Float32, &gen).requires_grad_(true);
   auto forward = [](const Tensor& v) { return gelu_by_primitives(v).sum(); };
   const adjoint::CompiledFunction compiled = adjoint::compile(forward);
-  Samples fwd, bwd, total;
-  Tensor last_loss;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    x.zero_grad(/*set_to_none=*/true);
-    const auto t0 = Clock::now();
-    Tensor loss = o.compile ? compiled(x) : forward(x);
-    const auto t1 = Clock::now();
-    loss.backward();
-    const auto t2 = Clock::now();
-    last_loss = loss.detach();
-    loss = Tensor();
-    const auto t3 = Clock::now();
-    if (s >= o.warmup) {
-      fwd.add(ms(t0, t1));
-      bwd.add(ms(t1, t2));
-      total.add(ms(t0, t3));
-    }
-  }
-  common_fields(j, o, total);
-  j.num("fwd_ms", fwd.median());
-  j.num("bwd_ms", bwd.median());
-  j.num("loss", last_loss.item<double>());
+  const LeafSteps r =
+      time_leaf_steps(o, x, [&](const Tensor& v) { return o.compile ? compiled(v) : forward(v); });
+  common_fields(j, o, r.total);
+  j.num("fwd_ms", r.fwd.median());
+  j.num("bwd_ms", r.bwd.median());
+  j.num("loss", r.last_loss.item<double>());
   j.num("grad_sum", x.grad().sum().item<double>());
   j.integer("elements", x.numel());
 }

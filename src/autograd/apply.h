@@ -23,6 +23,7 @@
 // `static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;` (src/autograd/autocast.h).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -359,6 +360,26 @@ struct is_std_array : std::false_type {};
 template <class T, std::size_t N>
 struct is_std_array<std::array<T, N>> : std::true_type {};
 
+/// op.forward on the call's inputs (a std::array of N tensors, or a list), with the Saver when
+/// the forward takes one: apply<Op>'s kernel step, and a traced graph's replay of it.
+template <class Op, class Inputs>
+Tensor call_forward(Op& op, Saver& saver, const Inputs& in) {
+  if constexpr (is_std_array<Inputs>::value) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      if constexpr (requires { op.forward(saver, in[I]...); }) {
+        return op.forward(saver, in[I]...);
+      } else {
+        return op.forward(in[I]...);
+      }
+    }
+    (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
+  } else if constexpr (requires { op.forward(saver, in); }) {
+    return op.forward(saver, in);
+  } else {
+    return op.forward(in);
+  }
+}
+
 /// Op as a traced graph keeps it (TracedOp in src/dispatch/layer.h): Inputs is the call's
 /// std::array<Tensor, N>, or std::vector<Tensor> for an op over a list.
 template <class Op, class Inputs>
@@ -390,24 +411,13 @@ class TypedTracedOp final : public TracedOp {
     const OpScope op_scope(Op::name);
     Op op = op_;  // a forward may set members
     Saver saver;
-    Tensor out;
+    Inputs args{};
     if constexpr (is_std_array<Inputs>::value) {
-      out = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        if constexpr (requires { op.forward(saver, in[I]...); }) {
-          return op.forward(saver, in[I]...);
-        } else {
-          return op.forward(in[I]...);
-        }
-      }
-      (std::make_index_sequence<std::tuple_size_v<Inputs>>{});
+      std::copy(in.begin(), in.end(), args.begin());
     } else {
-      const std::vector<Tensor> list(in.begin(), in.end());
-      if constexpr (requires { op.forward(saver, list); }) {
-        out = op.forward(saver, list);
-      } else {
-        out = op.forward(list);
-      }
+      args.assign(in.begin(), in.end());
     }
+    Tensor out = call_forward(op, saver, args);
     extras = std::move(saver.tensors);
     if constexpr (!kConstForward) {
       if (!(op.forward_state() == op_.forward_state())) throw TracedStateChanged();
@@ -524,16 +534,7 @@ Tensor apply_fixed(Op& op, const Ts&... xs) {
   const std::array<Tensor, n> inputs{xs...};
   return detail::apply_core(
       op, inputs,
-      [&](Saver& saver, const std::array<Tensor, n>& in) {
-        return [&]<std::size_t... I>(std::index_sequence<I...>) {
-          if constexpr (requires { op.forward(saver, xs...); }) {
-            return op.forward(saver, in[I]...);
-          } else {
-            return op.forward(in[I]...);
-          }
-        }
-        (std::make_index_sequence<n>{});
-      },
+      [&](Saver& saver, const std::array<Tensor, n>& in) { return call_forward(op, saver, in); },
       [&](const Ctx& c, const std::vector<Tensor>& t) {
         return detail::jvp_fixed(op, c, t, std::make_index_sequence<n>{});
       });
@@ -543,13 +544,7 @@ template <class Op>
 Tensor apply_list_inputs(Op& op, const std::vector<Tensor>& inputs) {
   return detail::apply_core(
       op, inputs,
-      [&](Saver& saver, const std::vector<Tensor>& in) {
-        if constexpr (requires { op.forward(saver, in); }) {
-          return op.forward(saver, in);
-        } else {
-          return op.forward(in);
-        }
-      },
+      [&](Saver& saver, const std::vector<Tensor>& in) { return call_forward(op, saver, in); },
       [&](const Ctx& c, const std::vector<Tensor>& t) { return op.jvp(c, t); });
 }
 

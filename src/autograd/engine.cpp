@@ -268,9 +268,9 @@ namespace autograd {
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph) {
-  detail::check_traceable(
-      "backward() inside a compiled function: it fills .grad as a side effect a replay would "
-      "not repeat (call backward on the compiled function's result, or use grad())");
+  detail::check_traceable("backward",
+                          "it fills .grad as a side effect a replay would not repeat (call "
+                          "backward on the compiled function's result, or use grad())");
   std::vector<Edge> roots = root_edges(outputs, "backward");
   std::vector<Tensor> seeds = seeds_for(outputs, grad_outputs, "backward");
   std::vector<Capture> none;

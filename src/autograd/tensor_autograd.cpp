@@ -103,9 +103,7 @@ std::shared_ptr<Node> Tensor::grad_fn() const {
 }
 
 void Tensor::retain_grad() const {
-  detail::check_traceable(
-      "retain_grad inside a compiled function: a replay records no node to keep the gradient "
-      "of");
+  detail::check_traceable("retain_grad", "a replay records no node to keep the gradient of");
   ADJOINT_CHECK(requires_grad(), Autograd, "retain_grad",
                 "can't retain_grad on a tensor that does not require grad (", describe(*this), ")");
   AutogradMeta& m = impl()->meta();
@@ -145,9 +143,9 @@ HookHandle add_leaf_hook(const Tensor& t, std::vector<std::pair<int, Hook>> Auto
 }  // namespace
 
 HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
-  detail::check_traceable(
-      "register_hook inside a compiled function: a replay would not run the hook (register it "
-      "on the arguments or parameters, outside)");
+  detail::check_traceable("register_hook",
+                          "a replay would not run the hook (register it on the arguments or "
+                          "parameters, outside)");
   ADJOINT_CHECK(requires_grad(), Autograd, "register_hook",
                 "cannot register a hook on a tensor that does not require grad (", describe(*this),
                 ")");
@@ -168,9 +166,7 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
 
 HookHandle Tensor::register_post_accumulate_grad_hook(
     std::function<void(const Tensor&)> hook) const {
-  detail::check_traceable(
-      "register_post_accumulate_grad_hook inside a compiled function: a replay would not "
-      "register it");
+  detail::check_traceable("register_post_accumulate_grad_hook", "a replay would not register it");
   ADJOINT_CHECK(defined() && requires_grad() && !grad_fn(), Autograd,
                 "register_post_accumulate_grad_hook",
                 "needs a leaf tensor that requires grad (one whose .grad backward() fills), got ",

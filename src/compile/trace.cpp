@@ -142,13 +142,9 @@ class Tracer final : public OpTracer {
     return out;
   }
 
-  [[noreturn]] void values_read(const char* what) override {
-    throw GraphBreak(str(what,
-                         "() read a tensor's values into C++ while tracing: what the function "
-                         "does next may depend on them, which a graph cannot follow"));
+  [[noreturn]] void untraceable(const char* op, const char* why) override {
+    throw GraphBreak(str(op, " inside a compiled function: ", why));
   }
-
-  [[noreturn]] void untraceable(const char* what) override { throw GraphBreak(what); }
 
   void constant_made(const Tensor& t) override { constants_.insert(t.impl()); }
   void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
@@ -159,11 +155,6 @@ class Tracer final : public OpTracer {
           "would not do that again (seed it outside, or make the generator inside)");
   }
   void storage_made(const StorageImpl* s) override { made_while_tracing_.insert(s); }
-  [[noreturn]] void written_in_place(const Tensor& t, const char* op) override {
-    throw GraphBreak(str(op, " would write into a tensor (", t.shape(), ", ", t.dtype(),
-                         ") in place while tracing; a graph does not replay writes (use the "
-                         "out-of-place op inside a compiled function)"));
-  }
 
   /// The value of a tensor the function returned.
   int output(const Tensor& t) {
@@ -216,7 +207,7 @@ class Tracer final : public OpTracer {
 
   // The same memory and layout (ops decide by strides: reshape views or copies), without the
   // caller's history or hooks. Nothing is written through it: in-place ops stop the trace
-  // before they write (written_in_place).
+  // before they write (check_inplace in src/ops/inplace.cpp).
   Tensor leaf_alias(const Tensor& x) const {
     Pause pause;
     Tensor alias = x.detach();

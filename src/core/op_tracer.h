@@ -34,18 +34,14 @@ class OpTracer {
   /// null for a deterministic function.
   virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
                                  Generator* rng) = 0;
-  /// A tensor's values were read into C++ (item, to_vector): the trace cannot follow them.
-  [[noreturn]] virtual void values_read(const char* what) = 0;
-  /// Something a replay would not do again (a hook registered, a backward run): `what` says
-  /// what and why.
-  [[noreturn]] virtual void untraceable(const char* what) = 0;
+  /// `op` did what a graph cannot hold (read values into C++, wrote in place, registered a
+  /// hook, ran a backward), for the reason `why`: the trace stops (a graph break).
+  [[noreturn]] virtual void untraceable(const char* op, const char* why) = 0;
   /// A factory made `t` from C++ values alone (zeros, arange, tensor): a constant of the trace.
   virtual void constant_made(const Tensor& t) = 0;
   /// Memory for a tensor was allocated while tracing (by a traced op or not): a tensor made
   /// from traced values by code the tracer does not see must not be taken for a constant.
   virtual void storage_made(const StorageImpl* s) = 0;
-  /// An in-place op is about to write into t: a graph does not replay writes.
-  [[noreturn]] virtual void written_in_place(const Tensor& t, const char* op) = 0;
   /// A generator was made (its draws are then constants of the trace) or seeded.
   virtual void generator_made(const Generator* gen) = 0;
   virtual void generator_reseeded(const Generator* gen) = 0;
@@ -56,10 +52,10 @@ extern constinit thread_local OpTracer* tls_op_tracer;
 
 inline bool tracing() { return (tls_mode.layers & layer_bit(Layer::Trace)) != 0; }
 
-/// Stops a trace at `what` (see OpTracer::untraceable); nothing when not tracing.
-inline void check_traceable(const char* what) {
+/// Stops a trace at `op` (see OpTracer::untraceable); nothing when not tracing.
+inline void check_traceable(const char* op, const char* why) {
   if (tracing()) [[unlikely]]
-    tls_op_tracer->untraceable(what);
+    tls_op_tracer->untraceable(op, why);
 }
 
 /// Marks a tensor made from C++ values alone (a mask of a fixed pattern, a fill value) as a

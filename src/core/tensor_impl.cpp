@@ -188,12 +188,17 @@ T read_element(const TensorImpl& t, int64_t flat) {
 }
 }  // namespace
 
+namespace {
+constexpr const char* kReadsValues =
+    "it reads a tensor's values into C++, and what the function does next may depend on them, "
+    "which a graph cannot follow";
+}  // namespace
+
 template <class T>
 T Tensor::item() const {
   const TensorImpl& t = checked(*this, "item");
   if (t.batched) detail::throw_batched_data_access(t);
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->values_read("item");
+  detail::check_traceable("item", kReadsValues);
   ADJOINT_CHECK(t.numel == 1, Value, "item", "a tensor with ", t.numel,
                 " elements cannot be converted to a scalar (shape ", t.shape, ")");
   return read_element<T>(t, 0);
@@ -203,8 +208,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   const TensorImpl& t = checked(*this, "to_vector");
   if (t.batched) detail::throw_batched_data_access(t);
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->values_read("to_vector");
+  detail::check_traceable("to_vector", kReadsValues);
   std::vector<T> out;
   // A huge expanded tensor has few elements in memory but numel of them to copy out.
   const int64_t memory = physical_memory_bytes();

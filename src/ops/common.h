@@ -11,9 +11,9 @@
 
 namespace adjoint {
 
+using detail::PointwiseKernel;
 using kernels::Binary;
 using kernels::Unary;
-using detail::PointwiseKernel;
 
 /// For pointwise ops whose derivative is a factor f'(x): VJP = gy * f'(x), JVP = tx * f'(x).
 /// Derived provides factor(const Ctx&) (static or member) computed from what it saved.

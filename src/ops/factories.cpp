@@ -24,8 +24,7 @@ using detail::OpScope;
 // (its values come from C++ values alone); the random ones are recorded as draws instead.
 Tensor finish(Tensor t, const TensorOptions& o) {
   if (o.requires_grad()) t.requires_grad_(true);
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->constant_made(t);
+  detail::note_constant(t);
   return t;
 }
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }

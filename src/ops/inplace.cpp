@@ -88,8 +88,8 @@ enum class Overlap { Refuse, Allow };
 void check_inplace(const Tensor& self, bool recording, const char* op,
                    Overlap overlap = Overlap::Refuse) {
   ADJOINT_CHECK(self.defined(), Value, op, "called on an undefined tensor");
-  if (detail::tracing()) [[unlikely]]  // compile: before anything is written
-    detail::tls_op_tracer->written_in_place(self, op);
+  // compile: before anything is written
+  detail::check_traceable(op, "a graph does not replay writes (use the out-of-place op)");
   ADJOINT_CHECK(overlap == Overlap::Allow || !has_internal_overlap(self), Value, op,
                 "unsupported operation: ", describe(self), " (strides ", self.strides(),
                 ") has elements that share one memory location (an expanded tensor), so an "
