@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "adjoint/mixed_precision.h"
+
 namespace bench {
 
 using Clock = std::chrono::steady_clock;
@@ -108,6 +110,10 @@ inline void common_fields(Json& j, const Opts& o, const Samples& total) {
   j.integer("warmup", o.warmup);
   j.num("ms_per_step", total.median());
   j.num("ms_per_step_min", total.min());
+  if (o.precision == "bf16") {  // which kernels ran (ADJOINT_MAX_CPU_ISA lowers both)
+    j.str("bf16_gemm_path", adjoint::bf16_matmul_backend());
+    j.str("bf16_conversion_path", adjoint::bfloat16_conversion_path());
+  }
 }
 
 /// Bytes glibc malloc has handed out (all arenas plus mmap-ed chunks), in MiB.

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <any>
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -134,45 +133,27 @@ Tensor unpack_from_disk(const std::any& packed) {
   return out;
 }
 
-// bfloat16 is the top half of a float32: round to nearest even on the dropped half, keeping
-// NaNs NaN (a rounding carry could otherwise turn one into infinity).
-uint16_t to_bfloat16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-float from_bfloat16(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
 // What the hook keeps is always a Tensor, so that memory_stats() and the saved-memory
-// accounting (which sees a packed Tensor's storage) count it. A float32 tensor becomes its
-// bfloat16 bits in a Bool tensor of shape [..., 2], two bytes per element (adjoint has no
-// 16-bit dtype yet). Anything else is kept as it is, a Bool tensor as a [..., 1] view so that
-// it cannot be taken for bits.
+// accounting (which sees a packed Tensor's storage) count it. A float32 tensor becomes a
+// bfloat16 one (to(), rounding to nearest even). Anything else is kept as it is; a tensor that
+// was bfloat16 already is kept as a [..., 2] view with stride 0 in the new last dim (no copy), so
+// that unpack does not widen it: a shrunk tensor is freshly made and contiguous, and never has
+// that stride.
 std::any pack_bfloat16(const std::set<const StorageImpl*>& keep, const Tensor& t) {
-  if (t.dtype() == DType::Bool) return t.unsqueeze(-1);
+  if (t.dtype() == DType::BFloat16) {
+    Shape shape = t.shape();
+    shape.push_back(2);
+    return t.unsqueeze(-1).expand(shape);
+  }
   if (t.dtype() != DType::Float32 || kept(keep, t)) return t;
-  const Tensor c = t.contiguous();
-  Shape shape = c.shape();
-  shape.push_back(2);
-  Tensor bits = empty(shape, DType::Bool);
-  auto* dst = static_cast<uint16_t*>(bits.raw_data());
-  const float* src = c.data_ptr<float>();
-  for (int64_t i = 0; i < c.numel(); ++i) dst[i] = to_bfloat16(src[i]);
-  return bits;
+  return t.detach().to(DType::BFloat16);
 }
 
 Tensor unpack_bfloat16(const std::any& packed) {
   const Tensor& p = std::any_cast<const Tensor&>(packed);
-  if (p.dtype() != DType::Bool) return p;
-  if (p.size(-1) == 1) return p.squeeze(-1);
-  Shape shape = p.shape();
-  shape.resize(shape.size() - 1);
-  Tensor out = empty(shape, DType::Float32);
-  float* dst = out.data_ptr<float>();
-  const auto* src = static_cast<const uint16_t*>(p.raw_data());
-  for (int64_t i = 0; i < out.numel(); ++i) dst[i] = from_bfloat16(src[i]);
-  return out;
+  if (p.dtype() != DType::BFloat16) return p;
+  if (p.dim() > 0 && p.size(-1) == 2 && p.strides().back() == 0) return p.select(-1, 0);
+  return p.to(DType::Float32);
 }
 
 }  // namespace

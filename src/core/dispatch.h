@@ -63,6 +63,8 @@ struct keep_opmath_floating
 template <class T>
 struct keep_opmath_all : std::bool_constant<!is_reduced_float_v<T>> {};
 template <class T>
+struct keep_reduced_float : std::bool_constant<is_reduced_float_v<T>> {};
+template <class T>
 struct keep_opmath_numeric : std::bool_constant<keep_numeric<T>::value && !is_reduced_float_v<T>> {
 };
 
@@ -97,6 +99,12 @@ decltype(auto) dispatch_opmath_all(DType d, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_opmath_numeric(DType d, const char* op, F&& f) {
   return detail::dispatch_if<detail::keep_opmath_numeric>(d, op, "int64, float32 or float64", f);
+}
+
+/// The 16-bit storage floats (float16, bfloat16), for kernels that convert them in blocks.
+template <class F>
+decltype(auto) dispatch_reduced_floating(DType d, const char* op, F&& f) {
+  return detail::dispatch_if<detail::keep_reduced_float>(d, op, "float16 or bfloat16", f);
 }
 
 /// float32 and float64: the floating dtypes kernels compute in (and LAPACK takes).

@@ -3,48 +3,18 @@
 // called after a CPUID check; their tails run the portable scalar code, which gives the same bits.
 #include "core/half_convert.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include "adjoint/error.h"
 #include "adjoint/mixed_precision.h"
+#include "core/cpu_features.h"
 
 namespace adjoint::detail {
 namespace {
 
-// CPUID and XGETBV read directly (GCC's __builtin_cpu_supports knows these features, clang 14's,
-// used by the fuzz build, does not): the instruction sets, and the OS saving their registers.
-struct CpuFeatures {
-  bool f16c = false;
-  bool avx512_bf16 = false;
-};
-
-CpuFeatures detect_cpu() {
-  CpuFeatures f;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
-  if (!osxsave) return f;
-  uint32_t xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
-  const bool zmm_saved = (xcr0_lo & 0xe6u) == 0xe6u;  // and the AVX-512 state
-  f.f16c = avx && f16c && ymm_saved;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
-  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return f;
-  const bool bf16 = a & (1u << 5);
-  f.avx512_bf16 = avx512f && avx512bw && avx512vl && bf16 && zmm_saved;
-  return f;
-}
-
-const CpuFeatures& cpu() {
-  static const CpuFeatures features = detect_cpu();
-  return features;
-}
-
-bool cpu_has_f16c() { return cpu().f16c; }
-bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
+bool cpu_has_f16c() { return cpu_features().f16c; }
+bool cpu_has_avx2() { return cpu_features().avx2; }
+bool cpu_has_avx512_bf16() { return cpu_features().avx512_bf16; }
 
 void float_to_half_portable(const float* in, Half* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i].bits = float_to_half_bits(in[i]);
@@ -114,12 +84,56 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void bfloat16_to_float_avx5
   bfloat16_to_float_portable(in + i, out + i, n - i);
 }
 
-void check_path(ConvertPath path, ConvertPath allowed, const char* what) {
-  ADJOINT_CHECK(path == ConvertPath::Portable || path == allowed, Value, what, "the ",
-                to_string(path), " conversion path does not convert this type");
+// Without AVX512-BF16 (Zen 3) bfloat16 is rounded with the portable integer arithmetic, eight
+// lanes at a time: a NaN keeps its top bits and is made quiet, anything else gets
+// u + 0x7fff + ((u >> 16) & 1), then >> 16 (no overflow: the largest non-NaN pattern is -inf).
+__attribute__((target("avx2"))) __m256i round_to_bfloat16_avx2(__m256i u) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  const __m256i top = _mm256_srli_epi32(u, 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(top, one)), 16);
+  const __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+__attribute__((target("avx2"))) void float_to_bfloat16_avx2(const float* in, BFloat16* out,
+                                                            int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo =
+        round_to_bfloat16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    const __m256i hi =
+        round_to_bfloat16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 8)));
+    // packus works within 128-bit halves (lo 0-3, hi 0-3, lo 4-7, hi 4-7); the permute puts
+    // the four 64-bit quarters back in order. Every lane is at most 0xffff, so none saturates.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+  }
+  float_to_bfloat16_portable(in + i, out + i, n - i);
+}
+
+__attribute__((target("avx2"))) void bfloat16_to_float_avx2(const BFloat16* in, float* out,
+                                                            int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  bfloat16_to_float_portable(in + i, out + i, n - i);
+}
+
+void check_path(ConvertPath path, bool applies, const char* what) {
+  ADJOINT_CHECK(applies, Value, what, "the ", to_string(path),
+                " conversion path does not convert this type");
   ADJOINT_CHECK(convert_path_supported(path), Value, what, "this CPU lacks the ", to_string(path),
                 " conversion path");
 }
+
+bool converts_half(ConvertPath p) { return p == ConvertPath::Portable || p == ConvertPath::F16C; }
+bool converts_bfloat16(ConvertPath p) { return p != ConvertPath::F16C; }
 
 }  // namespace
 
@@ -129,6 +143,8 @@ std::string_view to_string(ConvertPath path) {
       return "portable";
     case ConvertPath::F16C:
       return "f16c";
+    case ConvertPath::Avx2:
+      return "avx2";
     case ConvertPath::Avx512Bf16:
       return "avx512bf16";
   }
@@ -141,6 +157,8 @@ bool convert_path_supported(ConvertPath path) {
       return true;
     case ConvertPath::F16C:
       return cpu_has_f16c();
+    case ConvertPath::Avx2:
+      return cpu_has_avx2();
     case ConvertPath::Avx512Bf16:
       return cpu_has_avx512_bf16();
   }
@@ -151,30 +169,33 @@ ConvertPath default_half_path() {
   return cpu_has_f16c() ? ConvertPath::F16C : ConvertPath::Portable;
 }
 ConvertPath default_bfloat16_path() {
-  return cpu_has_avx512_bf16() ? ConvertPath::Avx512Bf16 : ConvertPath::Portable;
+  if (cpu_has_avx512_bf16()) return ConvertPath::Avx512Bf16;
+  return cpu_has_avx2() ? ConvertPath::Avx2 : ConvertPath::Portable;
 }
 
 void float_to_half(const float* in, Half* out, int64_t n, ConvertPath path) {
-  check_path(path, ConvertPath::F16C, "to");
+  check_path(path, converts_half(path), "to");
   if (path == ConvertPath::F16C) return float_to_half_f16c(in, out, n);
   float_to_half_portable(in, out, n);
 }
 
 void half_to_float(const Half* in, float* out, int64_t n, ConvertPath path) {
-  check_path(path, ConvertPath::F16C, "to");
+  check_path(path, converts_half(path), "to");
   if (path == ConvertPath::F16C) return half_to_float_f16c(in, out, n);
   half_to_float_portable(in, out, n);
 }
 
 void float_to_bfloat16(const float* in, BFloat16* out, int64_t n, ConvertPath path) {
-  check_path(path, ConvertPath::Avx512Bf16, "to");
+  check_path(path, converts_bfloat16(path), "to");
   if (path == ConvertPath::Avx512Bf16) return float_to_bfloat16_avx512(in, out, n);
+  if (path == ConvertPath::Avx2) return float_to_bfloat16_avx2(in, out, n);
   float_to_bfloat16_portable(in, out, n);
 }
 
 void bfloat16_to_float(const BFloat16* in, float* out, int64_t n, ConvertPath path) {
-  check_path(path, ConvertPath::Avx512Bf16, "to");
+  check_path(path, converts_bfloat16(path), "to");
   if (path == ConvertPath::Avx512Bf16) return bfloat16_to_float_avx512(in, out, n);
+  if (path == ConvertPath::Avx2) return bfloat16_to_float_avx2(in, out, n);
   bfloat16_to_float_portable(in, out, n);
 }
 

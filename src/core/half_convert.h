@@ -1,6 +1,6 @@
 // Bulk conversions between float32 and the 16-bit floats, with one implementation per
-// instruction set chosen at run time: F16C for float16, AVX512-BF16 for bfloat16, and the
-// portable scalar code of adjoint/half.h everywhere. Every path gives the same bits (Note [Half
+// instruction set chosen at run time: F16C for float16, AVX512-BF16 or else AVX2 for bfloat16, and
+// the portable scalar code of adjoint/half.h everywhere. Every path gives the same bits (Note [Half
 // conversions]); tests/core/half_convert_test.cpp checks that over all 65,536 patterns.
 #pragma once
 
@@ -11,20 +11,20 @@
 
 namespace adjoint::detail {
 
-enum class ConvertPath { Portable, F16C, Avx512Bf16 };
+enum class ConvertPath { Portable, F16C, Avx2, Avx512Bf16 };
 
 std::string_view to_string(ConvertPath path);
 
 /// Whether this CPU (and OS) runs the path. Portable always does.
 bool convert_path_supported(ConvertPath path);
 
-/// The path used when none is named: F16C for float16 and AVX512-BF16 for bfloat16 where the
-/// CPU has them, else Portable.
+/// The path used when none is named, the best the CPU has (capped by ADJOINT_MAX_CPU_ISA, Note
+/// [The ISA cap]): F16C for float16; AVX512-BF16, else AVX2, for bfloat16; else Portable.
 ConvertPath default_half_path();
 ConvertPath default_bfloat16_path();
 
 // n elements from in to out (no overlap). `path` must be supported and apply to the type
-// (F16C to float16, Avx512Bf16 to bfloat16); Portable applies to both.
+// (F16C to float16, Avx2 and Avx512Bf16 to bfloat16); Portable applies to both.
 void float_to_half(const float* in, Half* out, int64_t n, ConvertPath path);
 void half_to_float(const Half* in, float* out, int64_t n, ConvertPath path);
 void float_to_bfloat16(const float* in, BFloat16* out, int64_t n, ConvertPath path);

@@ -190,6 +190,38 @@ TEST(SaveAsBFloat16, BoolMasksComeBackAsTheyWere) {
   adjoint::testing::expect_values(x.grad(), {1, 0, 1, 0}, 0);
 }
 
+TEST(SaveAsBFloat16, ShrunkTensorsAreBFloat16AndBFloat16OnesComeBackUnchanged) {
+  Generator gen(4);
+  // A float32 tensor is kept as a bfloat16 one (two bytes an element, counted as such) and
+  // comes back as float32; the oracle rounds with the dtype's own conversion.
+  Tensor x = randn({3, 7}, DType::Float32, &gen);
+  Tensor w = ones({3, 7}).requires_grad_(true);
+  Tensor y;
+  SavedMemoryStats saved;
+  {
+    SavedMemoryTracker tracker;
+    SaveAsBFloat16 guard;
+    y = (x * w).sum();
+    saved = saved_memory_stats();
+  }
+  EXPECT_EQ(saved.current_bytes, 2 * 2 * x.numel());  // the bfloat16 copies of x and w
+  y.backward();
+  ASSERT_EQ(w.grad().dtype(), DType::Float32);
+  EXPECT_TRUE(same(w.grad(), x.to(DType::BFloat16).to(DType::Float32)));
+  // A bfloat16 model's saved tensors are already bfloat16 and pass through bit for bit, even a
+  // last dim of 2 (the kept view appends a stride-0 dim of 2 to tell them apart).
+  for (const Shape& shape : {Shape{4, 2}, Shape{5}, Shape{}}) {
+    Tensor xb = randn(shape, DType::Float32, &gen).to(DType::BFloat16);
+    Tensor wb = ones(shape, DType::BFloat16).requires_grad_(true);
+    {
+      SaveAsBFloat16 guard;
+      (xb * wb).sum().backward();
+    }
+    ASSERT_EQ(wb.grad().dtype(), DType::BFloat16);
+    EXPECT_TRUE(same(wb.grad(), xb)) << shape;
+  }
+}
+
 TEST(SaveAsBFloat16, OtherDtypesAndKeptTensorsAreExact) {
   Generator gen(3);
   Tensor x64 = randn({5}, DType::Float64, &gen);

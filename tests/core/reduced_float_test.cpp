@@ -170,6 +170,46 @@ TEST(ReducedFloat, OpsComputeInFloat32AndRoundOnce) {
   }
 }
 
+// Contiguous 16-bit operands run in float32 blocks (Note [Reduced-precision blocks] in
+// elementwise.cpp): the lengths cross the 1024-element blocks and the per-thread chunks, and the
+// oracle is the op in float32 on the same values, rounded once by the scalar conversion.
+TEST(ReducedFloat, BlockedKernelsRoundTheFloat32ResultOnce) {
+  Generator gen(5);
+  for (DType d : {kF16, kBF16}) {
+    for (int64_t n : {1, 7, 1023, 1025, 5000, 600001}) {
+      Tensor a = randn({n}, DType::Float32, &gen).to(d);
+      Tensor b = (rand({n}, DType::Float32, &gen) + 0.5).to(d);
+      Tensor s = full({1}, 0.75, d);
+      Tensor a32 = a.to(DType::Float32), b32 = b.to(DType::Float32), s32 = s.to(DType::Float32);
+      auto same = [&](const Tensor& got, const Tensor& want32, int line) {
+        ASSERT_EQ(got.dtype(), d);
+        ASSERT_EQ(bits_of(got), rounded_bits(want32.to_vector<float>(), d))
+            << d << " n=" << n << " at line " << line;
+      };
+      same(exp(a), exp(a32), __LINE__);
+      same(tanh(a), tanh(a32), __LINE__);
+      same(sigmoid(a), sigmoid(a32), __LINE__);
+      same(gelu(a, GeluApproximation::Tanh), gelu(a32, GeluApproximation::Tanh), __LINE__);
+      same(relu(a), relu(a32), __LINE__);
+      same(-a, -a32, __LINE__);
+      same(a * 1.5, a32 * 1.5, __LINE__);
+      same(pow(a, 3), pow(a32, 3), __LINE__);
+      same(sqrt(b), sqrt(b32), __LINE__);
+      same(a + b, a32 + b32, __LINE__);
+      same(a - b, a32 - b32, __LINE__);
+      same(a * b, a32 * b32, __LINE__);
+      same(a / b, a32 / b32, __LINE__);
+      same(maximum(a, b), maximum(a32, b32), __LINE__);
+      same(a * s, a32 * s32, __LINE__);  // a one-element operand
+      // A backward kernel: gelu's gradient takes the upstream gradient and x, both 16-bit.
+      Tensor x = a.detach().requires_grad_(true), x32 = a32.detach().requires_grad_(true);
+      gelu(x, GeluApproximation::Tanh).backward(b);
+      gelu(x32, GeluApproximation::Tanh).backward(b32);
+      same(x.grad(), x32.grad(), __LINE__);
+    }
+  }
+}
+
 TEST(ReducedFloat, GradientsFlowInTheParameterDtype) {
   Generator gen(3);
   for (DType d : {kF16, kBF16}) {

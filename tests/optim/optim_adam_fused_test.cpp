@@ -204,7 +204,9 @@ TEST_P(AdamFused, StridedOperandsFallBackToTheOpByOpUpdate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, AdamFused, ::testing::Values(DType::Float32, DType::Float64),
+INSTANTIATE_TEST_SUITE_P(Dtypes, AdamFused,
+                         ::testing::Values(DType::Float32, DType::Float64, DType::BFloat16,
+                                           DType::Float16),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(AdamFusedFallback, MixedDtypesAliasingAndGradModeUseTheOpByOpUpdate) {

@@ -522,6 +522,72 @@ void binary_numeric(Binary k, const M& m) {
   ADJOINT_ASSERT(false, "unhandled binary kind");
 }
 
+// Note [Reduced-precision blocks]
+// The common 16-bit case (contiguous operands and result of one shape, or a single-element b)
+// does not widen whole tensors (Note [Reduced-precision kernels]): each thread converts a block
+// of its range into a float32 buffer that stays in L1, runs the float32 block kernel on it and
+// rounds the block into the result. The same float32 code on the same float32 values, so the
+// same bits as widening the whole tensor (simd_math's tails run through zeroed buffers, so its
+// results do not depend on where a block ends), without the float32 tensors and their passes
+// over memory.
+constexpr int64_t kConvertBlock = 1024;  // floats: 4 KiB per buffer
+
+template <class H>
+void unary_reduced_blocks(Unary k, const H* in, H* out, int64_t n, double a, double b) {
+  parallel_for(n, kFlatGrain, [&](int64_t begin, int64_t end) {
+    alignas(64) float buf[kConvertBlock];
+    for (int64_t i = begin; i < end; i += kConvertBlock) {
+      const int64_t m = std::min(kConvertBlock, end - i);
+      detail::convert(in + i, buf, m);
+      unary_block<float>(k, buf, buf, m, a, b);
+      detail::convert(buf, out + i, m);
+    }
+  });
+}
+
+// y_stride 0: y is one element.
+template <class H>
+void binary_reduced_blocks(Binary k, const H* x, const H* y, int64_t y_stride, H* out, int64_t n) {
+  parallel_for(n, kFlatGrain, [&](int64_t begin, int64_t end) {
+    alignas(64) float xb[kConvertBlock], yb[kConvertBlock];
+    if (y_stride == 0) std::fill_n(yb, kConvertBlock, static_cast<float>(*y));
+    for (int64_t i = begin; i < end; i += kConvertBlock) {
+      const int64_t m = std::min(kConvertBlock, end - i);
+      detail::convert(x + i, xb, m);
+      if (y_stride != 0) detail::convert(y + i, yb, m);
+      binary_block<float>(k, xb, yb, xb, m);
+      detail::convert(xb, out + i, m);
+    }
+  });
+}
+
+bool same_dense(const Tensor& t, const Tensor& out) {
+  return t.dtype() == out.dtype() && t.is_contiguous() && t.shape() == out.shape();
+}
+
+// The blocked 16-bit unary kernel where it applies; false leaves the call to the widening path.
+bool unary_reduced(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
+  if (returns_bool(k) || !same_dense(x, out) || !out.is_contiguous()) return false;
+  dispatch_reduced_floating(x.dtype(), unary_name(k), [&]<class H>() {
+    unary_reduced_blocks(k, reinterpret_cast<const H*>(operand_data<H>(x)),
+                         reinterpret_cast<H*>(operand_data<H>(out)), out.numel(), a, b);
+  });
+  return true;
+}
+
+bool binary_reduced(Binary k, const Tensor& out, const Tensor& x, const Tensor& y) {
+  if (k >= Binary::Eq || !same_dense(x, out) || !out.is_contiguous() || y.dtype() != x.dtype())
+    return false;
+  const bool y_dense = same_dense(y, out);
+  if (!y_dense && y.numel() != 1) return false;
+  dispatch_reduced_floating(x.dtype(), "binary", [&]<class H>() {
+    binary_reduced_blocks(k, reinterpret_cast<const H*>(operand_data<H>(x)),
+                          reinterpret_cast<const H*>(operand_data<H>(y)), y_dense ? 1 : 0,
+                          reinterpret_cast<H*>(operand_data<H>(out)), out.numel());
+  });
+  return true;
+}
+
 }  // namespace
 
 void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
@@ -533,6 +599,7 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
   ADJOINT_CHECK(x.dtype() != DType::Bool || returns_bool(k), DType, op,
                 "not implemented for bool tensors (input ", describe(x), ")");
   if (is_reduced(x) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
+    if (unary_reduced(k, out, x, a, b)) return;
     copy_into(out, unary(k, widen(x), a, b));
     return;
   }
@@ -576,6 +643,7 @@ Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
 void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
   if (is_reduced(a) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
+    if (binary_reduced(k, out, a, b)) return;
     copy_into(out, binary(k, widen(a), widen(b)));
     return;
   }

@@ -12,6 +12,7 @@
 #include "adjoint/mixed_precision.h"
 #include "adjoint/threading.h"
 #include "backend/cpu/gemm_layout.h"
+#include "core/cpu_features.h"
 #include "core/half_convert.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
@@ -43,6 +44,19 @@ std::atomic<int> forced_path{-1};
 #ifdef ADJOINT_HAVE_ONEDNN
 bool onednn_isa_has_bf16() {
   static const bool ok = [] {
+    // ADJOINT_MAX_CPU_ISA lowers oneDNN's ISA too (Note [The ISA cap]). set_max_cpu_isa only
+    // works before oneDNN's first JIT; after that (or above a cap of ONEDNN_MAX_CPU_ISA) it
+    // throws and the ISA stays as it is, which get_effective_cpu_isa then reports.
+    const detail::CpuFeatures& cpu = detail::cpu_features();
+    try {
+      if (!cpu.avx2)
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::sse41);
+      else if (!cpu.avx512)
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+      else if (!cpu.avx512_bf16)
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core);
+    } catch (const dnnl::error&) {
+    }
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
     return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
   }();

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "core/cpu_features.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/simd_math.cpp"
@@ -469,6 +470,16 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace adjoint::kernels {
 namespace simd {
+
+// ADJOINT_MAX_CPU_ISA (Note [The ISA cap]): below AVX-512, Highway's AVX-512 targets (every
+// x86 target better than AVX2 has a lower bit) are disabled before the first dispatch. A
+// static initializer, so the per-call dispatch pays nothing for it.
+const bool isa_cap_applied = [] {
+  const adjoint::detail::CpuFeatures& cpu = adjoint::detail::cpu_features();
+  if (!cpu.avx2) return hwy::DisableTargets(HWY_SSE4 - 1), true;
+  if (!cpu.avx512) hwy::DisableTargets(HWY_AVX2 - 1);
+  return true;
+}();
 
 // The dispatch tables must live in the namespace that holds the per-target namespaces.
 HWY_EXPORT(UnaryF32);
