@@ -4,14 +4,12 @@
 // adam_update; the hyper-parameter checks and the state live there.
 #include "optim/adam_fused.h"
 
-#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
-#include "core/half_convert.h"
 #include "core/mode_state.h"
 #include "core/parallel.h"
 
@@ -248,104 +246,13 @@ void adam_fused_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor
   }
 }
 
-// Note [Fused Adam on 16-bit parameters]
-// A float16/bfloat16 parameter without master weights keeps its moments in its own dtype, and
-// each in-place op of adam_update_ops computes in float32 and rounds its result to 16 bits
-// (Note [Reduced-precision kernels]): scalars are rounded to float32, except sqrt(bc2), a 0-d
-// tensor of the parameter's dtype; add_(y, alpha) rounds only its sum. The kernel below repeats
-// exactly those roundings, one op at a time over a block of float32 buffers that stays in L1,
-// with the vectorised conversions doing each rounding (R: to 16 bits and back, exact both ways).
-constexpr int64_t kBlock = 512;
-
-template <class H>
-void round_through(float* x, int64_t n) {
-  H tmp[kBlock];
-  adjoint::detail::convert(x, tmp, n);
-  adjoint::detail::convert(tmp, x, n);
-}
-
-template <class H>
-void adam_block_reduced(H* p16, const H* g16, H* m16, H* v16, int64_t n, const AdamStep& s,
-                        const Coefficients<float>& c) {
-  float p[kBlock], g[kBlock], m[kBlock], v[kBlock], t[kBlock];
-  adjoint::detail::convert(p16, p, n);
-  adjoint::detail::convert(g16, g, n);
-  adjoint::detail::convert(m16, m, n);
-  adjoint::detail::convert(v16, v, n);
-  const auto R = [n](float* x) { round_through<H>(x, n); };
-  if (s.weight_decay != 0 && s.decoupled) {
-    for (int64_t i = 0; i < n; ++i) p[i] *= c.decay;  // param.mul_(1 - lr * wd)
-    R(p);
-  } else if (s.weight_decay != 0) {
-    for (int64_t i = 0; i < n; ++i) g[i] += c.weight_decay * p[i];  // g.add_(param, wd)
-    R(g);
-  }
-  for (int64_t i = 0; i < n; ++i) t[i] = g[i] - m[i];  // t = grad; t.sub_(m)
-  R(t);
-  if (1 - s.beta1 < 0.5) {
-    for (int64_t i = 0; i < n; ++i) m[i] += c.w * t[i];  // m.add_(t, w)
-    R(m);
-  } else {
-    for (int64_t i = 0; i < n; ++i) t[i] *= c.one_minus_w;  // t.mul_(1 - w)
-    R(t);
-    for (int64_t i = 0; i < n; ++i) m[i] = g[i] - t[i];  // m = grad; m.sub_(t)
-    R(m);
-  }
-  for (int64_t i = 0; i < n; ++i) v[i] *= c.beta2;  // v.mul_(beta2)
-  R(v);
-  for (int64_t i = 0; i < n; ++i) t[i] = g[i] * c.one_minus_beta2;  // t = grad; t.mul_(1 - b2)
-  R(t);
-  for (int64_t i = 0; i < n; ++i) t[i] *= g[i];  // t.mul_(grad)
-  R(t);
-  for (int64_t i = 0; i < n; ++i) v[i] += t[i];  // v.add_(t)
-  R(v);
-  float* d = g;                                            // the gradient is not read again
-  for (int64_t i = 0; i < n; ++i) d[i] = std::sqrt(v[i]);  // denom = sqrt(v)
-  R(d);
-  for (int64_t i = 0; i < n; ++i) d[i] /= c.sqrt_bc2;  // denom.div_(sqrt(bc2), a 0-d H)
-  R(d);
-  for (int64_t i = 0; i < n; ++i) d[i] += c.eps;  // denom.add_(eps)
-  R(d);
-  for (int64_t i = 0; i < n; ++i) t[i] = m[i] * c.neg_step_size;  // t = m; t.mul_(-step_size)
-  R(t);
-  for (int64_t i = 0; i < n; ++i) t[i] /= d[i];  // t.div_(denom)
-  R(t);
-  for (int64_t i = 0; i < n; ++i) p[i] += t[i];  // param.add_(t)
-  adjoint::detail::convert(p, p16, n);  // the last rounding; m and v are already 16-bit values
-  adjoint::detail::convert(m, m16, n);
-  adjoint::detail::convert(v, v16, n);
-}
-
-template <class H>
-void adam_fused_reduced(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                        const AdamStep& s) {
-  const AdamCoefficients k(s);
-  const Coefficients<float> c{static_cast<float>(k.decay),
-                              static_cast<float>(s.weight_decay),
-                              static_cast<float>(k.w),
-                              static_cast<float>(k.one_minus_w),
-                              static_cast<float>(s.beta2),
-                              static_cast<float>(k.one_minus_beta2),
-                              static_cast<float>(H(static_cast<float>(k.sqrt_bc2))),
-                              static_cast<float>(s.eps),
-                              static_cast<float>(k.neg_step_size)};
-  H* p = static_cast<H*>(param.raw_data());
-  const H* g = static_cast<const H*>(grad.raw_data());
-  H* m = static_cast<H*>(exp_avg.raw_data());
-  H* v = static_cast<H*>(exp_avg_sq.raw_data());
-  parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i += kBlock)
-      adam_block_reduced<H>(p + i, g + i, m + i, v + i, std::min(kBlock, end - i), s, c);
-  });
-}
-
 bool fused_applies(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                    const Tensor& exp_avg_sq) {
   // Grad mode on or a forward-mode level open: the in-place ops may record or move tangents
   // (or throw), which the kernel does not do.
   if (is_grad_enabled() || tls_mode.dual_visible != 0) return false;
   const DType dt = param.dtype();
-  if (dt != DType::Float32 && dt != DType::Float64 && !is_reduced_float(dt)) return false;
+  if (dt != DType::Float32 && dt != DType::Float64) return false;
   const Tensor* all[] = {&param, &grad, &exp_avg, &exp_avg_sq};
   for (const Tensor* t : all) {
     if (!t->defined() || t->dtype() != dt || !(t->shape() == param.shape()) || !t->is_contiguous())
@@ -415,19 +322,10 @@ void adam_update_ops(Tensor& param, const Tensor& grad_in, Tensor& m, Tensor& v,
 bool adam_update_fused(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                        const AdamStep& s) {
   if (!adam_fused_available() || !fused_applies(param, grad, exp_avg, exp_avg_sq)) return false;
-  switch (param.dtype()) {
-    case DType::Float32:
-      adam_fused_typed<float>(param, grad, exp_avg, exp_avg_sq, s);
-      break;
-    case DType::Float64:
-      adam_fused_typed<double>(param, grad, exp_avg, exp_avg_sq, s);
-      break;
-    case DType::BFloat16:
-      adam_fused_reduced<BFloat16>(param, grad, exp_avg, exp_avg_sq, s);
-      break;
-    default:  // fused_applies let only float16 through besides
-      adam_fused_reduced<Half>(param, grad, exp_avg, exp_avg_sq, s);
-      break;
+  if (param.dtype() == DType::Float32) {
+    adam_fused_typed<float>(param, grad, exp_avg, exp_avg_sq, s);
+  } else {
+    adam_fused_typed<double>(param, grad, exp_avg, exp_avg_sq, s);
   }
   // As many version bumps as the in-place ops make, so versions read the same either way.
   bump(param, s.weight_decay != 0 && s.decoupled ? 2 : 1);  // [mul_,] add_
