@@ -21,7 +21,11 @@ run=(--layers 1 --width 16 --heads 2 --context 16 --batch 4 --warmup 20 --eval-e
      --sample-length 5 --data corpus.txt --steps 16000 --save-every "$every")
 ckpt=out/checkpoint.safetensors
 meta() { grep -ao "\"$2\":\"[^\"]*\"" "$1" | head -1 | cut -d'"' -f4; }
-last_row() { tail -n +2 out/loss.csv 2>/dev/null | grep -a '^[0-9]*,.*$' | tail -1 | cut -d, -f1; }
+# A kill may come before the run has made out/ or written a row (a slow build, a loaded
+# machine): both helpers then print nothing rather than fail (pipefail would end the script).
+last_row() { tail -n +2 out/loss.csv 2>/dev/null | grep -a '^[0-9]*,.*$' | tail -1 | cut -d, -f1 || true; }
+temporaries() { find out -name '*.tmp.*' 2>/dev/null || true; }
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND" >&2' ERR
 
 "$train" "${run[@]}" --out straight >/dev/null 2>&1 || fail "the uninterrupted run failed"
 
@@ -51,8 +55,8 @@ while [ "$killed" -lt "$kills" ]; do
   [ "$lost" -le "$every" ] || fail "kill $killed: lost $lost steps (> $every)"
   [ "$lost" -gt "$max_lost" ] && max_lost=$lost
   # A temporary stays until the next start removes it: count each name once.
-  temps=$(find out -name '*.tmp.*' | wc -l)
-  find out -name '*.tmp.*' >>temps.txt
+  temps=$(temporaries | wc -l)
+  temporaries >>temps.txt
   [ "$temps" -gt "$max_temps" ] && max_temps=$temps
   echo "kill $killed: at step $step, checkpoint at step $saved, lost $lost, temporaries $temps"
 done
