@@ -66,6 +66,10 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual TensorList apply(TensorList&& grads, const BackwardRun& run) = 0;
   /// Frees saved tensors; a later apply() throws an error naming the op.
   virtual void release_saved() {}
+  /// True for the node of a dtype cast (`to`), whose backward only casts the gradient back to
+  /// the input's dtype: what lets a VJP add through it into a leaf's .grad (Note [Adding into
+  /// .grad through a cast] in accumulate_grad.cpp).
+  virtual bool is_dtype_cast() const { return false; }
   /// Calls visit(saved, role, index) for each tensor saved for backward, role "input",
   /// "output" or "saved" (extras); what memory summaries read (memory.h).
   using SavedVisitor = std::function<void(const SavedTensor&, const char* role, std::size_t)>;

@@ -122,6 +122,24 @@ GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype, const 
   return {g, std::move(lock), &s->added_into};
 }
 
+// Note [Adding into .grad through a cast]
+// Under autocast a float32 weight reaches a matmul as its bfloat16 cast, so the edge of the
+// weight leads to the cast's node and then to the leaf: the product's 16-bit gradient is cast
+// back (an exact widening) and AccumulateGrad adds it into the float32 .grad. A VJP may do the
+// widening and the add in one pass itself where nothing else could tell: the conditions of
+// Note [Adding into .grad in place] for the leaf, and for the cast's node, which must be a dtype
+// cast with no pre-hooks, used once (this gradient is all it gets) and with one edge. The VJP
+// then returns an undefined gradient for the cast, whose node passes nothing on.
+GradInto grad_to_add_into_through_cast(const Edge& e, const Shape& shape, const BackwardRun& run) {
+  const GraphTask* task = run.task;
+  if (!task || !task->options().add_into_grad || !e.node || !e.node->is_dtype_cast() ||
+      e.node->has_tensor_pre_hooks() || e.node->next_edges().size() != 1)
+    return {};
+  const GraphTask::Slot* s = task->find(e.node.get());
+  if (!s || s->dependencies != 1 || task->buffer(*s, 0).defined()) return {};
+  return grad_to_add_into(e.node->next_edges()[0], shape, DType::Float32, run);
+}
+
 Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (!impl) return {};

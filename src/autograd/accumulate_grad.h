@@ -56,6 +56,11 @@ struct GradInto {
 /// are the input's; `run` is the backward run applying the VJP.
 GradInto grad_to_add_into(const Edge& e, const Shape& shape, DType dtype, const BackwardRun& run);
 
+/// The float32 .grad of the leaf that a dtype cast (edge `e`) was made from, where a VJP may add
+/// the widening of the cast's 16-bit gradient into it itself (returning undefined for the
+/// cast instead); see Note [Adding into .grad through a cast].
+GradInto grad_to_add_into_through_cast(const Edge& e, const Shape& shape, const BackwardRun& run);
+
 }  // namespace autograd
 
 }  // namespace adjoint

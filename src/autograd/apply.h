@@ -88,6 +88,13 @@ class Ctx {
     return run_ ? autograd::grad_to_add_into(edges_[i], info_[i].shape, info_[i].dtype, *run_)
                 : autograd::GradInto{};
   }
+  /// The float32 .grad behind input i when input i is a 16-bit cast of that float32 leaf (an
+  /// autocast weight): the VJP may add the widening of its 16-bit gradient into it. See Note
+  /// [Adding into .grad through a cast].
+  autograd::GradInto grad_to_add_into_through_cast(std::size_t i) const {
+    return run_ ? autograd::grad_to_add_into_through_cast(edges_[i], info_[i].shape, *run_)
+                : autograd::GradInto{};
+  }
   /// Whether the ops this rule runs on x are recorded, so that a derivative of the rule's
   /// result must see x through them (layer norm recomputes its statistics then). In backward
   /// the run says so (create_graph); a JVP runs in the forward, under the forward's grad mode.
@@ -237,6 +244,13 @@ class OpNode final : public Node {
  public:
   explicit OpNode(const Op& op) : op_(op) {}
   std::string name() const override { return detail::backward_name(Op::name); }
+  bool is_dtype_cast() const override {
+    if constexpr (requires { Op::is_dtype_cast; }) {
+      return Op::is_dtype_cast;
+    } else {
+      return false;
+    }
+  }
 
   TensorList apply(TensorList&& grads, const BackwardRun& run) override {
     const std::size_t n = info_.size();

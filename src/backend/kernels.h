@@ -121,6 +121,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 /// c += a b for 2-d a [m, k], b [k, n] and a contiguous c [m, n] of their dtype, in one BLAS
 /// call with beta = 1 (c must not overlap a or b).
 void matmul_add_into(const Tensor& c, const Tensor& a, const Tensor& b);
+/// c += float32(matmul(a, b)) for 2-d float16/bfloat16 a and b and a contiguous float32 c: the
+/// bits of the 16-bit product, widened and added in one pass (Note [Adding into .grad through
+/// a cast]): the float32 product is rounded to 16 bits in the pass that adds it.
+void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b);
+/// out += float32(x rounded to `dtype`) for a contiguous float32 out and a contiguous x of its
+/// shape, either float32 (rounded to the 16-bit `dtype`, then widened) or of `dtype` (widened).
+void add_widened_into(const Tensor& out, const Tensor& x, DType dtype);
 
 // Indexing: index is int64; bounds are checked and reported with `op`.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const char* op);

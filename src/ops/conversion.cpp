@@ -11,6 +11,7 @@ struct ToDtype {
   static constexpr const char* name = "to";
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
+  static constexpr bool is_dtype_cast = true;  // Node::is_dtype_cast
   DType dtype;
   Tensor forward(const Tensor& x) const { return kernels::cast(x, dtype); }
   // d/dx cast(x) = 1 (apply casts the gradient back to x's dtype).

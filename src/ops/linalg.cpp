@@ -99,6 +99,18 @@ struct Dot {
   Tensor vmap(const BatchArgs& b) const { return sum(b.aligned(0, 1) * b.aligned(1, 1), {-1}); }
 };
 
+// Under autocast, input 1 of a linear is the 16-bit cast of a float32 weight: where that
+// weight's .grad may take the product itself (Note [Adding into .grad through a cast]), adds
+// the widening of the 16-bit gᵀ x into it in one pass. True when it did (dW stays undefined).
+bool add_through_cast(const Ctx& c, const Tensor& g2, const Tensor& x2) {
+  if (!is_reduced_float(g2.dtype()) || x2.dtype() != g2.dtype()) return false;
+  const autograd::GradInto into = c.grad_to_add_into_through_cast(1);
+  if (!into.defined() || into.grad.shares_storage(g2) || into.grad.shares_storage(x2)) return false;
+  kernels::matmul_widened_add_into(into.grad, g2.t(), x2);
+  into.added();
+  return true;
+}
+
 // y = x Wᵀ + b over the last dim of x (any rank >= 1); the bias may be undefined.
 struct Linear {
   static constexpr const char* name = "linear";
@@ -128,7 +140,7 @@ struct Linear {
             !grad.shares_storage(g2) && !grad.shares_storage(x2)) {
           kernels::matmul_add_into(grad, g2.t(), x2);  // w.grad += gᵀ x, dw stays undefined
           into.added();
-        } else {
+        } else if (!add_through_cast(c, g2, x2)) {
           dw = matmul(g2.t(), x2);
         }
       }

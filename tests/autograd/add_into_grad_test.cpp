@@ -151,3 +151,64 @@ TEST(AddIntoGrad, AGradientOfAnotherDtypeTakesTheUsualPath) {
   const std::vector<double> want = p.reference().to_vector<double>();
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "at " << i;
 }
+
+// Under autocast the weight reaches linear as its 16-bit cast, and the VJP adds the widened
+// 16-bit gᵀx into the float32 .grad through the cast (Note [Adding into .grad through a
+// cast]). The oracle: autograd::grad, which never takes the shortcut, through the same cast.
+TEST(AddIntoGrad, ThroughAnAutocastCastTheGradGetsTheWidened16BitProduct) {
+  for (DType low : {DType::BFloat16, DType::Float16}) {
+    Problem p(6, 96, 80, DType::Float32);
+    auto loss = [&] {
+      Tensor y;
+      {
+        Autocast amp(low);
+        y = linear(p.x, p.w, p.b);
+      }
+      return (y.to(DType::Float32) * p.r).sum();
+    };
+    const Tensor want = autograd::grad({loss()}, {p.w})[0];
+    ASSERT_EQ(want.dtype(), DType::Float32);
+    loss().backward();  // no .grad yet: the usual way
+    expect_equal(p.w.grad(), want);
+    const Tensor held = p.w.grad();
+    const Tensor twice = (held + want).detach();  // what AccumulateGrad's add would give
+    const auto version = held.version();
+    loss().backward();
+    EXPECT_TRUE(p.w.grad().shares_storage(held)) << low;
+    EXPECT_GT(held.version(), version) << low;
+    expect_equal(held, twice);
+  }
+}
+
+TEST(AddIntoGrad, ThroughACastSkipsTheWidenedCopy) {
+  // One input row and a 512 x 512 weight: dW dominates backward's memory. The usual way holds
+  // the float32 product and its 16-bit rounding (4 + 2 bytes an element), then the rounding and
+  // its float32 widening (2 + 4); the shortcut holds only the float32 product (4).
+  Problem p(1, 512, 512, DType::Float32);
+  auto loss = [&] {
+    Tensor y;
+    {
+      Autocast amp(DType::BFloat16);
+      y = linear(p.x, p.w, p.b);
+    }
+    return (y.to(DType::Float32) * p.r).sum();
+  };
+  loss().backward();
+  p.w.zero_grad(false);
+  auto backward_growth = [&](const Tensor& l) {
+    const std::size_t before = memory_stats().current_bytes;
+    reset_peak_memory_stats();
+    l.backward();
+    return memory_stats().peak_bytes - before;
+  };
+  const std::size_t n = 512 * 512;
+  EXPECT_LT(backward_growth(loss()), 9 * n / 2) << "the widened dW was materialised";
+  // A hook on the weight must see the gradient as a tensor: the usual way.
+  int calls = 0;
+  p.w.register_hook([&](const Tensor& g) {
+    ++calls;
+    return g;
+  });
+  EXPECT_GE(backward_growth(loss()), 11 * n / 2);
+  EXPECT_EQ(calls, 1);
+}

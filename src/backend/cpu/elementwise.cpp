@@ -676,6 +676,29 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
   });
 }
 
+void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
+  ADJOINT_ASSERT(out.dtype() == DType::Float32 && out.is_contiguous() && x.is_contiguous() &&
+                 x.shape() == out.shape() && is_reduced_float(dtype) &&
+                 (x.dtype() == DType::Float32 || x.dtype() == dtype));
+  float* o = out.data_ptr<float>();
+  dispatch_reduced_floating(dtype, "add_", [&]<class H>() {
+    parallel_for(out.numel(), kConvertGrain, [&](int64_t begin, int64_t end) {
+      alignas(64) float wide[kConvertBlock];
+      H narrow[kConvertBlock];
+      for (int64_t i = begin; i < end; i += kConvertBlock) {
+        const int64_t m = std::min(kConvertBlock, end - i);
+        if (x.dtype() == DType::Float32) {  // round first, as the 16-bit result would be
+          detail::convert(x.data_ptr<float>() + i, narrow, m);
+          detail::convert(narrow, wide, m);
+        } else {
+          detail::convert(reinterpret_cast<const H*>(x.impl()->data()) + i, wide, m);
+        }
+        binary_block<float>(Binary::Add, o + i, wide, o + i, m);
+      }
+    });
+  });
+}
+
 void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
   ADJOINT_ASSERT(out.dtype() == x.dtype(), "add_scaled_into needs equal dtypes");
   if (is_reduced(out)) {  // See Note [Reduced-precision kernels]

@@ -201,6 +201,16 @@ void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   });
 }
 
+void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) {
+  ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a) && b.dtype() == a.dtype());
+  // The float32 product that matmul(a, b) rounds to 16 bits, on its path; rounded here in the
+  // add's pass instead of in a pass of its own.
+  const bool native = a.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn;
+  const Tensor p =
+      native ? matmul_bf16_unrounded(a, b) : matmul(widen_operand(a), widen_operand(b));
+  add_widened_into(c, p, a.dtype());
+}
+
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   if (x_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
     return linear_bf16(x_in, w_in, bias);

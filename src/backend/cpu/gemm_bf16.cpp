@@ -176,13 +176,17 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16
   }
 }
 
-Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in) {
+Tensor matmul_bf16(const Tensor& a, const Tensor& b) {
+  return cast(matmul_bf16_unrounded(a, b), DType::BFloat16);
+}
+
+Tensor matmul_bf16_unrounded(const Tensor& a_in, const Tensor& b_in) {
   const int64_t nd = a_in.dim();
   const int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
   Shape out_shape = a_in.shape();
   out_shape[nd - 1] = n;
   Tensor out = make_empty(out_shape, DType::Float32);
-  if (out.numel() == 0) return cast(out, DType::BFloat16);
+  if (out.numel() == 0) return out;
   Tensor a = a_in, b = b_in;
   const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   const bool ta = la.trans == CblasTrans, tb = lb.trans == CblasTrans;
@@ -209,7 +213,7 @@ Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in) {
       }
     });
   }
-  return cast(out, DType::BFloat16);
+  return out;
 }
 
 Tensor linear_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {

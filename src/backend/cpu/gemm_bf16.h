@@ -24,6 +24,8 @@ Bf16GemmPath set_bf16_gemm_path(Bf16GemmPath path);
 // The kernels of kernels.h for bfloat16 operands on the oneDNN path (bf16_gemm_path() is
 // OneDnn): float32 accumulation, the bias added in float32, one rounding to bfloat16.
 Tensor matmul_bf16(const Tensor& a, const Tensor& b);
+/// matmul_bf16's float32 product, before its rounding to bfloat16.
+Tensor matmul_bf16_unrounded(const Tensor& a, const Tensor& b);
 Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& bias);
 void matmul_add_into_bf16(const Tensor& c, const Tensor& a, const Tensor& b);
 
