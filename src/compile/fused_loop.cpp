@@ -76,15 +76,21 @@ InputReader reader_for(const Tensor& x, const Shape& shape) {
   return r;
 }
 
-/// Elements [start, start + n) of the input, as a pointer into it or copied into `reg`.
-template <class T>
+/// Elements [start, start + n) of the input (of element type S), as a pointer into it or
+/// copied into `reg` (converted to T where S is not T: a where's bool condition).
+template <class T, class S = T>
 const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
-  const T* x = reinterpret_cast<const T*>(r.data);
+  const S* x = reinterpret_cast<const S*>(r.data);
   switch (r.kind) {
     case InputReader::Kind::Direct:
-      return x + start;
+      if constexpr (std::is_same_v<S, T>) {
+        return x + start;
+      } else {
+        for (int64_t j = 0; j < n; ++j) reg[j] = static_cast<T>(x[start + j]);
+        return reg;
+      }
     case InputReader::Kind::Scalar:
-      std::fill(reg, reg + n, x[0]);
+      std::fill(reg, reg + n, static_cast<T>(x[0]));
       return reg;
     case InputReader::Kind::Periodic:
       for (int64_t j = 0, p = start % r.period; j < n; ++j) {
@@ -168,11 +174,17 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
       for (std::size_t k = 0; k < readers.size(); ++k) {
         T* slot = reg[static_cast<std::size_t>(p.input_register[k])];
         reg[static_cast<std::size_t>(p.input_register[k])] =
-            const_cast<T*>(read_block<T>(readers[k], start, n, slot));
+            const_cast<T*>(p.input_is_bool[k] ? read_block<T, bool>(readers[k], start, n, slot)
+                                              : read_block<T>(readers[k], start, n, slot));
       }
       for (const Instr& in : p.code) {
         T* dst = reg[static_cast<std::size_t>(in.dst)];
-        if (in.kernel.is_binary) {
+        if (in.kernel.is_where) {  // as kernels::where: a selection, no arithmetic
+          const T* c = reg[static_cast<std::size_t>(in.src0)];
+          const T* x = reg[static_cast<std::size_t>(in.src1)];
+          const T* y = reg[static_cast<std::size_t>(in.src2)];
+          for (int64_t j = 0; j < n; ++j) dst[j] = c[j] != T(0) ? x[j] : y[j];
+        } else if (in.kernel.is_binary) {
           kernels::binary_block<T>(in.kernel.binary, reg[static_cast<std::size_t>(in.src0)],
                                    reg[static_cast<std::size_t>(in.src1)], dst, n);
         } else {

@@ -10,12 +10,13 @@
 
 namespace adjoint::detail {
 
-/// One op of the group: dst = kernel(src0[, src1]) over a block, registers by index.
+/// One op of the group: dst = kernel(src0[, src1[, src2]]) over a block, registers by index.
 struct Instr {
   PointwiseKernel kernel;
   int dst;
   int src0;
-  int src1;  // -1 for a unary kind
+  int src1;       // -1 for a unary kind
+  int src2 = -1;  // where's third operand (src0 is its condition)
 };
 
 /// A group as one program over registers (one block of elements each).
@@ -24,6 +25,7 @@ struct Program {
   Shape shape;
   int num_registers = 0;
   std::vector<int> input_register;   // by fused input
+  std::vector<bool> input_is_bool;   // by fused input: a where's condition, read as 0 or 1
   std::vector<int> output_register;  // by fused output
   std::vector<Instr> code;
   /// A full sum ends the group: its register is summed (in double, four running sums per

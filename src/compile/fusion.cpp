@@ -25,11 +25,18 @@ namespace adjoint::detail {
 // without fitting closes it. The fused node runs where its last member ran.
 
 bool fusible(const Graph& g, const GraphNode& n) {
-  if (n.random || n.outputs.size() != 1 || !n.op->pointwise()) return false;
+  if (n.random || n.outputs.size() != 1) return false;
+  const std::optional<PointwiseKernel> kernel = n.op->pointwise();
+  if (!kernel) return false;
   const Value& out = g.values[static_cast<std::size_t>(n.outputs[0])];
   if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
-  for (int id : n.inputs)
-    if (id < 0 || g.values[static_cast<std::size_t>(id)].dtype != out.dtype) return false;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const int id = n.inputs[i];
+    if (id < 0) return false;
+    const DType d = g.values[static_cast<std::size_t>(id)].dtype;
+    // where's condition is bool; the fused loop reads it as 0 or 1 in the group's dtype
+    if (d != out.dtype && !(kernel->is_where && i == 0 && d == DType::Bool)) return false;
+  }
   return true;
 }
 
@@ -77,6 +84,9 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   for (int k = 0; k < num_inputs; ++k) {
     reg_of[static_cast<std::size_t>(k)] = p.num_registers++;
     p.input_register.push_back(reg_of[static_cast<std::size_t>(k)]);
+    p.input_is_bool.push_back(
+        g.values[static_cast<std::size_t>(fused_inputs[static_cast<std::size_t>(k)])].dtype ==
+        DType::Bool);
   }
   std::vector<int> outputs;
   std::vector<bool> is_output(slot.size(), false);
@@ -90,7 +100,8 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   for (std::size_t i = 0; i < members.size(); ++i) {
     const GraphNode& n = g.nodes[static_cast<std::size_t>(members[i])];
     Instr in{*n.op->pointwise(), -1, reg_of[static_cast<std::size_t>(slot[n.inputs[0]])],
-             n.inputs.size() > 1 ? reg_of[static_cast<std::size_t>(slot[n.inputs[1]])] : -1};
+             n.inputs.size() > 1 ? reg_of[static_cast<std::size_t>(slot[n.inputs[1]])] : -1,
+             n.inputs.size() > 2 ? reg_of[static_cast<std::size_t>(slot[n.inputs[2]])] : -1};
     std::vector<int> ins;
     for (int id : n.inputs) ins.push_back(slot[id]);
     // Registers of member results read for the last time here become free after it (inputs'

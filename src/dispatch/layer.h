@@ -64,10 +64,17 @@ struct PointwiseKernel {
   kernels::Unary unary = kernels::Unary::Neg;
   kernels::Binary binary = kernels::Binary::Add;
   double a = 0, b = 0;
+  /// where(cond, x, y): cond (a bool input, read as 0 or 1) picks x where it is not zero.
+  bool is_where = false;
   static PointwiseKernel of(kernels::Unary k, double a = 0, double b = 0) {
     return {false, k, kernels::Binary::Add, a, b};
   }
   static PointwiseKernel of(kernels::Binary k) { return {true, kernels::Unary::Neg, k, 0, 0}; }
+  static PointwiseKernel where() {
+    PointwiseKernel k;
+    k.is_where = true;
+    return k;
+  }
 };
 
 /// A reduction an op computes, for compile's fusion to end a pointwise group with it (an op

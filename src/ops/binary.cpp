@@ -147,6 +147,7 @@ struct Where {
   Tensor forward(const Tensor& cond, const Tensor& a, const Tensor& b) const {
     return kernels::where(cond, a, b);
   }
+  PointwiseKernel fusion() const { return PointwiseKernel::where(); }
   // d where(c, a, b) = where(c, da, db); cond has no gradient
   std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
     const Tensor& cond = c.input(0);

@@ -30,7 +30,7 @@ struct RandomProgram {
     for (int step = 0; step < 14; ++step) {
       const Tensor a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
       Tensor r;
-      switch (rng() % 12) {
+      switch (rng() % 13) {
         case 0:
           r = a + b;
           break;
@@ -63,6 +63,9 @@ struct RandomProgram {
           break;
         case 10:
           r = 2.0 - a;
+          break;
+        case 11:  // a bool condition read by the fused loop; its backward is two wheres
+          r = where(gt(a, b), a * 0.5, b);
           break;
         default:
           r = maximum(a, b);
@@ -152,6 +155,37 @@ TEST(Fusion, AFusedChainMakesNoIntermediateBuffers) {
   expect_same(fused(x), f(x), "value");
   EXPECT_NE(fused.dump().find("fused[mul, add, tanh, mul, add, tanh"), std::string::npos);
   EXPECT_EQ(fused.plan().fused_away, 29);
+}
+
+TEST(Fusion, WhereJoinsTheFusedLoopWithItsBoolCondition) {
+  // A leaky relu written by hand: the comparison makes a bool tensor (not fused), where reads it
+  // inside the group, and the backward's two wheres (where(c, g, 0), where(c, 0, g)) fuse too.
+  auto f = [](const Tensor& x) {
+    const Tensor y = x * 1.5 + 0.25;
+    return (where(gt(y, 0.0), y, y * 0.01) * 2.0).sum();
+  };
+  Tensor x = randn({64, 33}, DType::Float64).requires_grad_(true);
+  CompiledFunction fused = compile(f);
+  const Tensor got = fused(x);
+  // The forward's groups end at the comparison, which reads y; the backward is one group.
+  const std::string dump = fused.dump();
+  EXPECT_NE(dump.find("fused[where, mul, sum]"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("fused[mul, where, where, mul, add, mul]"), std::string::npos) << dump;
+  // (the fused sum adds in its own order: a few ulps)
+  const double want = f(x).item<double>();
+  EXPECT_NEAR(got.item<double>(), want, 1e-13 * std::abs(want));
+  const Tensor g_got = autograd::grad({fused(x)}, {x})[0];
+  const Tensor g_want = autograd::grad({f(x)}, {x})[0];
+  expect_same(g_got, g_want, "gradient");
+  // A condition broadcast into the group (a row of bools) and a scalar branch.
+  auto h = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{where(in[1], tanh(in[0]), 0.5) + in[0]};
+  };
+  const Tensor a = randn({5, 7});
+  const Tensor mask = gt(randn({7}), 0.0);
+  CompiledFunction hc = compile(h);
+  expect_same(hc({a, mask})[0], h({a, mask})[0], "broadcast condition");
+  EXPECT_NE(hc.dump().find("fused["), std::string::npos);
 }
 
 TEST(Fusion, ASumEndsTheFusedLoopWithoutWritingWhatItSums) {
