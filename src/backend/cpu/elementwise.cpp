@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "backend/cpu/elementwise_reduced.h"
 #include "backend/cpu/loops.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/simd_math.h"
@@ -17,15 +18,6 @@
 
 namespace adjoint::kernels {
 namespace {
-
-// Elements per thread below which threads cost more than they save. Waking a sleeping pool
-// thread can take tens of microseconds (an idle vCPU), as long as a memory-bound pass over 1 MiB,
-// so tensors under 2^19 elements run on one thread: a 2.5x shorter AdamW step for gpt-tiny.
-constexpr int64_t kFlatGrain = 262144;
-// Conversions to and from 16 bits sit between the matrix products of a mixed-precision step,
-// where the pool's threads have just finished a product and are still awake, and a bfloat16
-// weight or activation of 2^16 to 2^18 elements is common: they split from 2^15 elements.
-constexpr int64_t kConvertGrain = 32768;
 
 // out[i] = f(in[i]) for contiguous out over in's shape.
 template <class Out, class In, class F>
@@ -526,72 +518,6 @@ void binary_numeric(Binary k, const M& m) {
   ADJOINT_ASSERT(false, "unhandled binary kind");
 }
 
-// Note [Reduced-precision blocks]
-// The common 16-bit case (contiguous operands and result of one shape, or a single-element b)
-// does not widen whole tensors (Note [Reduced-precision kernels]): each thread converts a block
-// of its range into a float32 buffer that stays in L1, runs the float32 block kernel on it and
-// rounds the block into the result. The same float32 code on the same float32 values, so the
-// same bits as widening the whole tensor (simd_math's tails run through zeroed buffers, so its
-// results do not depend on where a block ends), without the float32 tensors and their passes
-// over memory.
-constexpr int64_t kConvertBlock = 1024;  // floats: 4 KiB per buffer
-
-template <class H>
-void unary_reduced_blocks(Unary k, const H* in, H* out, int64_t n, double a, double b) {
-  parallel_for(n, kFlatGrain, [&](int64_t begin, int64_t end) {
-    alignas(64) float buf[kConvertBlock];
-    for (int64_t i = begin; i < end; i += kConvertBlock) {
-      const int64_t m = std::min(kConvertBlock, end - i);
-      detail::convert(in + i, buf, m);
-      unary_block<float>(k, buf, buf, m, a, b);
-      detail::convert(buf, out + i, m);
-    }
-  });
-}
-
-// y_stride 0: y is one element.
-template <class H>
-void binary_reduced_blocks(Binary k, const H* x, const H* y, int64_t y_stride, H* out, int64_t n) {
-  parallel_for(n, kFlatGrain, [&](int64_t begin, int64_t end) {
-    alignas(64) float xb[kConvertBlock], yb[kConvertBlock];
-    if (y_stride == 0) std::fill_n(yb, kConvertBlock, static_cast<float>(*y));
-    for (int64_t i = begin; i < end; i += kConvertBlock) {
-      const int64_t m = std::min(kConvertBlock, end - i);
-      detail::convert(x + i, xb, m);
-      if (y_stride != 0) detail::convert(y + i, yb, m);
-      binary_block<float>(k, xb, yb, xb, m);
-      detail::convert(xb, out + i, m);
-    }
-  });
-}
-
-bool same_dense(const Tensor& t, const Tensor& out) {
-  return t.dtype() == out.dtype() && t.is_contiguous() && t.shape() == out.shape();
-}
-
-// The blocked 16-bit unary kernel where it applies; false leaves the call to the widening path.
-bool unary_reduced(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
-  if (returns_bool(k) || !same_dense(x, out) || !out.is_contiguous()) return false;
-  dispatch_reduced_floating(x.dtype(), unary_name(k), [&]<class H>() {
-    unary_reduced_blocks(k, reinterpret_cast<const H*>(operand_data<H>(x)),
-                         reinterpret_cast<H*>(operand_data<H>(out)), out.numel(), a, b);
-  });
-  return true;
-}
-
-bool binary_reduced(Binary k, const Tensor& out, const Tensor& x, const Tensor& y) {
-  if (k >= Binary::Eq || !same_dense(x, out) || !out.is_contiguous() || y.dtype() != x.dtype())
-    return false;
-  const bool y_dense = same_dense(y, out);
-  if (!y_dense && y.numel() != 1) return false;
-  dispatch_reduced_floating(x.dtype(), "binary", [&]<class H>() {
-    binary_reduced_blocks(k, reinterpret_cast<const H*>(operand_data<H>(x)),
-                          reinterpret_cast<const H*>(operand_data<H>(y)), y_dense ? 1 : 0,
-                          reinterpret_cast<H*>(operand_data<H>(out)), out.numel());
-  });
-  return true;
-}
-
 }  // namespace
 
 void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
@@ -603,7 +529,7 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
   ADJOINT_CHECK(x.dtype() != DType::Bool || returns_bool(k), DType, op,
                 "not implemented for bool tensors (input ", describe(x), ")");
   if (is_reduced(x) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
-    if (unary_reduced(k, out, x, a, b)) return;
+    if (!returns_bool(k) && unary_reduced_blocked(k, out, x, a, b)) return;
     copy_into(out, unary(k, widen(x), a, b));
     return;
   }
@@ -647,7 +573,7 @@ Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
 void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
   if (is_reduced(a) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
-    if (binary_reduced(k, out, a, b)) return;
+    if (binary_reduced_blocked(k, out, a, b)) return;
     copy_into(out, binary(k, widen(a), widen(b)));
     return;
   }
@@ -673,29 +599,6 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
         break;
     }
     binary_numeric<T>(k, TensorMap2{out, a, b});
-  });
-}
-
-void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
-  ADJOINT_ASSERT(out.dtype() == DType::Float32 && out.is_contiguous() && x.is_contiguous() &&
-                 x.shape() == out.shape() && is_reduced_float(dtype) &&
-                 (x.dtype() == DType::Float32 || x.dtype() == dtype));
-  float* o = out.data_ptr<float>();
-  dispatch_reduced_floating(dtype, "add_", [&]<class H>() {
-    parallel_for(out.numel(), kConvertGrain, [&](int64_t begin, int64_t end) {
-      alignas(64) float wide[kConvertBlock];
-      H narrow[kConvertBlock];
-      for (int64_t i = begin; i < end; i += kConvertBlock) {
-        const int64_t m = std::min(kConvertBlock, end - i);
-        if (x.dtype() == DType::Float32) {  // round first, as the 16-bit result would be
-          detail::convert(x.data_ptr<float>() + i, narrow, m);
-          detail::convert(narrow, wide, m);
-        } else {
-          detail::convert(reinterpret_cast<const H*>(x.impl()->data()) + i, wide, m);
-        }
-        binary_block<float>(Binary::Add, o + i, wide, o + i, m);
-      }
-    });
   });
 }
 

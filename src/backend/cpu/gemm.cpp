@@ -116,13 +116,18 @@ void gemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, in
   }
 }
 
+// A bfloat16 product that oneDNN multiplies natively (Note [bfloat16 matmul]); every other
+// 16-bit product widens its operands and runs sgemm.
+bool onednn_bf16(const Tensor& t) {
+  return t.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn;
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
   if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
-    if (a_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
-      return matmul_bf16(a_in, b_in);
+    if (onednn_bf16(a_in)) return matmul_bf16(a_in, b_in);
     return narrow_to(matmul(widen_operand(a_in), widen_operand(b_in)), a_in.dtype());
   }
   const int64_t nd = a_in.dim();
@@ -182,8 +187,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
                  a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
-  if (c.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
-    return matmul_add_into_bf16(c, a_in, b_in);
+  if (onednn_bf16(c)) return matmul_add_into_bf16(c, a_in, b_in);
   if (is_reduced(c)) {  // See Note [Reduced-precision matmul]
     Tensor wide = widen(c);
     matmul_add_into(wide, widen_operand(a_in), widen_operand(b_in));
@@ -205,15 +209,13 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) 
   ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a) && b.dtype() == a.dtype());
   // The float32 product that matmul(a, b) rounds to 16 bits, on its path; rounded here in the
   // add's pass instead of in a pass of its own.
-  const bool native = a.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn;
   const Tensor p =
-      native ? matmul_bf16_unrounded(a, b) : matmul(widen_operand(a), widen_operand(b));
+      onednn_bf16(a) ? matmul_bf16_unrounded(a, b) : matmul(widen_operand(a), widen_operand(b));
   add_widened_into(c, p, a.dtype());
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
-  if (x_in.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn)
-    return linear_bf16(x_in, w_in, bias);
+  if (onednn_bf16(x_in)) return linear_bf16(x_in, w_in, bias);
   if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
     return narrow_to(linear(widen_operand(x_in), widen_operand(w_in), widen(bias)), x_in.dtype());
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
