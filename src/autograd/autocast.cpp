@@ -18,10 +18,13 @@ namespace {
 // guard makes a fresh cast) and while grad mode is what it was (a cast made under no_grad has
 // no history and must not reach a graph). Only float32 leaves that require grad are cached, as
 // in PyTorch: their casts are recorded, so every use sends its gradient back through the one
-// cast node into the float32 .grad. The cache holds the parameter itself too, so its key cannot
-// be reused by another tensor while the entry lives; it is cleared when the outermost guard
-// ends. Inside a checkpointed region nothing is cached, so the recomputation runs the same
-// casts as the first run.
+// cast node into the float32 .grad. A leaf sharing its storage with another tensor (made by
+// detach().requires_grad_(), a common way to make a parameter) is cached too: PyTorch's "not a
+// view" excludes differentiable views, which are never leaves here, and the version checked is
+// the storage's, which a write through any alias bumps. The cache holds the parameter itself
+// too, so its key cannot be reused by another tensor while the entry lives; it is cleared when the
+// outermost guard ends. Inside a checkpointed region nothing is cached, so the recomputation runs
+// the same casts as the first run.
 struct CachedCast {
   Tensor source;  // keeps the key's impl alive
   Tensor cast;
@@ -41,7 +44,7 @@ DType low_dtype(uint8_t state) { return static_cast<DType>(state - 1); }
 
 bool cacheable(const Tensor& x) {
   return tls_autocast.cache_enabled && detail::tls_op_cache == nullptr && x.is_leaf() &&
-         x.requires_grad() && !x.impl()->is_view;
+         x.requires_grad();
 }
 
 Tensor cast_cached(const Tensor& x, DType to) {

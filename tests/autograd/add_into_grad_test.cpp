@@ -6,6 +6,7 @@
 // materialises dW.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <vector>
 
 #include "adjoint/adjoint.h"
@@ -155,29 +156,32 @@ TEST(AddIntoGrad, AGradientOfAnotherDtypeTakesTheUsualPath) {
 // Under autocast the weight reaches linear as its 16-bit cast, and the VJP adds the widened
 // 16-bit gᵀx into the float32 .grad through the cast (Note [Adding into .grad through a
 // cast]). The oracle: autograd::grad, which never takes the shortcut, through the same cast.
+// The second shape crosses the sgemm path's tiles of dW (Note [Widened products added in tiles]):
+// 300 rows and 1100 columns against tiles of 256 x 1024.
 TEST(AddIntoGrad, ThroughAnAutocastCastTheGradGetsTheWidened16BitProduct) {
-  for (DType low : {DType::BFloat16, DType::Float16}) {
-    Problem p(6, 96, 80, DType::Float32);
-    auto loss = [&] {
-      Tensor y;
-      {
-        Autocast amp(low);
-        y = linear(p.x, p.w, p.b);
-      }
-      return (y.to(DType::Float32) * p.r).sum();
-    };
-    const Tensor want = autograd::grad({loss()}, {p.w})[0];
-    ASSERT_EQ(want.dtype(), DType::Float32);
-    loss().backward();  // no .grad yet: the usual way
-    expect_equal(p.w.grad(), want);
-    const Tensor held = p.w.grad();
-    const Tensor twice = (held + want).detach();  // what AccumulateGrad's add would give
-    const auto version = held.version();
-    loss().backward();
-    EXPECT_TRUE(p.w.grad().shares_storage(held)) << low;
-    EXPECT_GT(held.version(), version) << low;
-    expect_equal(held, twice);
-  }
+  for (auto [rows, in, out] : {std::array<int64_t, 3>{6, 96, 80}, {5, 1100, 300}})
+    for (DType low : {DType::BFloat16, DType::Float16}) {
+      Problem p(rows, in, out, DType::Float32);
+      auto loss = [&] {
+        Tensor y;
+        {
+          Autocast amp(low);
+          y = linear(p.x, p.w, p.b);
+        }
+        return (y.to(DType::Float32) * p.r).sum();
+      };
+      const Tensor want = autograd::grad({loss()}, {p.w})[0];
+      ASSERT_EQ(want.dtype(), DType::Float32);
+      loss().backward();  // no .grad yet: the usual way
+      expect_equal(p.w.grad(), want);
+      const Tensor held = p.w.grad();
+      const Tensor twice = (held + want).detach();  // what AccumulateGrad's add would give
+      const auto version = held.version();
+      loss().backward();
+      EXPECT_TRUE(p.w.grad().shares_storage(held)) << low;
+      EXPECT_GT(held.version(), version) << low;
+      expect_equal(held, twice);
+    }
 }
 
 TEST(AddIntoGrad, ThroughACastSkipsTheWidenedCopy) {

@@ -80,6 +80,20 @@ bool binary_reduced_blocked(Binary k, const Tensor& out, const Tensor& x, const 
   return true;
 }
 
+template <class H>
+void add_rounded_into(float* out, const float* x, int64_t n) {
+  alignas(64) float wide[kConvertBlock];
+  H narrow[kConvertBlock];
+  for (int64_t i = 0; i < n; i += kConvertBlock) {
+    const int64_t m = std::min(kConvertBlock, n - i);
+    detail::convert(x + i, narrow, m);  // round first, as the 16-bit result would be
+    detail::convert(narrow, wide, m);
+    binary_block<float>(Binary::Add, out + i, wide, out + i, m);
+  }
+}
+template void add_rounded_into<Half>(float*, const float*, int64_t);
+template void add_rounded_into<BFloat16>(float*, const float*, int64_t);
+
 void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
   ADJOINT_ASSERT(out.dtype() == DType::Float32 && out.is_contiguous() && x.is_contiguous() &&
                  x.shape() == out.shape() && is_reduced_float(dtype) &&
@@ -90,16 +104,14 @@ void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
     const auto* x16 = static_cast<const H*>(x.impl()->data());
     const auto* x32 = static_cast<const float*>(x.impl()->data());
     parallel_for(out.numel(), kConvertGrain, [&](int64_t begin, int64_t end) {
+      if (unrounded) {
+        add_rounded_into<H>(o + begin, x32 + begin, end - begin);
+        return;
+      }
       alignas(64) float wide[kConvertBlock];
-      H narrow[kConvertBlock];
       for (int64_t i = begin; i < end; i += kConvertBlock) {
         const int64_t m = std::min(kConvertBlock, end - i);
-        if (unrounded) {  // round first, as the 16-bit result would be
-          detail::convert(x32 + i, narrow, m);
-          detail::convert(narrow, wide, m);
-        } else {
-          detail::convert(x16 + i, wide, m);
-        }
+        detail::convert(x16 + i, wide, m);
         binary_block<float>(Binary::Add, o + i, wide, o + i, m);
       }
     });

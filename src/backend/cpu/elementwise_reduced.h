@@ -25,5 +25,9 @@ bool unary_reduced_blocked(Unary k, const Tensor& out, const Tensor& x, double a
 /// dtype and x and out are contiguous of one shape, and y too or y is one element; false
 /// (nothing written) otherwise.
 bool binary_reduced_blocked(Binary k, const Tensor& out, const Tensor& x, const Tensor& y);
+/// out[i] += float(H(x[i])) for i < n, on the calling thread: x rounded to the 16-bit H, widened
+/// and added, in L1 blocks.
+template <class H>
+void add_rounded_into(float* out, const float* x, int64_t n);
 
 }  // namespace adjoint::kernels
