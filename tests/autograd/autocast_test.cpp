@@ -121,6 +121,24 @@ TEST(Autocast, ParametersAreCastOncePerGuardAndReused) {
   EXPECT_EQ(autocast_cache_size(), 0u);  // dropped with the outermost guard
 }
 
+// A parameter made by detach().requires_grad_() shares its storage with the tensor it came
+// from; it is a leaf all the same and is cached, as in PyTorch. A write through the other alias
+// bumps the shared storage's version, so the next use casts the new values.
+TEST(Autocast, ADetachedParameterIsCachedAndSeesWritesThroughItsAlias) {
+  Generator g(14);
+  Tensor base = randn({4, 4}, kF32, &g);
+  Tensor w = base.detach().requires_grad_();
+  Tensor x = param({3, 4}, 15).detach();
+  Autocast amp(kBF16);
+  Tensor h1 = matmul(x, w), h2 = matmul(x, w);
+  EXPECT_EQ(autocast_cache_size(), 1u);
+  EXPECT_EQ(h1.grad_fn()->next_edges()[1].node, h2.grad_fn()->next_edges()[1].node);
+  base.mul_(2.0);  // through the alias
+  Tensor h3 = matmul(x, w);
+  EXPECT_NE(h3.grad_fn()->next_edges()[1].node, h1.grad_fn()->next_edges()[1].node);
+  expect_same(h3, matmul(x.to(kBF16), base.to(kBF16)));
+}
+
 TEST(Autocast, ACastMadeWithoutGradIsNotReusedWithGrad) {
   Tensor w = param({4, 4}, 12), x = param({2, 4}, 13).detach();
   Autocast amp(kBF16);
