@@ -7,6 +7,8 @@
 
 #include "adjoint/tensor_impl.h"
 #include "backend/kernels.h"
+#include "core/dispatch.h"
+#include "core/half_convert.h"
 #include "core/op_scope.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
@@ -85,6 +87,9 @@ const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
     case InputReader::Kind::Direct:
       if constexpr (std::is_same_v<S, T>) {
         return x + start;
+      } else if constexpr (is_reduced_float_v<S>) {
+        detail::convert(x + start, reg, n);  // vectorised widening (core/half_convert.h)
+        return reg;
       } else {
         for (int64_t j = 0; j < n; ++j) reg[j] = static_cast<T>(x[start + j]);
         return reg;
@@ -94,13 +99,13 @@ const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
       return reg;
     case InputReader::Kind::Periodic:
       for (int64_t j = 0, p = start % r.period; j < n; ++j) {
-        reg[j] = x[p];
+        reg[j] = static_cast<T>(x[p]);
         if (++p == r.period) p = 0;
       }
       return reg;
     case InputReader::Kind::Repeated:
       for (int64_t j = 0, i = start / r.period, k = start % r.period; j < n; ++j) {
-        reg[j] = x[i];
+        reg[j] = static_cast<T>(x[i]);
         if (++k == r.period) {
           k = 0;
           ++i;
@@ -119,7 +124,7 @@ const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
     offset += index[d] * r.strides[d];
   }
   for (int64_t j = 0; j < n; ++j) {
-    reg[j] = x[offset];
+    reg[j] = static_cast<T>(x[offset]);
     for (std::size_t d = rank; d-- > 0;) {  // the odometer
       offset += r.strides[d];
       if (++index[d] < r.sizes[d]) break;
@@ -130,6 +135,26 @@ const T* read_block(const InputReader& r, int64_t start, int64_t n, T* reg) {
   return reg;
 }
 
+/// Input k's block, read as its dtype says (Program::input_dtype).
+template <class T>
+const T* read_input(const InputReader& r, DType dtype, int64_t start, int64_t n, T* reg) {
+  if (dtype == DType::Bool) return read_block<T, bool>(r, start, n, reg);
+  if constexpr (std::is_same_v<T, float>) {
+    if (dtype == DType::BFloat16) return read_block<T, BFloat16>(r, start, n, reg);
+    if (dtype == DType::Float16) return read_block<T, Half>(r, start, n, reg);
+  }
+  return read_block<T>(r, start, n, reg);
+}
+
+/// x rounded to the 16-bit dtype and widened again, in place: what an op of that dtype stores.
+void round_block(float* x, int64_t n, DType dtype) {
+  dispatch_reduced_floating(dtype, "fused pointwise", [&]<class H>() {
+    H narrow[kBlock];
+    detail::convert(x, narrow, n);
+    detail::convert(narrow, x, n);
+  });
+}
+
 template <class T>
 void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<Tensor>& outs) {
   const int64_t numel = p.shape.numel();
@@ -138,7 +163,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
     outs.push_back(make_empty(p.reduced_shape, p.dtype));
   } else {
     for (std::size_t k = 0; k < p.output_register.size(); ++k)
-      outs.push_back(make_empty(p.shape, p.dtype));
+      outs.push_back(make_empty(p.shape, p.output_dtype[k]));
   }
   if (numel == 0) {
     if (p.sum_register >= 0) *static_cast<T*>(outs[0].impl()->data()) = T(0);
@@ -146,16 +171,23 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
   }
   std::vector<InputReader> readers;
   for (const Tensor& x : inputs) readers.push_back(reader_for<T>(x, p.shape));
-  std::vector<T*> out_data;
+  std::vector<char*> out_data;
   if (p.sum_register < 0)
-    for (const Tensor& o : outs) out_data.push_back(static_cast<T*>(o.impl()->data()));
+    for (const Tensor& o : outs) out_data.push_back(static_cast<char*>(o.impl()->data()));
   const int64_t block = std::min(numel, kBlock);
   const int64_t blocks = (numel + block - 1) / block;
-  // The registers an output lives in are that output's memory.
+  // The register of an output of the registers' dtype is that output's memory; a 16-bit output
+  // is converted from its register once the block's code has run.
   std::vector<int> output_of(static_cast<std::size_t>(p.num_registers), -1);
+  std::vector<std::size_t> narrowed;
   if (p.sum_register < 0)
-    for (std::size_t k = 0; k < p.output_register.size(); ++k)
-      output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+    for (std::size_t k = 0; k < p.output_register.size(); ++k) {
+      if (p.output_dtype[k] == p.dtype) {
+        output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+      } else {
+        narrowed.push_back(k);
+      }
+    }
   std::vector<double> partial(p.sum_register >= 0 ? static_cast<std::size_t>(blocks) : 0);
 
   auto run_blocks = [&](int64_t first, int64_t last) {
@@ -168,18 +200,20 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
       for (int r = 0; r < p.num_registers; ++r) {
         const int o = output_of[static_cast<std::size_t>(r)];
         reg[static_cast<std::size_t>(r)] =
-            o >= 0 ? out_data[static_cast<std::size_t>(o)] + start
+            o >= 0 ? reinterpret_cast<T*>(out_data[static_cast<std::size_t>(o)]) + start
                    : scratch.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(block);
       }
       for (std::size_t k = 0; k < readers.size(); ++k) {
         T* slot = reg[static_cast<std::size_t>(p.input_register[k])];
         reg[static_cast<std::size_t>(p.input_register[k])] =
-            const_cast<T*>(p.input_is_bool[k] ? read_block<T, bool>(readers[k], start, n, slot)
-                                              : read_block<T>(readers[k], start, n, slot));
+            const_cast<T*>(read_input<T>(readers[k], p.input_dtype[k], start, n, slot));
       }
       for (const Instr& in : p.code) {
         T* dst = reg[static_cast<std::size_t>(in.dst)];
-        if (in.kernel.is_where) {  // as kernels::where: a selection, no arithmetic
+        if (in.kernel.is_cast) {
+          const T* x = reg[static_cast<std::size_t>(in.src0)];
+          std::copy(x, x + n, dst);
+        } else if (in.kernel.is_where) {  // as kernels::where: a selection, no arithmetic
           const T* c = reg[static_cast<std::size_t>(in.src0)];
           const T* x = reg[static_cast<std::size_t>(in.src1)];
           const T* y = reg[static_cast<std::size_t>(in.src2)];
@@ -191,6 +225,15 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
           kernels::unary_block<T>(in.kernel.unary, reg[static_cast<std::size_t>(in.src0)], dst, n,
                                   in.kernel.a, in.kernel.b);
         }
+        if constexpr (std::is_same_v<T, float>)
+          if (is_reduced_float(in.result)) round_block(dst, n, in.result);
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        for (std::size_t k : narrowed)
+          dispatch_reduced_floating(p.output_dtype[k], "fused pointwise", [&]<class H>() {
+            detail::convert(reg[static_cast<std::size_t>(p.output_register[k])],
+                            reinterpret_cast<H*>(out_data[k]) + start, n);
+          });
       }
       if (p.sum_register >= 0) {
         // Four running sums, so that the adds do not wait on each other.

@@ -17,16 +17,22 @@ struct Instr {
   int src0;
   int src1;       // -1 for a unary kind
   int src2 = -1;  // where's third operand (src0 is its condition)
+  /// The member's result dtype: a 16-bit one rounds dst to it after the op, as the op's own
+  /// kernel rounds its float32 result (Note [Fusing 16-bit values and casts] in fusion.cpp).
+  DType result = DType::Float32;
 };
 
 /// A group as one program over registers (one block of elements each).
 struct Program {
-  DType dtype;
+  DType dtype;  ///< the registers' dtype: float32 (for 16-bit values too) or float64
   Shape shape;
   int num_registers = 0;
-  std::vector<int> input_register;   // by fused input
-  std::vector<bool> input_is_bool;   // by fused input: a where's condition, read as 0 or 1
+  std::vector<int> input_register;  // by fused input
+  /// By fused input: `dtype`, a 16-bit float (widened as it is read) or bool (a where's
+  /// condition, read as 0 or 1).
+  std::vector<DType> input_dtype;
   std::vector<int> output_register;  // by fused output
+  std::vector<DType> output_dtype;   // by fused output: `dtype` or a 16-bit float
   std::vector<Instr> code;
   /// A full sum ends the group: its register is summed (in double, four running sums per
   /// block, then the blocks in order: the same for any number of threads) into the one output,

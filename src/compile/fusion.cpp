@@ -20,22 +20,35 @@ namespace adjoint::detail {
 // function (kernels::unary_block, binary_block share them with the op's kernel), so a fused
 // group computes every element exactly as the ops would one by one, bit for bit where the op's
 // kernel takes its contiguous path. A group holds ops of one phase (forward or backward), one
-// floating dtype and one result shape; operands broadcast into it. Groups are grown in graph
-// order: a node joins the open group when it fits, and a node that reads the group's values
-// without fitting closes it. The fused node runs where its last member ran.
+// register dtype (Note [Fusing 16-bit values and casts]) and one result shape; operands broadcast
+// into it. Groups are grown in graph order: a node joins the open group when it fits, and a node
+// that reads the group's values without fitting closes it. The fused node runs where its last
+// member ran.
+
+// Note [Fusing 16-bit values and casts]
+// A group's registers hold its opmath dtype: float64, or float32 for float32, float16 and
+// bfloat16 values alike, so a group may mix those three. A 16-bit input is widened as its block
+// is read (exact), and each member whose result is 16-bit rounds its register to that dtype
+// after computing, as the op's own kernel computes in float32 and rounds once (Note
+// [Reduced-precision kernels]); a 16-bit output is rounded already, so storing it converts
+// exactly. A cast between these dtypes is then a copy, with the rounding its result dtype
+// asks. So an autocast region's casts and 16-bit ops fuse with the float32 ops beside them, bit
+// for bit as eager. A cast to or from float64 changes the registers' dtype and stays out, and a
+// sum does not end a 16-bit group (eager reduces 16-bit values its own way).
 
 bool fusible(const Graph& g, const GraphNode& n) {
   if (n.random || n.outputs.size() != 1) return false;
   const std::optional<PointwiseKernel> kernel = n.op->pointwise();
   if (!kernel) return false;
   const Value& out = g.values[static_cast<std::size_t>(n.outputs[0])];
-  if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
+  if (!is_floating(out.dtype)) return false;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) {
     const int id = n.inputs[i];
     if (id < 0) return false;
     const DType d = g.values[static_cast<std::size_t>(id)].dtype;
     // where's condition is bool; the fused loop reads it as 0 or 1 in the group's dtype
-    if (d != out.dtype && !(kernel->is_where && i == 0 && d == DType::Bool)) return false;
+    if (kernel->is_where && i == 0 && d == DType::Bool) continue;
+    if (!is_floating(d) || opmath_dtype(d) != opmath_dtype(out.dtype)) return false;
   }
   return true;
 }
@@ -74,7 +87,7 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   // has passed, except those that are outputs (their register is the output's memory).
   const GraphNode& last = g.nodes[static_cast<std::size_t>(members.back())];
   Program p;
-  p.dtype = g.values[static_cast<std::size_t>(last.outputs[0])].dtype;
+  p.dtype = opmath_dtype(g.values[static_cast<std::size_t>(last.outputs[0])].dtype);
   p.shape = g.values[static_cast<std::size_t>(last.outputs[0])].shape;
   std::vector<int> last_read(slot.size(), -1);
   for (std::size_t i = 0; i < members.size(); ++i)
@@ -84,9 +97,8 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   for (int k = 0; k < num_inputs; ++k) {
     reg_of[static_cast<std::size_t>(k)] = p.num_registers++;
     p.input_register.push_back(reg_of[static_cast<std::size_t>(k)]);
-    p.input_is_bool.push_back(
-        g.values[static_cast<std::size_t>(fused_inputs[static_cast<std::size_t>(k)])].dtype ==
-        DType::Bool);
+    p.input_dtype.push_back(
+        g.values[static_cast<std::size_t>(fused_inputs[static_cast<std::size_t>(k)])].dtype);
   }
   std::vector<int> outputs;
   std::vector<bool> is_output(slot.size(), false);
@@ -122,6 +134,7 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
       reg_of[static_cast<std::size_t>(s)] = p.num_registers++;
     }
     in.dst = reg_of[static_cast<std::size_t>(s)];
+    in.result = g.values[static_cast<std::size_t>(n.outputs[0])].dtype;
     p.code.push_back(in);
     ops.push_back(n.op);
     member_inputs.push_back(std::move(ins));
@@ -131,6 +144,7 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   for (int v : outputs) {
     output_slot.push_back(slot[v]);
     p.output_register.push_back(reg_of[static_cast<std::size_t>(slot[v])]);
+    p.output_dtype.push_back(g.values[static_cast<std::size_t>(v)].dtype);
   }
   if (sum != nullptr) {
     const int summed = sum->inputs[0];
@@ -170,7 +184,7 @@ int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
   const std::optional<ReductionKernel> red = n.op->reduction();
   const Value& in = g.values[static_cast<std::size_t>(v)];
   if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.outputs.size() != 1 ||
-      red->dims.size() != in.shape.size() ||
+      red->dims.size() != in.shape.size() || is_reduced_float(in.dtype) ||
       g.values[static_cast<std::size_t>(n.outputs[0])].dtype != in.dtype)
     return -1;
   return sum;
@@ -277,16 +291,16 @@ int fuse_pointwise(Graph& g) {
     for (std::size_t i = 0; i < n_nodes; ++i) {
       const GraphNode& n = g.nodes[i];
       if (n.backward != backward) continue;
+      // One result shape and one register dtype (Note [Fusing 16-bit values and casts]).
+      auto result_of = [&](const GraphNode& m) -> const Value& {
+        return g.values[static_cast<std::size_t>(m.outputs[0])];
+      };
       const bool fits =
           fusible(g, n) &&
-          (open.empty() || (g.values[static_cast<std::size_t>(n.outputs[0])].shape ==
-                                g.values[static_cast<std::size_t>(
-                                             g.nodes[static_cast<std::size_t>(open[0])].outputs[0])]
-                                    .shape &&
-                            g.values[static_cast<std::size_t>(n.outputs[0])].dtype ==
-                                g.values[static_cast<std::size_t>(
-                                             g.nodes[static_cast<std::size_t>(open[0])].outputs[0])]
-                                    .dtype));
+          (open.empty() ||
+           (result_of(n).shape == result_of(g.nodes[static_cast<std::size_t>(open[0])]).shape &&
+            opmath_dtype(result_of(n).dtype) ==
+                opmath_dtype(result_of(g.nodes[static_cast<std::size_t>(open[0])]).dtype)));
       if (!fits) {
         if (!open.empty() && (reads_any(n, in_open) || fusible(g, n))) close();
         if (!fusible(g, n)) continue;

@@ -66,6 +66,9 @@ struct PointwiseKernel {
   double a = 0, b = 0;
   /// where(cond, x, y): cond (a bool input, read as 0 or 1) picks x where it is not zero.
   bool is_where = false;
+  /// A cast between floating dtypes of one opmath dtype (float32 and the 16-bit floats): the
+  /// value is copied, and the rounding every 16-bit result gets in a fused loop does the rest.
+  bool is_cast = false;
   static PointwiseKernel of(kernels::Unary k, double a = 0, double b = 0) {
     return {false, k, kernels::Binary::Add, a, b};
   }
@@ -73,6 +76,11 @@ struct PointwiseKernel {
   static PointwiseKernel where() {
     PointwiseKernel k;
     k.is_where = true;
+    return k;
+  }
+  static PointwiseKernel cast() {
+    PointwiseKernel k;
+    k.is_cast = true;
     return k;
   }
 };

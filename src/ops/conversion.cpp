@@ -14,6 +14,8 @@ struct ToDtype {
   static constexpr bool is_dtype_cast = true;  // Node::is_dtype_cast
   DType dtype;
   Tensor forward(const Tensor& x) const { return kernels::cast(x, dtype); }
+  // Fuses between floating dtypes of one opmath dtype (compile's fusible() checks the input).
+  PointwiseKernel fusion() const { return PointwiseKernel::cast(); }
   // d/dx cast(x) = 1 (apply casts the gradient back to x's dtype).
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.to(dtype); }

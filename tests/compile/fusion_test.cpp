@@ -22,15 +22,28 @@ void expect_same(const Tensor& got, const Tensor& want, const std::string& what)
 
 // A random program of pointwise ops over a [rows, cols] argument and broadcast operands (a
 // scalar, a row, a column), reduced to a sum so that it has a gradient.
+// With `casts`, steps may also cast a value to bfloat16, to float16 or back to float32, so that
+// ops run on 16-bit values and on mixes of them (promoted to float32).
 struct RandomProgram {
   uint64_t seed;
+  bool casts = false;
   Tensor operator()(const std::vector<Tensor>& in) const {
     std::mt19937_64 rng(seed);
     std::vector<Tensor> pool = {in[0], in[1], in[2], in[3]};
     for (int step = 0; step < 14; ++step) {
       const Tensor a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
       Tensor r;
-      switch (rng() % 13) {
+      const uint64_t pick = rng() % (casts ? 16 : 13);
+      switch (pick) {
+        case 13:
+          r = a.to(DType::BFloat16);
+          break;
+        case 14:
+          r = a.to(DType::Float16);
+          break;
+        case 15:
+          r = a.to(DType::Float32);
+          break;
         case 0:
           r = a + b;
           break;
@@ -75,7 +88,7 @@ struct RandomProgram {
     }
     Tensor out = pool.back();
     for (std::size_t k = pool.size() - 4; k < pool.size() - 1; ++k) out = out + pool[k];
-    return out.sum();
+    return out.to(in[0].dtype()).sum();
   }
 };
 
@@ -115,6 +128,58 @@ TEST(Fusion, RandomPointwiseProgramsEqualEagerBitwise) {
       EXPECT_GT(c.plan().fused_away, 0) << "seed " << seed;
     }
   }
+}
+
+// Casts between float32 and the 16-bit floats fuse, and so do ops on 16-bit values: a group
+// computes in float32 and rounds each 16-bit result as that op's kernel does (Note [Fusing 16-bit
+// values and casts]), so values and gradients equal eager code bit for bit.
+TEST(Fusion, RandomProgramsWithCastsAnd16BitValuesEqualEagerBitwise) {
+  int fused_casts = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    Generator gen(seed);
+    auto leaf = [&](const Shape& s) { return randn(s, DType::Float32, &gen).requires_grad_(true); };
+    std::vector<Tensor> in = {leaf({37, 70}), leaf({}), leaf({70}), leaf({37, 1})};
+    const RandomProgram f{seed, true};
+    CompiledFunction c =
+        compile([f](const std::vector<Tensor>& x) { return std::vector<Tensor>{f(x)}; });
+    std::vector<Tensor> xe, xc;
+    for (const Tensor& x : in) {
+      xe.push_back(x.detach().requires_grad_(true));
+      xc.push_back(x.detach().requires_grad_(true));
+    }
+    const std::string what = "seed " + std::to_string(seed);
+    Tensor ye = f(xe), yc = c(xc)[0];
+    expect_same(yc, ye, what + ": value");
+    const std::vector<Tensor> ge = autograd::grad({ye}, xe, {}, {}, false, true);
+    const std::vector<Tensor> gc = autograd::grad({yc}, xc, {}, {}, false, true);
+    for (std::size_t i = 0; i < ge.size(); ++i) {
+      ASSERT_EQ(gc[i].defined(), ge[i].defined());
+      if (ge[i].defined()) expect_same(gc[i], ge[i], what + ": gradient " + std::to_string(i));
+    }
+    const std::string dump = c.dump();
+    for (std::size_t at = dump.find("fused["); at != std::string::npos;
+         at = dump.find("fused[", at + 1))
+      if (dump.substr(at, dump.find(']', at) - at).find("to") != std::string::npos) ++fused_casts;
+  }
+  EXPECT_GT(fused_casts, 10);
+}
+
+// An autocast-style chain: bfloat16 casts, a bfloat16 product's pointwise epilogue and the cast
+// back run as one loop that writes only its float32 result. (The bias row's cast has its own
+// shape, so it runs before the loop, which reads its bfloat16 result.)
+TEST(Fusion, ACastChainRunsInOneLoopWithoutIntermediateBuffers) {
+  auto f = [](const std::vector<Tensor>& in) {
+    const Tensor h = in[0].to(DType::BFloat16) * in[1].to(DType::BFloat16);
+    return std::vector<Tensor>{(gelu(h + 1.0).to(DType::Float32) * 0.5)};
+  };
+  const Tensor x = randn({64, 512}), b = randn({512});
+  CompiledFunction c = compile(f);
+  c({x, b});
+  const uint64_t before = memory_stats().allocations;
+  const Tensor got = c({x, b})[0];
+  EXPECT_EQ(memory_stats().allocations - before, 2u) << c.dump();  // the row's cast, the result
+  expect_same(got, f({x, b})[0], "value");
+  EXPECT_NE(c.dump().find("fused[to, mul, add, gelu, to, mul]"), std::string::npos) << c.dump();
 }
 
 TEST(Fusion, StridedOperandsAgreeWithinAFewUlps) {
