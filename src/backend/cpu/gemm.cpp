@@ -232,17 +232,20 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) 
   const float* ap = a32.data_ptr<float>();
   const float* bp = b32.data_ptr<float>();
   float* cp = c.data_ptr<float>();
-  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
+  // Fewer rows per tile where that gives every thread one (a 256-row weight otherwise ran on one).
+  const int64_t threads = std::max(1, get_num_threads());
+  const int64_t tile_rows = std::min(kTileRows, std::max<int64_t>(16, (m + threads - 1) / threads));
+  const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
   SingleThreadedBlas one;
   dispatch_reduced_floating(a.dtype(), "matmul", [&]<class H>() {
     // Note [Widened products added in tiles]
     parallel_for(row_tiles * col_tiles, 1, [&](int64_t t0, int64_t t1) {
-      Tensor buffer = make_empty({std::min(m, kTileRows) * std::min(n, kTileCols)}, DType::Float32);
+      Tensor buffer = make_empty({std::min(m, tile_rows) * std::min(n, kTileCols)}, DType::Float32);
       float* tile = buffer.data_ptr<float>();
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t r0 = t / col_tiles * kTileRows, c0 = t % col_tiles * kTileCols;
-        const int64_t rows = std::min(kTileRows, m - r0), cols = std::min(kTileCols, n - c0);
+        const int64_t r0 = t / col_tiles * tile_rows, c0 = t % col_tiles * kTileCols;
+        const int64_t rows = std::min(tile_rows, m - r0), cols = std::min(kTileCols, n - c0);
         const float* at = la.trans == CblasNoTrans ? ap + r0 * la.ld : ap + r0;
         const float* bt = lb.trans == CblasNoTrans ? bp + c0 : bp + c0 * lb.ld;
         std::fill(tile, tile + rows * cols, 0.0f);
