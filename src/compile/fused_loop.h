@@ -39,6 +39,9 @@ struct Program {
   /// of shape `reduced_shape`.
   int sum_register = -1;
   Shape reduced_shape;
+  /// 0 for a full sum; else the sum runs over the trailing dims, `sum_inner` elements per
+  /// output, each row summed in order in one double (as the eager reduction does).
+  int64_t sum_inner = 0;
 };
 
 /// A fused group as a graph node keeps it. A replay runs `program`; under vmap or jvp the

@@ -62,6 +62,23 @@ bool reads_any(const GraphNode& n, const std::vector<bool>& in_group) {
   return false;
 }
 
+/// Elements per output of a sum over the trailing dims of `shape` (`dims` normalized): all of
+/// them for a full sum, -1 when `dims` are not the trailing ones.
+int64_t trailing_sum_size(const Shape& shape, std::vector<int64_t> dims) {
+  std::sort(dims.begin(), dims.end());
+  const int64_t rank = static_cast<int64_t>(shape.size()), k = static_cast<int64_t>(dims.size());
+  int64_t inner = 1;
+  for (int64_t i = 0; i < k; ++i) {
+    if (dims[static_cast<std::size_t>(i)] != rank - k + i) return -1;
+    inner *= shape[static_cast<std::size_t>(rank - k + i)];
+  }
+  return inner;
+}
+
+// A sum over trailing dims ends a group only when its rows are at least this long: shorter rows
+// make blocks too short for the interpreter to pay for itself.
+constexpr int64_t kMinFusedRow = 128;
+
 /// Builds the fused node for `members` (indices into g.nodes, in order), writing the values
 /// in `readers_outside`; or, given `sum` (a node summing one member's result over every dim),
 /// ending with that sum as its one output.
@@ -150,6 +167,9 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
     const int summed = sum->inputs[0];
     p.sum_register = reg_of[static_cast<std::size_t>(slot[summed])];
     p.reduced_shape = g.values[static_cast<std::size_t>(sum->outputs[0])].shape;
+    const std::vector<int64_t> dims = sum->op->reduction()->dims;
+    const Shape& shape = g.values[static_cast<std::size_t>(summed)].shape;
+    if (!dims.empty() && dims.size() != shape.size()) p.sum_inner = trailing_sum_size(shape, dims);
     outputs = {sum->outputs[0]};
     ops.push_back(sum->op);
     member_inputs.push_back({slot[summed]});
@@ -165,9 +185,9 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   return fused;
 }
 
-/// The node that sums a group's one written value over every dim, when that sum is all that
-/// reads it outside the group (the group then ends with the sum and never writes the value),
-/// else -1.
+/// The node that sums a group's one written value over every dim, or over its trailing dims in
+/// rows of kMinFusedRow or more, when that sum is all that reads it outside the group (the
+/// group then ends with the sum and never writes the value), else -1.
 int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
               const std::vector<int>& group_of, int group, const std::vector<int>& outside) {
   if (outside.size() != 1) return -1;
@@ -184,9 +204,11 @@ int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
   const std::optional<ReductionKernel> red = n.op->reduction();
   const Value& in = g.values[static_cast<std::size_t>(v)];
   if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.outputs.size() != 1 ||
-      red->dims.size() != in.shape.size() || is_reduced_float(in.dtype) ||
+      is_reduced_float(in.dtype) ||
       g.values[static_cast<std::size_t>(n.outputs[0])].dtype != in.dtype)
     return -1;
+  const bool full = red->dims.empty() || red->dims.size() == in.shape.size();
+  if (!full && trailing_sum_size(in.shape, red->dims) < kMinFusedRow) return -1;
   return sum;
 }
 

@@ -269,6 +269,58 @@ TEST(Fusion, ASumEndsTheFusedLoopWithoutWritingWhatItSums) {
   }
 }
 
+// A sum over the trailing dims (rows of 128 elements or more) ends the loop too: each row is
+// summed in element order in one double, as the eager reduction sums a contiguous row, so values
+// equal eager code bit for bit in float32 and float64.
+TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+    bool keepdim;
+  };
+  for (DType dtype : {DType::Float32, DType::Float64})
+    for (const Case& k : {Case{{37, 300}, {-1}, false}, Case{{37, 300}, {1}, true},
+                          Case{{4, 5, 200}, {1, 2}, false}, Case{{3, 4, 129}, {2}, true},
+                          Case{{0, 200}, {1}, false}}) {
+      auto f = [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(tanh(in[0] * in[1] + 1.0) * in[0]).sum(k.dims, k.keepdim)};
+      };
+      const std::string what = std::string(to_string(dtype)) + " " + to_string(k.shape);
+      Generator gen(7);
+      const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
+      const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
+      CompiledFunction c = compile(f);
+      const Tensor got = c({x, w})[0];
+      EXPECT_NE(c.dump().find("mul, add, tanh, mul, sum]"), std::string::npos) << c.dump();
+      const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
+      const Tensor want = f({xe, we})[0];
+      expect_same(got, want, what + ": value");
+      const Tensor r = randn(want.shape(), dtype, &gen);
+      const auto gc = autograd::grad({(got * r).sum()}, {x, w});
+      const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
+      expect_same(gc[0], ge[0], what + ": gradient of x");
+      expect_same(gc[1], ge[1], what + ": gradient of w");
+      // Without grad the loop writes only the sums.
+      NoGradGuard no_grad;
+      c({x, w});
+      const uint64_t before = memory_stats().allocations;
+      c({x, w});
+      EXPECT_EQ(memory_stats().allocations - before, 1u) << what;
+    }
+  // Rows shorter than 128 elements leave the sum on its own, and a mean is a fused sum and a
+  // division.
+  auto short_rows = [](const Tensor& x) { return (x * x + 1.0).sum({1}); };
+  CompiledFunction s = compile(short_rows);
+  const Tensor x = randn({50, 20});
+  expect_same(s(x), short_rows(x), "short rows");
+  EXPECT_EQ(s.dump().find("sum]"), std::string::npos) << s.dump();
+  auto mean_rows = [](const Tensor& x) { return (x * x + 1.0).mean({1}); };
+  CompiledFunction m = compile(mean_rows);
+  const Tensor y = randn({50, 200});
+  expect_same(m(y), mean_rows(y), "mean");
+  EXPECT_NE(m.dump().find("fused[mul, add, sum]"), std::string::npos) << m.dump();
+}
+
 TEST(Fusion, TheBackwardRecomputesPointwiseValuesInsteadOfKeepingThem) {
   auto f = [](const std::vector<Tensor>& in) {
     Tensor y = in[0];
