@@ -117,12 +117,28 @@ void check_broadcast_into(const Tensor& self, const Tensor& other, const char* o
 
 void bump(Tensor& self) { self.impl()->storage->bump_version(); }
 
+// Note [Operands that overlap the written tensor]
+// self.add_(other) where other shares memory with self, but not element for element (a shifted
+// slice: a[1:].add_(a[:-1]); a transpose; a row broadcast over the rows that include it), would
+// read elements the same op has already overwritten, in an order the kernel chooses. PyTorch
+// refuses it. adjoint reads the operand as it was before the write, as its recording path always
+// has (functional() clones an operand that shares self's storage), so the answer does not depend
+// on grad mode or on the kernel's order. An operand that is self's own elements in self's layout
+// (x.mul_(x)) reads each element just before writing it, and is used as it is.
+Tensor unaliased(const Tensor& self, const Tensor& other) {
+  if (!other.shares_storage(self) ||
+      (other.shape() == self.shape() && other.strides() == self.strides() &&
+       other.storage_offset() == self.storage_offset() && other.dtype() == self.dtype()))
+    return other;
+  return kernels::cast(other, other.dtype());  // a contiguous copy, outside any graph
+}
+
 // self = self <kind> other, written by the kernel directly.
 Tensor& direct_binary(Tensor& self, Binary kind, const Tensor& other, const char* op) {
   check_broadcast_into(self, other, op);
   check_storable(result_type(self, other), self, op);
   NoGradGuard no_grad;
-  kernels::binary_into(kind, self, self, cast_to(other, self.dtype()));
+  kernels::binary_into(kind, self, self, unaliased(self, cast_to(other, self.dtype())));
   bump(self);
   return self;
 }
@@ -132,7 +148,7 @@ Tensor& direct_add_scaled(Tensor& self, const Tensor& other, double alpha, const
   check_broadcast_into(self, other, op);
   check_storable(result_type(self, other), self, op);
   NoGradGuard no_grad;
-  kernels::add_scaled_into(self, cast_to(other, self.dtype()), alpha);
+  kernels::add_scaled_into(self, unaliased(self, cast_to(other, self.dtype())), alpha);
   bump(self);
   return self;
 }
@@ -298,13 +314,17 @@ Tensor& Tensor::copy_(const Tensor& src) {
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
   if (!recording) {
-    if (dual_with(*this, &src) || batched_with(*this, &src))
-      return commit(*this, cast_to(adjoint::expand(src, shape()), dtype()), false, "copy_");
-    kernels::copy_into(*this, src);
+    if (dual_with(*this, &src) || batched_with(*this, &src)) {
+      Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
+      if (value.shares_storage(*this)) value = value.clone();  // read before the write
+      return commit(*this, value, false, "copy_");
+    }
+    kernels::copy_into(*this, unaliased(*this, src));  // Note [Operands that overlap ...]
     bump(*this);
     return *this;
   }
   Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
+  if (value.shares_storage(*this)) value = value.clone();  // read before the write, recorded
   check_dual_inplace(*this, &value, "copy_");  // before detach_: an error changes nothing
   if (!value.requires_grad() && !detail::is_tracked_view(*this)) detach_();
   return commit(*this, value, true, "copy_");
