@@ -6,6 +6,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "autograd/apply.h"
+#include "autograd/memory_hooks.h"
 #include "autograd/saved_tensor.h"
 
 namespace adjoint::detail {
@@ -39,14 +40,32 @@ void bind_leaves(const Plan& plan, std::vector<Tensor>& env, const std::vector<T
     env[static_cast<std::size_t>(plan.constant_ids[i])] = g.constants[i];
 }
 
-/// Runs a schedule's kernels over env.
+/// Runs a schedule's kernels over env. The kernels run below the dispatch stack, so its
+/// Observe layer never sees them; an installed observer (a profile, a memory timeline: Note [Op
+/// observer] in src/autograd/memory_hooks.cpp) is told about each node here instead, under the
+/// node's name ("linear", "fused[mul, add, tanh]"). The backward's replay runs inside one node
+/// of the engine, which reports that node and silences the observer while it runs.
 void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
+  OpObserver* const observer = tls_op_observer;
   std::vector<Tensor> args, extras;
   for (std::size_t step = 0; step < s.nodes.size(); ++step) {
     const GraphNode& n = g.nodes[static_cast<std::size_t>(s.nodes[step])];
     args.clear();
     for (int id : n.inputs) args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
-    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_kernel(args, extras);
+    Tensor& out = env[static_cast<std::size_t>(n.outputs[0])];
+    if (observer) [[unlikely]] {
+      try {
+        observer->before_forward_op(n.op->name());
+        out = n.op->run_kernel(args, extras);
+        observer->forward_op_tensors(n.op->name(), args.data(), args.size(), out);
+        observer->after_forward_op(n.op->name());
+      } catch (...) {
+        observer->forward_op_failed(n.op->name());
+        throw;
+      }
+    } else {
+      out = n.op->run_kernel(args, extras);
+    }
     ADJOINT_CHECK(extras.size() + 1 == n.outputs.size(), Internal, n.op->name(),
                   "compile: the op saved ", extras.size(), " tensors when replayed, ",
                   n.outputs.size() - 1, " when traced");

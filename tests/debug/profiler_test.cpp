@@ -65,6 +65,38 @@ TEST(Profiler, RecordsEveryForwardOpAndBackwardNodeOfAStep) {
   EXPECT_EQ(detail::tls_op_observer, nullptr);
 }
 
+// A compiled replay runs its kernels below the dispatch stack; it reports each graph node itself,
+// under the node's name, and the backward is the engine's one node for the compiled graph.
+TEST(Profiler, ACompiledReplayShowsEachGraphNodeAndItsBackwardNode) {
+  Mlp m;
+  CompiledFunction f = compile([&](const Tensor& x) {
+    return linear(tanh(linear(x, m.w1, m.b1) * 0.5 + 1.0), m.w2).square().mean();
+  });
+  f(m.x).backward();  // traced
+  Profiler prof;
+  Tensor loss = f(m.x);
+  loss.backward();
+  prof.stop();
+  const auto fwd = count_by_name(prof.events(), false);
+  const auto bwd = count_by_name(prof.events(), true);
+  EXPECT_EQ(fwd.at("linear"), 2);
+  int fused = 0;
+  for (const auto& [name, count] : fwd)
+    if (name.starts_with("fused[")) fused += count;
+  EXPECT_GE(fused, 1) << "no fused node in the profile";
+  EXPECT_EQ(bwd.size(), 2u);  // the compiled graph's node and AccumulateGrad
+  int accumulate = 0;
+  for (const auto& [name, count] : bwd) accumulate += name == "AccumulateGrad" ? count : 0;
+  EXPECT_EQ(accumulate, 3);
+  // Every event closed, inside the wall time, and the replay's linear events carry FLOPs.
+  for (const ProfileEvent& e : prof.events()) {
+    EXPECT_GE(e.end_ns, e.start_ns) << e.name;
+    EXPECT_LE(static_cast<double>(e.end_ns) * 1e-6, prof.wall_ms()) << e.name;
+    if (e.name == "linear" && !e.backward) EXPECT_GT(e.flops, 0u);
+  }
+  EXPECT_EQ(detail::tls_op_observer, nullptr);
+}
+
 TEST(Profiler, ShapesFlopsAndBytesFollowTheShapes) {
   Mlp m;
   Profiler prof;
