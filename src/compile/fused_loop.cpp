@@ -155,13 +155,11 @@ template <class T>
   return acc;
 }
 
-/// x rounded to the 16-bit dtype and widened again, in place: what an op of that dtype stores.
-void round_block(float* x, int64_t n, DType dtype) {
-  dispatch_reduced_floating(dtype, "fused pointwise", [&]<class H>() {
-    H narrow[kBlock];
-    detail::convert(x, narrow, n);
-    detail::convert(narrow, x, n);
-  });
+/// dst = x rounded to the 16-bit dtype and widened again (dst may be x), in registers: what an
+/// op of that dtype stores.
+void round_block(const float* x, float* dst, int64_t n, DType dtype) {
+  dispatch_reduced_floating(dtype, "fused pointwise",
+                            [&]<class H>() { detail::round_through(x, dst, n, H{}); });
 }
 
 template <class T>
@@ -215,6 +213,12 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
       T* dst = reg[static_cast<std::size_t>(in.dst)];
       if (in.kernel.is_cast) {
         const T* x = reg[static_cast<std::size_t>(in.src0)];
+        if constexpr (std::is_same_v<T, float>) {
+          if (is_reduced_float(in.result)) {  // the rounding is the whole cast
+            round_block(x, dst, n, in.result);
+            continue;
+          }
+        }
         std::copy(x, x + n, dst);
       } else if (in.kernel.is_where) {  // as kernels::where: a selection, no arithmetic
         const T* c = reg[static_cast<std::size_t>(in.src0)];
@@ -229,7 +233,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
                                 in.kernel.a, in.kernel.b);
       }
       if constexpr (std::is_same_v<T, float>)
-        if (is_reduced_float(in.result)) round_block(dst, n, in.result);
+        if (is_reduced_float(in.result)) round_block(dst, dst, n, in.result);
     }
     if constexpr (std::is_same_v<T, float>) {
       for (std::size_t k : narrowed)

@@ -125,6 +125,56 @@ __attribute__((target("avx2"))) void bfloat16_to_float_avx2(const BFloat16* in, 
   bfloat16_to_float_portable(in + i, out + i, n - i);
 }
 
+// The round trips (round_through_*): the narrowing of each path above, widened again in the
+// same registers.
+void round_through_half_portable(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(float_to_half_bits(in[i]));
+}
+void round_through_bfloat16_portable(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bfloat16_bits_to_float(float_to_bfloat16_bits(in[i]));
+}
+__attribute__((target("avx,f16c"))) void round_through_half_f16c(const float* in, float* out,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                                              _MM_FROUND_TO_NEAREST_INT)));
+  round_through_half_portable(in + i, out + i, n - i);
+}
+// As float_to_bfloat16_avx512 (subnormal lanes redone in integer arithmetic), then shifted back.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_through_bfloat16_avx512(
+    const float* in, float* out, int64_t n) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
+  const __m512i frac_mask = _mm512_set1_epi32(0x007fffff);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(in + i);
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 subnormal =
+        _mm512_testn_epi32_mask(u, exp_mask) & _mm512_test_epi32_mask(u, frac_mask);
+    if (subnormal) [[unlikely]] {
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+      const __m512i rounded =
+          _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
+      r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(rounded));
+    }
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16)));
+  }
+  round_through_bfloat16_portable(in + i, out + i, n - i);
+}
+__attribute__((target("avx2"))) void round_through_bfloat16_avx2(const float* in, float* out,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i r =
+        round_to_bfloat16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(r, 16));
+  }
+  round_through_bfloat16_portable(in + i, out + i, n - i);
+}
+
 void check_path(ConvertPath path, bool applies, const char* what) {
   ADJOINT_CHECK(applies, Value, what, "the ", to_string(path),
                 " conversion path does not convert this type");
@@ -197,6 +247,19 @@ void bfloat16_to_float(const BFloat16* in, float* out, int64_t n, ConvertPath pa
   if (path == ConvertPath::Avx512Bf16) return bfloat16_to_float_avx512(in, out, n);
   if (path == ConvertPath::Avx2) return bfloat16_to_float_avx2(in, out, n);
   bfloat16_to_float_portable(in, out, n);
+}
+
+void round_through_half(const float* in, float* out, int64_t n, ConvertPath path) {
+  check_path(path, converts_half(path), "to");
+  if (path == ConvertPath::F16C) return round_through_half_f16c(in, out, n);
+  round_through_half_portable(in, out, n);
+}
+
+void round_through_bfloat16(const float* in, float* out, int64_t n, ConvertPath path) {
+  check_path(path, converts_bfloat16(path), "to");
+  if (path == ConvertPath::Avx512Bf16) return round_through_bfloat16_avx512(in, out, n);
+  if (path == ConvertPath::Avx2) return round_through_bfloat16_avx2(in, out, n);
+  round_through_bfloat16_portable(in, out, n);
 }
 
 }  // namespace adjoint::detail

@@ -30,6 +30,12 @@ void half_to_float(const Half* in, float* out, int64_t n, ConvertPath path);
 void float_to_bfloat16(const float* in, BFloat16* out, int64_t n, ConvertPath path);
 void bfloat16_to_float(const BFloat16* in, float* out, int64_t n, ConvertPath path);
 
+/// out[i] = in[i] rounded to float16 (bfloat16) and widened back, in registers: the bits of
+/// narrowing and widening through memory, without the 16-bit buffer (what a fused loop does
+/// after each 16-bit result). `out` may be `in`; the path rules are those above.
+void round_through_half(const float* in, float* out, int64_t n, ConvertPath path);
+void round_through_bfloat16(const float* in, float* out, int64_t n, ConvertPath path);
+
 // The same on the default paths.
 inline void convert(const float* in, Half* out, int64_t n) {
   float_to_half(in, out, n, default_half_path());
@@ -42,6 +48,12 @@ inline void convert(const float* in, BFloat16* out, int64_t n) {
 }
 inline void convert(const BFloat16* in, float* out, int64_t n) {
   bfloat16_to_float(in, out, n, default_bfloat16_path());
+}
+inline void round_through(const float* in, float* out, int64_t n, Half) {
+  round_through_half(in, out, n, default_half_path());
+}
+inline void round_through(const float* in, float* out, int64_t n, BFloat16) {
+  round_through_bfloat16(in, out, n, default_bfloat16_path());
 }
 
 }  // namespace adjoint::detail

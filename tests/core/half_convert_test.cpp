@@ -184,6 +184,39 @@ TEST(HalfConvert, BFloat16NarrowingRoundsToNearestEvenOnEveryPath) {
   check_narrowing<BFloat16>(kBF16, kBFloat16Paths, float_to_bfloat16);
 }
 
+// The in-register round trips equal narrowing and widening through memory on the portable path,
+// on every path, in place or not, over the narrowing inputs (an odd count: tails run too).
+template <class H, class Narrow, class Widen, class Round>
+void check_round_trip(const Format& f, std::initializer_list<ConvertPath> simd, Narrow narrow,
+                      Widen widen, Round round) {
+  const std::vector<float> in = narrowing_inputs(f);
+  const auto n = static_cast<int64_t>(in.size()) - 1;
+  std::vector<H> narrow16(in.size());
+  std::vector<float> want(in.size());
+  narrow(in.data(), narrow16.data(), n, ConvertPath::Portable);
+  widen(narrow16.data(), want.data(), n, ConvertPath::Portable);
+  std::vector<ConvertPath> paths = paths_for(simd);
+  paths.push_back(ConvertPath::Portable);
+  for (ConvertPath p : paths) {
+    std::vector<float> out(in.size()), inplace = in;
+    round(in.data(), out.data(), n, p);
+    round(inplace.data(), inplace.data(), n, p);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[k]), std::bit_cast<uint32_t>(want[k]))
+          << f.name << " path " << to_string(p) << " on " << std::hex
+          << std::bit_cast<uint32_t>(in[k]);
+      ASSERT_EQ(std::bit_cast<uint32_t>(inplace[k]), std::bit_cast<uint32_t>(want[k]));
+    }
+  }
+}
+
+TEST(HalfConvert, RoundTripsEqualNarrowingThenWideningOnEveryPath) {
+  check_round_trip<Half>(kHalf, kHalfPaths, float_to_half, half_to_float, round_through_half);
+  check_round_trip<BFloat16>(kBF16, kBFloat16Paths, float_to_bfloat16, bfloat16_to_float,
+                             round_through_bfloat16);
+}
+
 TEST(HalfConvert, KnownValues) {
   // Hand-checked anchors beside the oracle: the largest float16, its overflow threshold, the
   // smallest subnormal and ties on both sides.
