@@ -49,26 +49,28 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* in, floa
 // VCVTNEPS2BF16 rounds to nearest even and quiets NaNs as the portable code does, but treats
 // float32 subnormals as zero; the lanes holding one (exponent 0, fraction not 0) are redone with
 // the portable rounding in integer arithmetic: u + 0x7fff + ((u >> 16) & 1), then >> 16.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void float_to_bfloat16_avx512(
-    const float* in, BFloat16* out, int64_t n) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m256i
+narrow_bfloat16_avx512(__m512 x) {
   const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
   const __m512i frac_mask = _mm512_set1_epi32(0x007fffff);
-  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_loadu_ps(in + i);
-    __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 subnormal =
-        _mm512_testn_epi32_mask(u, exp_mask) & _mm512_test_epi32_mask(u, frac_mask);
-    if (subnormal) [[unlikely]] {
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-      const __m512i rounded =
-          _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
-      r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(rounded));
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), r);
+  __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+  const __m512i u = _mm512_castps_si512(x);
+  const __mmask16 subnormal =
+      _mm512_testn_epi32_mask(u, exp_mask) & _mm512_test_epi32_mask(u, frac_mask);
+  if (subnormal) [[unlikely]] {
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
+    r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(rounded));
   }
+  return r;
+}
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void float_to_bfloat16_avx512(
+    const float* in, BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        narrow_bfloat16_avx512(_mm512_loadu_ps(in + i)));
   float_to_bfloat16_portable(in + i, out + i, n - i);
 }
 
@@ -141,25 +143,12 @@ __attribute__((target("avx,f16c"))) void round_through_half_f16c(const float* in
                                                               _MM_FROUND_TO_NEAREST_INT)));
   round_through_half_portable(in + i, out + i, n - i);
 }
-// As float_to_bfloat16_avx512 (subnormal lanes redone in integer arithmetic), then shifted back.
+// narrow_bfloat16_avx512, then shifted back.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_through_bfloat16_avx512(
     const float* in, float* out, int64_t n) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000);
-  const __m512i frac_mask = _mm512_set1_epi32(0x007fffff);
-  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_loadu_ps(in + i);
-    __m256i r = (__m256i)_mm512_cvtneps_pbh(x);
-    const __m512i u = _mm512_castps_si512(x);
-    const __mmask16 subnormal =
-        _mm512_testn_epi32_mask(u, exp_mask) & _mm512_test_epi32_mask(u, frac_mask);
-    if (subnormal) [[unlikely]] {
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-      const __m512i rounded =
-          _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), lsb), 16);
-      r = _mm256_mask_mov_epi16(r, subnormal, _mm512_cvtepi32_epi16(rounded));
-    }
+    const __m256i r = narrow_bfloat16_avx512(_mm512_loadu_ps(in + i));
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16)));
   }
   round_through_bfloat16_portable(in + i, out + i, n - i);
