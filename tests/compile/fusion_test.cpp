@@ -182,6 +182,35 @@ TEST(Fusion, ACastChainRunsInOneLoopWithoutIntermediateBuffers) {
   EXPECT_NE(c.dump().find("fused[to, mul, add, gelu, to, mul]"), std::string::npos) << c.dump();
 }
 
+// A two-layer MLP under bfloat16 autocast, compiled: the casts autocast records fuse with the
+// 16-bit epilogues, and the backward recomputes the weights' casts; value and every gradient
+// equal eager code bit for bit.
+TEST(Fusion, AnAutocastMlpCompiledEqualsEagerBitwise) {
+  Generator gen(21);
+  auto param = [&](const Shape& s) {
+    return (randn(s, DType::Float32, &gen) * 0.1).requires_grad_(true);
+  };
+  const Tensor w1 = param({256, 128}), b1 = param({256}), w2 = param({10, 256}), b2 = param({10});
+  const Tensor x = randn({64, 128}, DType::Float32, &gen);
+  const Tensor target = randint(0, 10, {64}, &gen);
+  auto f = [&](const std::vector<Tensor>& in) {
+    Autocast amp(DType::BFloat16);
+    const Tensor h = gelu(linear(in[0], w1, b1)) * 0.5 + 0.25;
+    return std::vector<Tensor>{cross_entropy(linear(h, w2, b2), target)};
+  };
+  CompiledFunction c = compile(f);
+  c({x});  // traced
+  const Tensor got = c({x})[0];
+  const auto gc = autograd::grad({got}, {w1, b1, w2, b2});
+  const Tensor want = f({x})[0];
+  const auto ge = autograd::grad({want}, {w1, b1, w2, b2});
+  expect_same(got, want, "loss");
+  for (std::size_t i = 0; i < ge.size(); ++i)
+    expect_same(gc[i], ge[i], "gradient " + std::to_string(i));
+  const std::string dump = c.dump();
+  EXPECT_NE(dump.find("fused["), std::string::npos) << dump;
+}
+
 TEST(Fusion, StridedOperandsAgreeWithinAFewUlps) {
   // Where eager code takes a strided loop (a transposed argument; gelu's gradient of a
   // broadcast cotangent) it uses the scalar functions, and the fused group its vectorised
