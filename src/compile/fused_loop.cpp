@@ -220,7 +220,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
           }
         }
         if (x != dst) std::copy(x, x + n, dst);  // (a register is reused after its last read)
-      } else if (in.kernel.is_where) {  // as kernels::where: a selection, no arithmetic
+      } else if (in.kernel.is_where) {           // as kernels::where: a selection, no arithmetic
         const T* c = reg[static_cast<std::size_t>(in.src0)];
         const T* x = reg[static_cast<std::size_t>(in.src1)];
         const T* y = reg[static_cast<std::size_t>(in.src2)];

@@ -62,8 +62,8 @@ bool reads_any(const GraphNode& n, const std::vector<bool>& in_group) {
   return false;
 }
 
-/// Elements per output of a sum over the trailing dims of `shape` (`dims` normalized): all of
-/// them for a full sum, -1 when `dims` are not the trailing ones.
+/// Elements per output of a sum over `dims` (normalized, not empty) of `shape`: the product of
+/// their sizes when they are the trailing dims, else -1.
 int64_t trailing_sum_size(const Shape& shape, std::vector<int64_t> dims) {
   std::sort(dims.begin(), dims.end());
   const int64_t rank = static_cast<int64_t>(shape.size()), k = static_cast<int64_t>(dims.size());
@@ -80,8 +80,8 @@ int64_t trailing_sum_size(const Shape& shape, std::vector<int64_t> dims) {
 constexpr int64_t kMinFusedRow = 128;
 
 /// Builds the fused node for `members` (indices into g.nodes, in order), writing the values
-/// in `readers_outside`; or, given `sum` (a node summing one member's result over every dim),
-/// ending with that sum as its one output.
+/// in `readers_outside`; or, given `sum` (a node summing one member's result over every dim or
+/// its trailing dims, as summed_by accepts), ending with that sum as its one output.
 GraphNode make_fused(Graph& g, const std::vector<int>& members,
                      const std::vector<int>& readers_outside, const GraphNode* sum = nullptr) {
   std::map<int, int> slot;  // value id -> slot (inputs first, then member results)

@@ -313,18 +313,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_broadcast_into(*this, src, "copy_");
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
-  if (!recording) {
-    if (dual_with(*this, &src) || batched_with(*this, &src)) {
-      Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
-      if (value.shares_storage(*this)) value = value.clone();  // read before the write
-      return commit(*this, value, false, "copy_");
-    }
+  if (!recording && !dual_with(*this, &src) && !batched_with(*this, &src)) {
     kernels::copy_into(*this, unaliased(*this, src));  // Note [Operands that overlap ...]
     bump(*this);
     return *this;
   }
+  // The source as copy_ writes it, read before the write (a clone, recorded when recording).
   Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
-  if (value.shares_storage(*this)) value = value.clone();  // read before the write, recorded
+  if (value.shares_storage(*this)) value = value.clone();
+  if (!recording) return commit(*this, value, false, "copy_");
   check_dual_inplace(*this, &value, "copy_");  // before detach_: an error changes nothing
   if (!value.requires_grad() && !detail::is_tracked_view(*this)) detach_();
   return commit(*this, value, true, "copy_");

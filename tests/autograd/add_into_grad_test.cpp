@@ -29,6 +29,14 @@ struct Problem {
   Tensor reference() const { return autograd::grad({loss()}, {w})[0]; }
 };
 
+// The most bytes a backward of `loss` holds beyond what was allocated before it.
+std::size_t backward_growth(const Tensor& loss) {
+  const std::size_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  loss.backward();
+  return memory_stats().peak_bytes - before;
+}
+
 void expect_equal(const Tensor& got, const Tensor& want, double factor = 1) {
   const std::vector<double> g = got.to_vector<double>(), e = want.to_vector<double>();
   ASSERT_EQ(g.size(), e.size());
@@ -63,12 +71,6 @@ TEST(AddIntoGrad, SkipsTheDwBufferWhenItApplies) {
   Problem p(1, 512, 512, DType::Float32);
   p.loss().backward();
   p.w.zero_grad(false);
-  auto backward_growth = [&](const Tensor& loss) {
-    const std::size_t before = memory_stats().current_bytes;
-    reset_peak_memory_stats();
-    loss.backward();
-    return memory_stats().peak_bytes - before;
-  };
   const std::size_t dw_bytes = 512 * 512 * 4;
   EXPECT_LT(backward_growth(p.loss()), dw_bytes / 2) << "dW was materialised";
   // With a hook on the weight the gradient must exist as a tensor for the hook to see.
@@ -187,7 +189,8 @@ TEST(AddIntoGrad, ThroughAnAutocastCastTheGradGetsTheWidened16BitProduct) {
 TEST(AddIntoGrad, ThroughACastSkipsTheWidenedCopy) {
   // One input row and a 512 x 512 weight: dW dominates backward's memory. The usual way holds
   // the float32 product and its 16-bit rounding (4 + 2 bytes an element), then the rounding and
-  // its float32 widening (2 + 4); the shortcut holds only the float32 product (4).
+  // its float32 widening (2 + 4); the shortcut holds at most the float32 product (4; on the
+  // sgemm path only a tile of it).
   Problem p(1, 512, 512, DType::Float32);
   auto loss = [&] {
     Tensor y;
@@ -199,12 +202,6 @@ TEST(AddIntoGrad, ThroughACastSkipsTheWidenedCopy) {
   };
   loss().backward();
   p.w.zero_grad(false);
-  auto backward_growth = [&](const Tensor& l) {
-    const std::size_t before = memory_stats().current_bytes;
-    reset_peak_memory_stats();
-    l.backward();
-    return memory_stats().peak_bytes - before;
-  };
   const std::size_t n = 512 * 512;
   EXPECT_LT(backward_growth(loss()), 9 * n / 2) << "the widened dW was materialised";
   // A hook on the weight must see the gradient as a tensor: the usual way.

@@ -82,13 +82,11 @@ bool binary_reduced_blocked(Binary k, const Tensor& out, const Tensor& x, const 
 
 template <class H>
 void add_rounded_into(float* out, const float* x, int64_t n) {
-  alignas(64) float wide[kConvertBlock];
-  H narrow[kConvertBlock];
+  alignas(64) float rounded[kConvertBlock];
   for (int64_t i = 0; i < n; i += kConvertBlock) {
     const int64_t m = std::min(kConvertBlock, n - i);
-    detail::convert(x + i, narrow, m);  // round first, as the 16-bit result would be
-    detail::convert(narrow, wide, m);
-    binary_block<float>(Binary::Add, out + i, wide, out + i, m);
+    detail::round_through(x + i, rounded, m, H{});  // as the 16-bit result would be
+    binary_block<float>(Binary::Add, out + i, rounded, out + i, m);
   }
 }
 template void add_rounded_into<Half>(float*, const float*, int64_t);

@@ -53,10 +53,12 @@ constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is 
 // 2.75 ms with it against 2.49 ms with beta = 1; zeroing a tile costs a few microseconds). Tiles
 // of whole rows read c in long runs, which the hardware prefetcher follows; of the shapes tried
 // on the mlp benchmark's weight gradients (32 to 512 rows by 256 to 1024 columns), 256 rows of up
-// to 1024 columns was fastest, 1.11-1.15x the float32 beta = 1 product where writing the whole
-// product and adding it in a second pass took 1.25-1.3x. The rest is the add's pass over c,
-// which sgemm's beta = 1 overlaps with its arithmetic. Each element is still one sgemm over the
-// whole k, so the bits are those of the whole product.
+// to 1024 columns was fastest, with fewer rows where that gives every thread a tile. Against
+// the float32 beta = 1 product (Zen 3 emulation) it takes 1.05-1.10x at gpt-tiny's shapes
+// (k = 2048), 1.18x at the mlp's and 1.45x at a 512 x 512, k = 64; writing the whole product
+// and adding it in a second pass took 1.33-2.2x. The rest is the add's pass over c, which
+// sgemm's beta = 1 overlaps with its arithmetic. Each element is still one sgemm over the whole
+// k, so the bits are those of the whole product.
 constexpr int64_t kTileRows = 256, kTileCols = 1024;  // at most 1 MiB of float32
 
 // Sets OpenBLAS to one thread for its lifetime (cheap: OpenBLAS only stores the number).
