@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "adjoint/tensor_impl.h"
+#include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/half_convert.h"
@@ -33,7 +34,9 @@ struct InputReader {
 
 template <class T>
 InputReader reader_for(const Tensor& x, const Shape& shape) {
-  InputReader r{InputReader::Kind::Strided, static_cast<const char*>(x.impl()->data())};
+  InputReader r;
+  r.kind = InputReader::Kind::Strided;
+  r.data = static_cast<const char*>(x.impl()->data());
   bool all_broadcast = true;  // an expanded scalar (the cotangent of a sum) has every stride 0
   for (int64_t d = 0; d < x.dim(); ++d)
     all_broadcast = all_broadcast && (x.strides()[d] == 0 || x.shape()[d] == 1);
@@ -282,17 +285,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
       const int64_t start = b * block, n = std::min(block, numel - start);
       const T* v = run_block(start, n, reg, scratch);
       if (p.sum_register >= 0) {
-        // Four running sums, so that the adds do not wait on each other.
-        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-          a0 += v[j];
-          a1 += v[j + 1];
-          a2 += v[j + 2];
-          a3 += v[j + 3];
-        }
-        for (; j < n; ++j) a0 += v[j];
-        partial[static_cast<std::size_t>(b)] = (a0 + a1) + (a2 + a3);
+        partial[static_cast<std::size_t>(b)] = kernels::simd_sum_widened(v, n);
       }
     }
   };

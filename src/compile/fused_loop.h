@@ -34,8 +34,9 @@ struct Program {
   std::vector<int> output_register;  // by fused output
   std::vector<DType> output_dtype;   // by fused output: `dtype` or a 16-bit float
   std::vector<Instr> code;
-  /// A full sum ends the group: its register is summed (in double, four running sums per
-  /// block, then the blocks in order: the same for any number of threads) into the one output,
+  /// A full sum ends the group: its register is summed (in double, 16 interleaved running sums
+  /// per block, then the blocks in order: the same for any number of threads and on every
+  /// instruction set) into the one output,
   /// of shape `reduced_shape`.
   int sum_register = -1;
   Shape reduced_shape;

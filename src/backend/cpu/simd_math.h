@@ -44,6 +44,10 @@ bool simd_binary(Binary kind, const double* a, const double* b, double* out, int
 float simd_max(const float* x, int64_t n);
 double simd_max(const double* x, int64_t n);
 
+/// x[0] + ... + x[n - 1] in double, as 16 interleaved running sums added in a fixed order at
+/// the end: the same bits on every instruction set (0 for n == 0).
+double simd_sum_widened(const float* x, int64_t n);
+double simd_sum_widened(const double* x, int64_t n);
 /// y[i] = exp(x[i] - shift) for i in [0, n); y may equal x.
 void simd_exp_shifted(const float* x, float shift, float* y, int64_t n);
 void simd_exp_shifted(const double* x, double shift, double* y, int64_t n);
