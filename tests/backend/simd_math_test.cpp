@@ -476,8 +476,9 @@ template <class T>
 void check_sum_widened() {
   std::mt19937_64 rng(7);
   std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> exponent(-40, 40);  // so that float sums in double round
   std::vector<T> data(1100);
-  for (T& v : data) v = T(normal(rng) * 100);
+  for (T& v : data) v = T(std::ldexp(normal(rng), exponent(rng)));
   auto in_order = [](const T* x, int64_t n) {
     double sums[16] = {};
     for (int64_t i = 0; i < n; ++i) sums[i % 16] += x[i];
