@@ -17,8 +17,10 @@
 namespace adjoint::detail {
 namespace {
 
-/// Elements per block: registers of one block stay in the first two cache levels.
+/// Elements per block: registers of one block stay in the first two cache levels. A multiple
+/// of kSumChunk, so that a sum's chunks never straddle blocks.
 constexpr int64_t kBlock = 512;
+static_assert(kBlock % kernels::kSumChunk == 0);
 /// Blocks are shared between threads above this many elements, as the elementwise kernels.
 constexpr int64_t kParallelElements = 262144;
 
@@ -149,15 +151,6 @@ const T* read_input(const InputReader& r, DType dtype, int64_t start, int64_t n,
   return read_block<T>(r, start, n, reg);
 }
 
-/// acc + v[0] + v[1] + ... + v[n - 1], in that order, in double. A function of its own so that
-/// acc stays in a register (inlined into the row loop, it was stored to the stack every element,
-/// which made a fused row sum 2x slower than the unfused one).
-template <class T>
-[[gnu::noinline]] double add_in_order(double acc, const T* v, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) acc += v[j];
-  return acc;
-}
-
 /// dst = x rounded to the 16-bit dtype and widened again (dst may be x), in registers: what an
 /// op of that dtype stores.
 void round_block(const float* x, float* dst, int64_t n, DType dtype) {
@@ -258,40 +251,45 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
 
   if (p.sum_inner > 0) {
     // A sum over trailing dims: one output per row of `sum_inner` elements, each row run by one
-    // thread in blocks that never cross a row and summed in element order into one double, as
-    // the eager reduction sums a contiguous row: the same bits.
+    // thread in blocks that never cross a row and summed in the eager reduction's chunks (Note
+    // [Floating sums in chunks] in reduce.cpp; a block is at most one chunk): the same bits.
     const int64_t inner = p.sum_inner, rows = numel / inner;
     T* out = static_cast<T*>(outs[0].impl()->data());
-    parallel_for(rows, std::max<int64_t>(1, kParallelElements / inner),
-                 [&](int64_t r0, int64_t r1) {
-                   std::vector<T*> reg;
-                   T* scratch = thread_registers(reg);
-                   for (int64_t r = r0; r < r1; ++r) {
-                     double acc = 0;
-                     for (int64_t c = 0; c < inner; c += block) {
-                       const int64_t n = std::min(block, inner - c);
-                       acc = add_in_order(acc, run_block(r * inner + c, n, reg, scratch), n);
-                     }
-                     out[r] = static_cast<T>(acc);
-                   }
-                 });
+    parallel_for(
+        rows, std::max<int64_t>(1, kParallelElements / inner), [&](int64_t r0, int64_t r1) {
+          std::vector<T*> reg;
+          T* scratch = thread_registers(reg);
+          for (int64_t r = r0; r < r1; ++r) {
+            double acc = 0;
+            for (int64_t c = 0; c < inner; c += block) {
+              const int64_t n = std::min(block, inner - c);
+              acc = kernels::add_chunk_sums(acc, run_block(r * inner + c, n, reg, scratch), n);
+            }
+            out[r] = static_cast<T>(acc);
+          }
+        });
     return;
   }
-  std::vector<double> partial(p.sum_register >= 0 ? static_cast<std::size_t>(blocks) : 0);
+  // A full sum's chunks' sums, added in order at the end as the eager reduction adds them.
+  std::vector<double> partial(
+      p.sum_register >= 0
+          ? static_cast<std::size_t>((numel + kernels::kSumChunk - 1) / kernels::kSumChunk)
+          : 0);
   auto run_blocks = [&](int64_t first, int64_t last) {
     std::vector<T*> reg;
     T* scratch = thread_registers(reg);
     for (int64_t b = first; b < last; ++b) {
       const int64_t start = b * block, n = std::min(block, numel - start);
       const T* v = run_block(start, n, reg, scratch);
-      if (p.sum_register >= 0) {
-        partial[static_cast<std::size_t>(b)] = kernels::simd_sum_widened(v, n);
-      }
+      if (p.sum_register >= 0)  // (a block is whole chunks, or the last, short one)
+        for (int64_t c = 0; c < n; c += kernels::kSumChunk)
+          partial[static_cast<std::size_t>((start + c) / kernels::kSumChunk)] =
+              kernels::chunk_sum(v + c, std::min(kernels::kSumChunk, n - c));
     }
   };
   const int64_t grain = std::max<int64_t>(1, kParallelElements / block);
   parallel_for(blocks, grain, run_blocks);
-  if (p.sum_register >= 0) {  // the blocks' sums in block order: the same for any threads
+  if (p.sum_register >= 0) {  // in chunk order: the same for any threads
     double total = 0;
     for (double v : partial) total += v;
     *static_cast<T*>(outs[0].impl()->data()) = static_cast<T>(total);

@@ -3,6 +3,7 @@
 // tie-splitting gradients, and arg-reductions. Oracles are loops over the input values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -290,6 +291,61 @@ TEST(SumMean, OverLeadingRowsOfWideMatricesMatchNaiveLoop) {
         expect_near(prod(x / 1000 + 1, {0}).to_vector<double>(), want_prod, 1e-5);
       }
       EXPECT_EQ(by_thread[0], by_thread[1]) << what;
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+TEST(SumMean, ContiguousSumsAddChunksAndMatchAnExactSum) {
+  // Full sums and sums over trailing dims add contiguous elements in chunks of 512, each as 16
+  // interleaved double sums (Note [Floating sums in chunks]). Oracles: a long double sum of the
+  // same values (within one double rounding per element), the documented order written as a
+  // loop (bitwise, in float64 where the order shows), and 1 or 2 threads (bitwise).
+  Generator gen(11);
+  const int saved_threads = get_num_threads();
+  auto in_order = [](const double* x, int64_t n) {  // the order of Note [Floating sums in chunks]
+    double acc = 0;
+    for (int64_t c = 0; c < n; c += 512) {
+      double sums[16] = {};
+      for (int64_t i = c; i < std::min(n, c + 512); ++i) sums[(i - c) % 16] += x[i];
+      for (int width = 8; width >= 1; width /= 2)
+        for (int k = 0; k < width; ++k) sums[k] += sums[k + width];
+      acc += sums[0];
+    }
+    return acc;
+  };
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const Shape& shape : {Shape{100003}, Shape{7, 1500}, Shape{3, 2, 700}, Shape{5, 40}}) {
+      // values over many binades, so that the order of the adds shows in the last bits
+      const Tensor x =
+          (randn(shape, DType::Float64, &gen) * exp(randn(shape, DType::Float64, &gen) * 4.0))
+              .to(dtype);
+      const std::vector<double> xv = x.to_vector<double>();
+      const int64_t row = shape.back() * (shape.size() == 3 ? shape[1] : 1);
+      const std::vector<int64_t> dims =
+          shape.size() == 3 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{-1};
+      std::vector<double> by_thread[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        SCOPED_TRACE(std::string(to_string(dtype)) + " " + std::to_string(xv.size()) +
+                     " elements, threads " + std::to_string(threads));
+        const double full = x.sum().item<double>();
+        const std::vector<double> rows = sum(x, dims).to_vector<double>();
+        ASSERT_EQ(static_cast<int64_t>(rows.size() * row), static_cast<int64_t>(xv.size()));
+        long double exact = 0, magnitude = 0;
+        for (double v : xv) exact += v, magnitude += std::fabs(v);
+        const double eps = dtype == DType::Float32 ? 6e-8 : 0;  // the float32 result's rounding
+        EXPECT_LE(std::fabs(full - static_cast<double>(exact)),
+                  1e-16L * magnitude * xv.size() + eps * std::fabs(full));
+        if (dtype == DType::Float64) {
+          EXPECT_EQ(full, in_order(xv.data(), static_cast<int64_t>(xv.size())));
+          for (std::size_t r = 0; r < rows.size(); ++r)
+            EXPECT_EQ(rows[r], in_order(xv.data() + r * row, row)) << "row " << r;
+        }
+        by_thread[threads - 1] = rows;
+        by_thread[threads - 1].push_back(full);
+      }
+      EXPECT_EQ(by_thread[0], by_thread[1]);
     }
   }
   set_num_threads(saved_threads);

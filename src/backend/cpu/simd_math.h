@@ -5,6 +5,7 @@
 // contiguous fast paths, and their scalar loops remain the reference.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,10 +45,39 @@ bool simd_binary(Binary kind, const double* a, const double* b, double* out, int
 float simd_max(const float* x, int64_t n);
 double simd_max(const double* x, int64_t n);
 
-/// x[0] + ... + x[n - 1] in double, as 16 interleaved running sums added in a fixed order at
-/// the end: the same bits on every instruction set (0 for n == 0).
+/// x[0] + ... + x[n - 1] in double, as 16 interleaved running sums (element i into sum
+/// i mod 16) added pairwise at the end (8 pairs, then 4, 2, 1): the same bits on every
+/// instruction set (0 for n == 0).
 double simd_sum_widened(const float* x, int64_t n);
 double simd_sum_widened(const double* x, int64_t n);
+
+/// simd_sum_widened's order without SIMD, the same bits: cheaper than a dispatched call for a
+/// few elements.
+template <class T>
+double sum_widened_scalar(const T* x, int64_t n) {
+  double sums[16] = {};
+  for (int64_t i = 0; i < n; ++i) sums[i % 16] += x[i];
+  for (int width = 8; width >= 1; width /= 2)
+    for (int k = 0; k < width; ++k) sums[k] += sums[k + width];
+  return sums[0];
+}
+
+/// Elements per chunk of a floating-point sum (Note [Floating sums in chunks] in reduce.cpp).
+constexpr int64_t kSumChunk = 512;
+
+/// The sum of x[0, n) (float or double) by one chunk: simd_sum_widened's value.
+template <class T>
+double chunk_sum(const T* x, int64_t n) {
+  return n < 64 ? sum_widened_scalar(x, n) : simd_sum_widened(x, n);
+}
+
+/// acc plus the sums of x[0, n)'s chunks of kSumChunk elements (the last may be shorter),
+/// added in order.
+template <class T>
+double add_chunk_sums(double acc, const T* x, int64_t n) {
+  for (int64_t c = 0; c < n; c += kSumChunk) acc += chunk_sum(x + c, std::min(kSumChunk, n - c));
+  return acc;
+}
 /// y[i] = exp(x[i] - shift) for i in [0, n); y may equal x.
 void simd_exp_shifted(const float* x, float shift, float* y, int64_t n);
 void simd_exp_shifted(const double* x, double shift, double* y, int64_t n);
