@@ -12,6 +12,7 @@
 #include "adjoint/debug.h"
 #include "adjoint/dtype.h"
 #include "adjoint/error.h"
+#include "adjoint/export.h"
 #include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/gradcheck.h"

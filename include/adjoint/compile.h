@@ -85,9 +85,14 @@ struct CompiledMemoryPlan {
   int recomputed = 0;    ///< forward nodes the backward computes again
 };
 
+class CompiledFunction;
 namespace detail {
 struct CompiledState;  // src/compile/compiled_function.cpp
-}
+struct TracedSignature;
+/// The graph of the signature `f` called last, before the passes (for export); null before the
+/// first trace or after a graph break.
+std::shared_ptr<const TracedSignature> last_traced_signature(const CompiledFunction& f);
+}  // namespace detail
 
 class CompiledFunction {
  public:
@@ -114,6 +119,8 @@ class CompiledFunction {
  private:
   Tensor call_one(const Tensor& x) const;
   std::shared_ptr<detail::CompiledState> state_;
+  friend std::shared_ptr<const detail::TracedSignature> detail::last_traced_signature(
+      const CompiledFunction& f);
 };
 
 /// Compiles f: a callable taking a list of tensors (and optionally the static arguments) and

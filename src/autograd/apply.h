@@ -399,8 +399,59 @@ Tensor call_forward(Op& op, Saver& saver, const Inputs& in) {
 template <class Op, class Inputs>
 class TypedTracedOp final : public TracedOp {
  public:
-  explicit TypedTracedOp(const Op& op) : op_(op) {}
+  explicit TypedTracedOp(const Op& op) : op_(op) { (void)kRegistered; }
   const char* name() const override { return Op::name; }
+
+  // Export (Note [Exporting ops] in src/core/op_fields.h): an op with members names them.
+  static constexpr bool kExportable = [] {
+    if constexpr (requires { Op::exportable; }) {
+      return Op::exportable;
+    } else {
+      return true;
+    }
+  }();
+  static_assert(std::is_empty_v<Op> || detail::HasFields<Op> || !kExportable,
+                "an op with members declares them with fields() so that export writes them");
+  static constexpr const char* kExportKey = [] {
+    if constexpr (requires { Op::export_name; }) {
+      return Op::export_name;
+    } else {
+      return Op::name;
+    }
+  }();
+  static std::shared_ptr<const TracedOp> make_from_fields(const detail::FieldList& fields) {
+    Op op{};
+    if constexpr (!kExportable) {
+      throw Error(ErrorKind::Value, Op::name, "this op cannot be read from a file");
+    } else if constexpr (!std::is_empty_v<Op>) {
+      detail::FieldReader in(fields, Op::name);
+      std::apply([&](auto&... m) { (detail::take_field(in, m), ...); }, op.fields());
+      in.finish();
+    } else {
+      detail::FieldReader(fields, Op::name).finish();
+    }
+    return std::make_shared<TypedTracedOp>(op);
+  }
+  // Registered when the program starts, in the file that makes this op's calls.
+  static inline const bool kRegistered =
+      kExportable &&
+      (detail::register_exported_op(kExportKey, typeid(TypedTracedOp), &make_from_fields), true);
+  const char* export_key() const override { return kExportable ? kExportKey : nullptr; }
+  std::ptrdiff_t arity() const override {
+    if constexpr (is_std_array<Inputs>::value) {
+      return static_cast<std::ptrdiff_t>(std::tuple_size_v<Inputs>);
+    } else {
+      return -1;
+    }
+  }
+  detail::FieldList export_fields() const override {
+    detail::FieldList out;
+    if constexpr (kExportable && !std::is_empty_v<Op>) {
+      Op copy = op_;
+      detail::put_tuple(out, copy.fields());
+    }
+    return out;
+  }
 
   // A forward that sets members of the op (a non-const forward) must say which with
   // `forward_state()`: a backward traced with them would read stale values on a replay where

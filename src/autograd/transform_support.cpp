@@ -7,6 +7,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/apply.h"
 #include "autograd/forward_ad.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 namespace {
@@ -72,3 +73,5 @@ Tensor detach_keep_tangents(const Tensor& t) {
 
 }  // namespace detail
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(transform_support)

@@ -95,6 +95,7 @@ Tensor batched_index(const Tensor& index, int64_t batch, int64_t example_numel) 
 // a view's history from its base.
 struct BaseView {
   static constexpr const char* name = "as_strided";
+  static constexpr bool exportable = false;  // holds a tensor (its index map)
   static constexpr Save save = Save::None;
   Tensor index;  // base_index_map: int64, the view's shape
   Shape shape, strides;
@@ -126,6 +127,7 @@ struct BaseView {
 // view's window replaced by `src`. The memory already holds that value when it runs.
 struct ViewScatter {
   static constexpr const char* name = "copy_slices";
+  static constexpr bool exportable = false;  // holds a tensor (its index map)
   static constexpr Save save = Save::None;
   Tensor index;  // base_index_map: int64, the view's (and src's) shape
   Tensor forward(const Tensor& base, const Tensor&) const { return alias_without_history(base); }

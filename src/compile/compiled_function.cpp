@@ -20,9 +20,9 @@ namespace detail {
 
 struct CompiledEntry {
   std::string key;
-  std::shared_ptr<const Plan> plan;     ///< null after a graph break
-  std::shared_ptr<const Graph> traced;  ///< before the passes, for dump(false)
-  std::string graph_break;              ///< why it could not be traced
+  std::shared_ptr<const Plan> plan;               ///< null after a graph break
+  std::shared_ptr<const TracedSignature> traced;  ///< before the passes: dump(false), export
+  std::string graph_break;                        ///< why it could not be traced
   std::vector<bool> capture_requires_grad;
   std::vector<Shape> capture_strides;
 };
@@ -70,17 +70,6 @@ std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& stati
     os << ';';
   }
   return os.str();
-}
-
-/// Whether a transform acts on the call (an input batched by vmap, or a tangent of jvp on an
-/// input or a captured tensor): the graph then runs op by op through the dispatch stack.
-bool transformed(const std::vector<Tensor>& inputs, const Graph* g) {
-  for (const Tensor& x : inputs)
-    if (batch_level(x) != 0 || (tls_mode.dual_visible != 0 && has_visible_tangent(x))) return true;
-  if (g && tls_mode.dual_visible != 0)
-    for (const Tensor& c : g->captures)
-      if (has_visible_tangent(c)) return true;
-  return false;
 }
 
 /// What the tracer runs the function on: the input itself, or for a batched input or one
@@ -156,7 +145,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
     try {
       detail::Graph g = detail::trace_function(s.f, stand_ins, statics);
-      e->traced = std::make_shared<const detail::Graph>(g);
+      auto traced = std::make_shared<detail::TracedSignature>();
+      traced->graph = g;
+      for (const Tensor& x : inputs)
+        traced->input_strides.push_back(x.defined() ? x.strides() : Shape{});
+      traced->grad_enabled = is_grad_enabled();
+      e->traced = std::move(traced);
       for (const Tensor& c : g.captures) {
         e->capture_requires_grad.push_back(c.requires_grad());
         e->capture_strides.push_back(c.strides());
@@ -240,7 +234,7 @@ std::string CompiledFunction::dump(bool optimized) const {
   const auto& e = state_->last;
   if (!e) return "";
   if (!e->plan) return "graph break: " + e->graph_break + "\n";
-  return detail::graph_to_text(optimized ? e->plan->graph : *e->traced);
+  return detail::graph_to_text(optimized ? e->plan->graph : e->traced->graph);
 }
 
 CompiledMemoryPlan CompiledFunction::plan() const {
@@ -257,11 +251,21 @@ CompiledMemoryPlan CompiledFunction::plan() const {
           p.recomputed};
 }
 
+namespace detail {
+
+std::shared_ptr<const TracedSignature> last_traced_signature(const CompiledFunction& f) {
+  std::lock_guard<std::mutex> lock(f.state_->mutex);
+  const auto& e = f.state_->last;
+  return e && e->plan ? e->traced : nullptr;
+}
+
+}  // namespace detail
+
 std::string CompiledFunction::to_dot(bool optimized) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const auto& e = state_->last;
   if (!e || !e->plan) return "";
-  return detail::graph_to_dot(optimized ? e->plan->graph : *e->traced);
+  return detail::graph_to_dot(optimized ? e->plan->graph : e->traced->graph);
 }
 
 }  // namespace adjoint

@@ -50,6 +50,17 @@ struct InputReader {
 
 template <class T>
 InputReader reader_for(const Tensor& x, const Shape& shape) {
+  // The group's shape comes from the graph's values: a graph read from a file (export) could
+  // say anything, and a shape the input does not broadcast to would read past its memory.
+  const int64_t group_rank = static_cast<int64_t>(shape.size());
+  bool broadcasts = x.dim() <= group_rank;
+  for (int64_t d = 1; broadcasts && d <= x.dim(); ++d) {
+    const int64_t xs = x.shape()[x.dim() - d], gs = shape[group_rank - d];
+    broadcasts = xs == gs || xs == 1;
+  }
+  ADJOINT_CHECK(broadcasts, Shape, "fused pointwise", "an input of shape ", x.shape(),
+                " does not broadcast to the group's shape ", shape,
+                " (a graph whose values disagree with its ops)");
   InputReader r;
   r.kind = InputReader::Kind::Strided;
   r.data = static_cast<const char*>(x.impl()->data());

@@ -67,6 +67,14 @@ struct Graph {
   void index_results();
 };
 
+/// A traced graph with what else its signature fixed: the arguments' strides (ops decide by
+/// layout: reshape views or copies) and grad mode.
+struct TracedSignature {
+  Graph graph;
+  std::vector<Shape> input_strides;  ///< by argument; empty for an undefined one
+  bool grad_enabled = true;
+};
+
 /// The graph as text: one line per value definition, forward then backward.
 std::string graph_to_text(const Graph& g);
 /// The graph in Graphviz's dot language.

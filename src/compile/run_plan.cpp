@@ -6,8 +6,10 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "autograd/apply.h"
+#include "autograd/forward_ad.h"
 #include "autograd/memory_hooks.h"
 #include "autograd/saved_tensor.h"
+#include "vmap/batched.h"
 
 namespace adjoint::detail {
 
@@ -202,6 +204,15 @@ std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
   for (std::size_t k = 0; k < outs.size(); ++k)
     if (g.cotangents[k] >= 0) set_history(outs[k], node, static_cast<uint32_t>(k));
   return outs;
+}
+
+bool transformed(const std::vector<Tensor>& inputs, const Graph* g) {
+  for (const Tensor& x : inputs)
+    if (batch_level(x) != 0 || (tls_mode.dual_visible != 0 && has_visible_tangent(x))) return true;
+  if (g && tls_mode.dual_visible != 0)
+    for (const Tensor& c : g->captures)
+      if (has_visible_tangent(c)) return true;
+  return false;
 }
 
 std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tensor>& inputs) {

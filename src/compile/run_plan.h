@@ -19,6 +19,10 @@ using EagerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
                              const std::vector<Tensor>& inputs, EagerFn eager);
 
+/// Whether a transform acts on the call (an input batched by vmap, or a tangent of jvp on an
+/// input or a captured tensor of g): the graph then runs op by op through the dispatch stack.
+bool transformed(const std::vector<Tensor>& inputs, const Graph* g);
+
 /// The forward ops one by one through the dispatch stack, so that every transform that is on
 /// (vmap, jvp, recording for backward) sees them.
 std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tensor>& inputs);

@@ -10,6 +10,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "core/op_tracer.h"
+#include "dispatch/external_op.h"
 
 namespace adjoint::detail {
 
@@ -47,26 +48,6 @@ namespace {
 bool same_layout(const TensorImpl& a, const TensorImpl& b) {
   return a.shape == b.shape && a.strides == b.strides && a.offset == b.offset && a.dtype == b.dtype;
 }
-
-/// An op the stack does not see, as the graph keeps it: the function that runs it again.
-class ExternalOp final : public TracedOp {
- public:
-  ExternalOp(const char* name, ExternalFn run) : name_(name), run_(std::move(run)) {}
-  const char* name() const override { return name_; }
-  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
-    extras.clear();
-    return run_(in);
-  }
-  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
-    extras.clear();
-    return run_(in);
-  }
-  bool same_as(const TracedOp&) const override { return false; }
-
- private:
-  const char* name_;
-  ExternalFn run_;
-};
 
 class Tracer final : public OpTracer {
  public:
@@ -117,7 +98,7 @@ class Tracer final : public OpTracer {
   }
 
   Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
-                         Generator* rng) override {
+                         Generator* rng, ExternalExport exported) override {
     std::vector<int> ins;
     std::vector<Tensor> args(inputs.begin(), inputs.end());
     for (Tensor& x : args) ins.push_back(use(x, name));
@@ -137,8 +118,10 @@ class Tracer final : public OpTracer {
       constants_.insert(out.impl());
       return out;
     }
-    add_node(std::make_shared<ExternalOp>(name, std::move(run)), std::move(ins), out, {},
-             rng != nullptr);
+    const auto arity = static_cast<std::ptrdiff_t>(ins.size());
+    add_node(std::make_shared<ExternalOp>(name, std::move(run),
+                                          rng ? ExternalExport{} : std::move(exported), arity),
+             std::move(ins), out, {}, rng != nullptr);
     return out;
   }
 

@@ -9,6 +9,7 @@
 
 #include "adjoint/tensor.h"
 #include "core/mode_state.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 class Generator;
@@ -23,6 +24,14 @@ class OpCall;  // src/dispatch/layer.h
 /// inputs: what a traced graph keeps of such a call.
 using ExternalFn = std::function<Tensor(std::span<const Tensor>)>;
 
+/// How a call outside the stack is written to a file (export): the key its factory is
+/// registered under and the fields it rebuilds the function from (Note [Exporting ops] in
+/// op_fields.h). No key: it cannot be written.
+struct ExternalExport {
+  const char* key = nullptr;
+  FieldList fields;
+};
+
 /// What `compile` installs while it traces a function (Note [Tracing] in src/compile/trace.cpp).
 class OpTracer {
  public:
@@ -33,7 +42,7 @@ class OpTracer {
   /// a random draw advances (its state before the trace is restored once the trace is done),
   /// null for a deterministic function.
   virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
-                                 Generator* rng) = 0;
+                                 Generator* rng, ExternalExport exported = {}) = 0;
   /// `op` did what a graph cannot hold (read values into C++, wrote in place, registered a
   /// hook, ran a backward), for the reason `why`: the trace stops (a graph break).
   [[noreturn]] virtual void untraceable(const char* op, const char* why) = 0;

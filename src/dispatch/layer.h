@@ -15,6 +15,7 @@
 #include "autograd/autocast.h"
 #include "backend/kernels.h"
 #include "core/mode_state.h"
+#include "core/op_fields.h"
 
 namespace adjoint::detail {
 
@@ -125,6 +126,12 @@ class TracedOp {
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it
   /// computes the same values (common-subexpression elimination). False when unsure.
   virtual bool same_as(const TracedOp& other) const = 0;
+  /// The key the op is registered under for export (Note [Exporting ops] in op_fields.h), and
+  /// its attributes; nullptr for an op that cannot be exported (one recorded outside the stack).
+  virtual const char* export_key() const { return nullptr; }
+  /// How many inputs run_kernel takes; -1 for a list of any length.
+  virtual std::ptrdiff_t arity() const { return -1; }
+  virtual FieldList export_fields() const { return {}; }
 };
 
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "core/scalar_convert.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
@@ -50,6 +51,7 @@ struct Relu {
 
 struct LeakyRelu : Pointwise<LeakyRelu> {
   static constexpr const char* name = "leaky_relu";
+  auto fields() { return std::tie(slope); }
   static constexpr Save save = Save::Inputs;
   double slope;
   Tensor forward(const Tensor& x) const { return kernels::unary(Unary::LeakyRelu, x, slope); }
@@ -113,6 +115,7 @@ Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
 // d/dx = gy gelu''(x), written with ops.
 struct GeluBackward {
   static constexpr const char* name = "gelu_backward";
+  auto fields() { return std::tie(approximate); }
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   GeluApproximation approximate;
@@ -140,6 +143,7 @@ struct GeluBackward {
 
 struct Gelu {
   static constexpr const char* name = "gelu";
+  auto fields() { return std::tie(approximate); }
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
   GeluApproximation approximate;
@@ -175,6 +179,7 @@ struct Silu : Pointwise<Silu> {
 
 struct Softplus : Pointwise<Softplus> {
   static constexpr const char* name = "softplus";
+  auto fields() { return std::tie(beta, threshold); }
   static constexpr Save save = Save::Inputs;
   double beta, threshold;
   Tensor forward(const Tensor& x) const {
@@ -190,6 +195,7 @@ struct Softplus : Pointwise<Softplus> {
 
 struct Clamp : Pointwise<Clamp> {
   static constexpr const char* name = "clamp";
+  auto fields() { return std::tie(lo, hi); }
   static constexpr Save save = Save::Inputs;
   std::optional<double> lo, hi;
   Tensor forward(const Tensor& x) const {
@@ -257,3 +263,5 @@ Tensor Tensor::clamp(std::optional<double> lo, std::optional<double> hi) const {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(activation)

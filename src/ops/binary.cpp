@@ -6,6 +6,8 @@
 
 #include "adjoint/error.h"
 #include "core/dispatch.h"
+#include "core/op_fields.h"
+#include "dispatch/external_op.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -163,6 +165,8 @@ struct Where {
 // x + s, x * s, s - x, s / x: one-input ops with the number as an attribute.
 struct AddScalar {
   static constexpr const char* name = "add";
+  static constexpr const char* export_name = "add_scalar";
+  auto fields() { return std::tie(s); }
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   double s;
@@ -174,6 +178,8 @@ struct AddScalar {
 
 struct MulScalar {
   static constexpr const char* name = "mul";
+  static constexpr const char* export_name = "mul_scalar";
+  auto fields() { return std::tie(s); }
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   double s;
@@ -185,6 +191,7 @@ struct MulScalar {
 
 struct RSubScalar {
   static constexpr const char* name = "rsub";
+  auto fields() { return std::tie(s); }
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   double s;
@@ -196,6 +203,7 @@ struct RSubScalar {
 
 struct RDivScalar {
   static constexpr const char* name = "rdiv";
+  auto fields() { return std::tie(s); }
   static constexpr Save save = Save::InputsAndOutput;
   static constexpr Batching batching = Batching::Pointwise;
   double s;
@@ -217,24 +225,83 @@ std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b, const char* 
 }
 
 // Comparisons and logical ops call kernels directly (nothing to differentiate); under vmap
-// they batch as pointwise ops (vmap/batch_rule.h).
+// they batch as pointwise ops (vmap/batch_rule.h), and compile records them as calls outside
+// the stack, which export writes as their kind and operands (Note [Exporting ops]).
+Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op);
+Tensor compare(Unary kind, const Tensor& a, Scalar s);
+
+detail::ExternalExport compare_export(Binary kind, const char* op) {
+  return {"compare", {static_cast<int64_t>(kind), std::string(op)}};
+}
+
+detail::ExternalExport compare_scalar_export(Unary kind, Scalar s) {
+  return {"compare_scalar",
+          {static_cast<int64_t>(kind), s.kind(), s.to_double(), s.is_floating() ? 0 : s.to_int()}};
+}
+
 Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
   auto [x, y] = promote(a, b, op);
   if (auto r = detail::batched_pointwise(
           std::array<Tensor, 2>{x, y}, op,
-          [kind, op](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); }))
+          [kind, op](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); },
+          compare_export(kind, op)))
     return *r;
   return kernels::binary(kind, x, y);
 }
 
 Tensor compare(Unary kind, const Tensor& a, Scalar s) {
   const Tensor x = cast_to(a, result_type(a, s));
-  if (auto r =
-          detail::batched_pointwise(std::array<Tensor, 1>{x}, "compare",
-                                    [kind, s](const Tensor& p) { return compare(kind, p, s); }))
+  if (auto r = detail::batched_pointwise(
+          std::array<Tensor, 1>{x}, "compare",
+          [kind, s](const Tensor& p) { return compare(kind, p, s); },
+          compare_scalar_export(kind, s)))
     return *r;
   return kernels::unary(kind, x, s.to_double());
 }
+
+// The factories that rebuild them from a file.
+std::shared_ptr<const detail::TracedOp> compare_from_fields(const detail::FieldList& fields) {
+  detail::FieldReader in(fields, "compare");
+  const auto kind = static_cast<Binary>(in.next<int64_t>());
+  const char* op = detail::intern_field_string(in.next<std::string>());
+  in.finish();
+  return std::make_shared<detail::ExternalOp>(
+      op, [kind, op](std::span<const Tensor> t) { return compare(kind, t[0], t[1], op); },
+      compare_export(kind, op), 2);
+}
+
+std::shared_ptr<const detail::TracedOp> compare_scalar_from_fields(
+    const detail::FieldList& fields) {
+  detail::FieldReader in(fields, "compare");
+  const auto kind = static_cast<Unary>(in.next<int64_t>());
+  const DType scalar_kind = in.next<DType>();
+  const double d = in.next<double>();
+  const int64_t i = in.next<int64_t>();
+  in.finish();
+  const Scalar s = scalar_kind == DType::Float64 ? Scalar(d)
+                   : scalar_kind == DType::Bool  ? Scalar(i != 0)
+                                                 : Scalar(i);
+  return std::make_shared<detail::ExternalOp>(
+      "compare", [kind, s](std::span<const Tensor> t) { return compare(kind, t[0], s); },
+      compare_scalar_export(kind, s), 1);
+}
+
+std::shared_ptr<const detail::TracedOp> logical_not_from_fields(const detail::FieldList& fields) {
+  detail::FieldReader(fields, "logical_not").finish();
+  return std::make_shared<detail::ExternalOp>(
+      "logical_not", [](std::span<const Tensor> t) { return logical_not(t[0]); },
+      detail::ExternalExport{"logical_not", {}}, 1);
+}
+
+struct CompareTag {};
+struct CompareScalarTag {};
+struct LogicalNotTag {};
+const bool comparisons_registered =
+    (detail::register_exported_op("compare", typeid(CompareTag), &compare_from_fields),
+     detail::register_exported_op("compare_scalar", typeid(CompareScalarTag),
+                                  &compare_scalar_from_fields),
+     detail::register_exported_op("logical_not", typeid(LogicalNotTag), &logical_not_from_fields),
+     true);
 
 }  // namespace
 
@@ -349,8 +416,9 @@ Tensor le(const Tensor& a, Scalar b) { return compare(Unary::LeScalar, a, b); }
 Tensor gt(const Tensor& a, Scalar b) { return compare(Unary::GtScalar, a, b); }
 Tensor ge(const Tensor& a, Scalar b) { return compare(Unary::GeScalar, a, b); }
 Tensor logical_not(const Tensor& x) {
-  if (auto r = detail::batched_pointwise(std::array<Tensor, 1>{x}, "logical_not",
-                                         [](const Tensor& p) { return logical_not(p); }))
+  if (auto r = detail::batched_pointwise(
+          std::array<Tensor, 1>{x}, "logical_not", [](const Tensor& p) { return logical_not(p); },
+          detail::ExternalExport{"logical_not", {}}))
     return *r;
   return kernels::unary(Unary::LogicalNot, x);
 }
@@ -373,3 +441,5 @@ Tensor Tensor::gt(const Tensor& o) const { return adjoint::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return adjoint::ge(*this, o); }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(binary)

@@ -1,6 +1,7 @@
 // Conversions and copies: to(dtype), clone, contiguous; and the broadcasting pair
 // expand / sum_to, which are each other's VJP.
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "core/op_scope.h"
 #include "ops/common.h"
 
@@ -9,6 +10,7 @@ namespace {
 
 struct ToDtype {
   static constexpr const char* name = "to";
+  auto fields() { return std::tie(dtype); }
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
   static constexpr bool is_dtype_cast = true;  // Node::is_dtype_cast
@@ -32,6 +34,7 @@ struct Clone {
 
 struct Expand {
   static constexpr const char* name = "expand";
+  auto fields() { return std::tie(shape); }
   static constexpr Save save = Save::None;
   Shape shape;
   Tensor forward(const Tensor& x) const {
@@ -52,6 +55,7 @@ struct Expand {
 
 struct SumTo {
   static constexpr const char* name = "sum_to";
+  auto fields() { return std::tie(shape); }
   static constexpr Save save = Save::None;
   Shape shape;
   Tensor forward(const Tensor& x) const {
@@ -126,3 +130,5 @@ Tensor Tensor::expand_as(const Tensor& other) const {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(conversion)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "core/op_scope.h"
 #include "core/op_tracer.h"
 #include "ops/common.h"
@@ -39,6 +40,7 @@ bool has_scalar(const BatchArgs& b) {
 
 struct IndexSelect {
   static constexpr const char* name = "index_select";
+  auto fields() { return std::tie(dim, op); }
   static constexpr Save save = Save::None;
   int64_t dim;
   const char* op;  // reported in index errors ("embedding" when called from there)
@@ -66,6 +68,7 @@ struct IndexSelect {
 
 struct Gather {
   static constexpr const char* name = "gather";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::None;
   int64_t dim;
   Tensor forward(Saver& s, const Tensor& x, const Tensor& index) const {
@@ -89,6 +92,7 @@ struct Gather {
 
 struct ScatterAdd {
   static constexpr const char* name = "scatter_add";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::None;
   int64_t dim;
   Tensor forward(Saver& s, const Tensor& x, const Tensor& index, const Tensor& src) const {
@@ -113,6 +117,7 @@ struct ScatterAdd {
 
 struct IndexAdd {
   static constexpr const char* name = "index_add";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::None;
   int64_t dim;
   Tensor forward(Saver& s, const Tensor& x, const Tensor& index, const Tensor& source) const {
@@ -285,3 +290,5 @@ Tensor Tensor::tril(int64_t diagonal) const { return adjoint::tril(*this, diagon
 Tensor Tensor::triu(int64_t diagonal) const { return adjoint::triu(*this, diagonal); }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(indexing)

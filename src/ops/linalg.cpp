@@ -3,6 +3,7 @@
 // reads them through BLAS transpose flags, so neither the forward nor the VJPs copy operands.
 // Decompositions and solvers are not here.
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -304,3 +305,5 @@ Tensor Tensor::dot(const Tensor& other) const { return adjoint::dot(*this, other
 Tensor Tensor::outer(const Tensor& other) const { return adjoint::outer(*this, other); }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(linalg)

@@ -7,6 +7,7 @@
 #include "ops/linalg_util.h"
 
 #include "backend/linalg_kernels.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 namespace {
@@ -109,3 +110,5 @@ SlogdetResult slogdet(const Tensor& A) {
 
 }  // namespace linalg
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(linalg_det)

@@ -7,6 +7,7 @@
 
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 namespace {
@@ -18,6 +19,7 @@ using linalg_detail::narrow_view;
 // [Packed outputs] in linalg_spectral.cpp.
 struct Qr {
   static constexpr const char* name = "qr";
+  auto fields() { return std::tie(m, n); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t m = 0, n = 0;
@@ -123,3 +125,5 @@ Tensor lstsq(const Tensor& A, const Tensor& B) {
 
 }  // namespace linalg
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(linalg_qr)

@@ -4,6 +4,7 @@
 #include "ops/linalg_util.h"
 
 #include "backend/linalg_kernels.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 namespace {
@@ -38,6 +39,7 @@ struct Solve {
 // A X = B for triangular A; only the triangle LAPACK reads (strict when unit) takes gradient.
 struct SolveTriangular {
   static constexpr const char* name = "solve_triangular";
+  auto fields() { return std::tie(upper, unit); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   bool upper = false, unit = false;
@@ -147,3 +149,5 @@ Tensor inv(const Tensor& A) {
 
 }  // namespace linalg
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(linalg_solve)

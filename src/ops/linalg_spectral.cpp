@@ -5,6 +5,7 @@
 
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 namespace {
@@ -100,6 +101,7 @@ struct Eigvalsh {
 // A = U diag(S) Vh (reduced), packed [..., k, m + 1 + n]: Uᵀ, then S as a column, then Vh.
 struct Svd {
   static constexpr const char* name = "svd";
+  auto fields() { return std::tie(m, n); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t m = 0, n = 0;  // A's rows and columns (set by the public function)
@@ -213,3 +215,5 @@ Tensor svdvals(const Tensor& A) {
 
 }  // namespace linalg
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(linalg_spectral)

@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "autograd/autocast.h"
 #include "backend/nn_kernels.h"
+#include "core/op_fields.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -38,6 +39,7 @@ Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) 
 // d/dx_i = softmax_backward(g_i G_i, p_i).
 struct CrossEntropyBackward {
   static constexpr const char* name = "cross_entropy_backward";
+  auto fields() { return std::tie(ignore_index); }
   static constexpr Save save = Save::Inputs;
   int64_t ignore_index;
   Tensor forward(const Tensor& g, const Tensor& x, const Tensor& t) const {
@@ -82,6 +84,7 @@ struct CrossEntropyBackward {
 
 struct CrossEntropy {
   static constexpr const char* name = "cross_entropy";
+  auto fields() { return std::tie(reduction, ignore_index, scale); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Reduction reduction;
@@ -241,3 +244,5 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(losses)

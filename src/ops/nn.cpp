@@ -8,6 +8,7 @@
 
 #include "adjoint/error.h"
 #include "backend/nn_kernels.h"
+#include "core/op_fields.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -18,6 +19,7 @@ namespace {
 // self-adjoint (d/dgy = diag(y) - y yᵀ); d/dy: g (gy - sum(gy y)) - gy sum(g y).
 struct SoftmaxBackward {
   static constexpr const char* name = "softmax_backward";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::Inputs;
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
@@ -50,6 +52,7 @@ struct SoftmaxBackward {
 // d/dgy: g - sum(g exp(y)); d/dy: -g exp(y) sum(gy).
 struct LogSoftmaxBackward {
   static constexpr const char* name = "log_softmax_backward";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::Inputs;
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
@@ -90,6 +93,7 @@ Tensor apply_softmax_gradient(const Tensor& gy, const Tensor& y, int64_t dim) {
 
 struct Softmax {
   static constexpr const char* name = "softmax";
+  auto fields() { return std::tie(dim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
@@ -108,6 +112,7 @@ struct Softmax {
 // gradient formulas already give 0 there and need no mask.
 struct MaskedSoftmax {
   static constexpr const char* name = "masked_softmax";
+  auto fields() { return std::tie(dim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
@@ -128,6 +133,7 @@ struct MaskedSoftmax {
 
 struct LogSoftmax {
   static constexpr const char* name = "log_softmax";
+  auto fields() { return std::tie(dim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
@@ -156,6 +162,7 @@ struct LogSoftmax {
 // (apply sums the last two to the shapes of mean and rstd).
 struct LayerNormBackward {
   static constexpr const char* name = "layer_norm_backward";
+  auto fields() { return std::tie(norm_dims); }
   static constexpr Save save = Save::Inputs;
   std::vector<int64_t> norm_dims;  // the trailing normalized dims, wrapped
 
@@ -228,6 +235,7 @@ struct LayerNormBackward {
 // ops, so that second derivatives see their dependence on x.
 struct LayerNorm {
   static constexpr const char* name = "layer_norm";
+  auto fields() { return std::tie(norm_dims, lead_dims, eps); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   std::vector<int64_t> norm_dims;  // the trailing normalized dims, wrapped
@@ -408,3 +416,5 @@ Tensor dropout(const Tensor& x_in, double p, bool training, Generator* gen) {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(nn)

@@ -3,6 +3,7 @@
 #include "ops/reduce_util.h"
 
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 
 namespace adjoint {
 
@@ -40,6 +41,7 @@ namespace {
 
 struct Sum {
   static constexpr const char* name = "sum";
+  auto fields() { return std::tie(dims, keepdim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::None;
   std::vector<int64_t> dims;  // normalized
@@ -92,3 +94,5 @@ Tensor Tensor::mean(const std::vector<int64_t>& dims, bool keepdim) const {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(reduce)

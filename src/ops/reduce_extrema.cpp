@@ -3,7 +3,9 @@
 // among tied extrema (as PyTorch); max/min along a dim gather at the returned index, so their
 // gradient goes to that element only. Sum, mean and the statistical reductions live in reduce*.cpp.
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "core/op_tracer.h"
+#include "dispatch/external_op.h"
 #include "ops/reduce_util.h"
 
 namespace adjoint {
@@ -24,6 +26,7 @@ void check_nonempty(const Tensor& x, const std::vector<int64_t>& dims, const cha
 template <bool kMax, bool kAll>
 struct Extremum {
   static constexpr const char* name = kAll ? (kMax ? "max" : "min") : (kMax ? "amax" : "amin");
+  auto fields() { return std::tie(dims, keepdim); }
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
@@ -69,6 +72,41 @@ Tensor extremum_dims(const Tensor& x, const std::vector<int64_t>& dims, bool kee
   return apply(Extremum<kMax, false>{d, keepdim}, x);
 }
 
+Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim);
+
+// How export writes an argmax or argmin (Note [Exporting ops]), and reads it back.
+detail::ExternalExport arg_extremum_export(ArgReduce kind, std::optional<int64_t> dim,
+                                           bool keepdim) {
+  detail::FieldList fields;
+  detail::put_field(fields, kind);
+  detail::put_field(fields, dim);
+  detail::put_field(fields, keepdim);
+  return {"arg_extremum", std::move(fields)};
+}
+
+std::shared_ptr<const detail::TracedOp> arg_extremum_from_fields(const detail::FieldList& fields) {
+  detail::FieldReader in(fields, "arg_extremum");
+  ArgReduce kind{};
+  std::optional<int64_t> dim;
+  bool keepdim = false;
+  detail::take_field(in, kind);
+  detail::take_field(in, dim);
+  detail::take_field(in, keepdim);
+  in.finish();
+  return std::make_shared<detail::ExternalOp>(
+      kind == ArgReduce::ArgMax ? "argmax" : "argmin",
+      [kind, dim, keepdim](std::span<const Tensor> t) {
+        return arg_extremum(kind, t[0], dim, keepdim);
+      },
+      arg_extremum_export(kind, dim, keepdim), 1);
+}
+
+struct ArgExtremumTag {};
+const bool arg_extremum_registered =
+    (detail::register_exported_op("arg_extremum", typeid(ArgExtremumTag),
+                                  &arg_extremum_from_fields),
+     true);
+
 Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const char* op = kind == ArgReduce::ArgMax ? "argmax" : "argmin";
   ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
@@ -92,7 +130,7 @@ Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim,
         [kind, dim, keepdim](std::span<const Tensor> in) {
           return arg_extremum(kind, in[0], dim, keepdim);
         },
-        nullptr);
+        nullptr, arg_extremum_export(kind, dim, keepdim));
   if (dim) return kernels::arg_reduce(kind, x, wrap_dim(*dim, x.dim(), op), keepdim);
   // No dim: the index into the flattened input (kept as all-ones dims with keepdim).
   ADJOINT_CHECK(x.numel() != 0, Shape, op, "cannot reduce an empty input ", describe(x));
@@ -165,3 +203,5 @@ Tensor Tensor::argmin(std::optional<int64_t> dim, bool keepdim) const {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(reduce_extrema)

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "ops/reduce_util.h"
 
 namespace adjoint {
@@ -44,6 +45,7 @@ Tensor keep(const Tensor& r, const Shape& input_shape, const std::vector<int64_t
 // double backward works and no NaN leaks through an unselected branch of where.
 struct Prod {
   static constexpr const char* name = "prod";
+  auto fields() { return std::tie(dims, keepdim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
@@ -81,6 +83,7 @@ struct Prod {
 // values above 1e19 do not overflow.
 struct Norm2 {
   static constexpr const char* name = "norm";
+  auto fields() { return std::tie(dims, keepdim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
@@ -193,3 +196,5 @@ Tensor Tensor::norm(double p, const std::vector<int64_t>& dims, bool keepdim) co
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(reduce_stats)

@@ -5,6 +5,7 @@
 
 #include "adjoint/error.h"
 #include "adjoint/tensor_impl.h"
+#include "core/op_fields.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -13,6 +14,7 @@ namespace {
 // A normalised slice of one dim: elements start, start + step, ... (len of them).
 struct SliceSpec {
   int64_t dim = 0, start = 0, step = 1, len = 0;
+  auto fields() { return std::tie(dim, start, step, len); }
 };
 
 // The view of `x` that `s` describes (shares storage).
@@ -41,6 +43,7 @@ SliceSpec normalize_slice(const Tensor& x, int64_t dim, std::optional<int64_t> s
 // The scatter that undoes a slice: zeros of `shape` with `src` written into the slice `s`.
 struct SliceScatter {
   static constexpr const char* name = "slice_scatter";
+  auto fields() { return std::tie(shape, spec); }
   static constexpr Save save = Save::None;
   Shape shape;
   SliceSpec spec;
@@ -68,6 +71,7 @@ struct SliceScatter {
 
 struct Slice {
   static constexpr const char* name = "slice";
+  auto fields() { return std::tie(spec); }
   static constexpr Save save = Save::None;
   SliceSpec spec;
   Tensor forward(const Tensor& x) const { return slice_view(x, spec); }
@@ -91,6 +95,7 @@ Tensor SliceScatter::jvp(const Ctx&, const Tensor& ts) const {
 // select(x, dim, i): the slice [i, i + 1) with dim dropped.
 struct Select {
   static constexpr const char* name = "select";
+  auto fields() { return std::tie(dim, index); }
   static constexpr Save save = Save::None;
   int64_t dim, index;
   Tensor forward(const Tensor& x) const {
@@ -111,6 +116,7 @@ struct Select {
 // cat: copies each input into its stretch of the output along dim.
 struct Cat {
   static constexpr const char* name = "cat";
+  auto fields() { return std::tie(dim); }
   static constexpr Save save = Save::None;
   static constexpr bool variadic = true;
   int64_t dim;
@@ -322,3 +328,5 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim) const {
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(shape)

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -185,6 +186,8 @@ struct Square : Pointwise<Square> {
 
 struct PowScalar {
   static constexpr const char* name = "pow";
+  static constexpr const char* export_name = "pow_scalar";
+  auto fields() { return std::tie(p); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   static constexpr Batching batching = Batching::Pointwise;
@@ -204,6 +207,8 @@ struct PowScalar {
 
 struct RPowScalar {
   static constexpr const char* name = "pow";
+  static constexpr const char* export_name = "rpow_scalar";
+  auto fields() { return std::tie(base); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Output;
   static constexpr Batching batching = Batching::Pointwise;
@@ -280,3 +285,5 @@ Tensor Tensor::pow(Scalar exponent) const { return adjoint::pow(*this, exponent)
 Tensor Tensor::pow(const Tensor& exponent) const { return adjoint::pow(*this, exponent); }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(unary)

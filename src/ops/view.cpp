@@ -1,6 +1,7 @@
 // View ops that only change shape and strides: view, reshape, permute, transpose, squeeze,
 // unsqueeze. Outputs share storage with the input; slicing and joining live in shape.cpp.
 #include "adjoint/error.h"
+#include "core/op_fields.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -34,6 +35,7 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Tensor& x, const 
 
 struct View {
   static constexpr const char* name = "view";
+  auto fields() { return std::tie(shape); }
   static constexpr Save save = Save::None;
   Shape shape;
   Tensor forward(const Tensor& x) const {
@@ -48,6 +50,7 @@ struct View {
 
 struct Permute {
   static constexpr const char* name = "permute";
+  auto fields() { return std::tie(dims); }
   static constexpr Save save = Save::None;
   std::vector<int64_t> dims;
   Tensor forward(const Tensor& x) const {
@@ -75,6 +78,8 @@ struct Permute {
 // squeeze/unsqueeze: insert or drop size-1 dims, keeping the other strides.
 struct Restride {
   static constexpr const char* name = "view";
+  static constexpr const char* export_name = "restride";
+  auto fields() { return std::tie(shape, strides); }
   static constexpr Save save = Save::None;
   Shape shape, strides;
   Tensor forward(const Tensor& x) const { return make_view(x, shape, strides, x.storage_offset()); }
@@ -172,3 +177,5 @@ Tensor Tensor::squeeze(int64_t dim) const { return adjoint::squeeze(*this, dim);
 Tensor Tensor::squeeze() const { return adjoint::squeeze(*this); }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(view)

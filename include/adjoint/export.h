@@ -1,0 +1,70 @@
+// Export a compiled function to a file, and import it in another process: forward and backward
+// run without the C++ code that was traced (MLX's export_function / import_function).
+//
+//   auto f = adjoint::compile([&](const std::vector<Tensor>& in) {
+//     return std::vector<Tensor>{model.forward(in[0])};
+//   });
+//   f({x});                                          // traces (the signature to export)
+//   adjoint::export_function(f, "model.adjoint");    // the graph, parameters and constants
+//
+//   // in another program, which knows nothing of `model`:
+//   adjoint::ImportedFunction g = adjoint::import_function("model.adjoint");
+//   Tensor y = g({x})[0];
+//   y.sum().backward();                              // gradients reach x and g.parameters()
+//
+// The file is a safetensors file: the tensors the function read from outside (parameters,
+// in the order first read) and its constants, and the graph as JSON in the metadata. It holds
+// the graph of one signature, before compile's passes; the importer runs them again. See
+// docs/compile.md, "Export".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adjoint/compile.h"
+#include "adjoint/tensor.h"
+
+namespace adjoint {
+
+namespace detail {
+struct ImportedState;  // src/export/export.cpp
+}
+
+/// Writes the graph of the signature `f` was called with last, with the tensors it reads
+/// (saved by value) and its constants, to `path` (atomically). Throws adjoint::Error (op
+/// "export_function") when `f` has not traced a signature, when it fell back to eager code
+/// (a graph break), or when its graph holds an op that cannot be written: one recorded outside
+/// the dispatch stack (comparisons, logical ops, random draws) or one that holds a tensor
+/// (in-place writes through views).
+void export_function(const CompiledFunction& f, const std::string& path);
+
+/// A function read back by import_function: its graph, planned and run as `compile` runs it.
+class ImportedFunction {
+ public:
+  /// Runs the graph on `inputs`, which must have the exported shapes, dtypes and
+  /// requires-grad flags (a non-contiguous input is copied when the traced one was
+  /// contiguous). Outputs carry a backward, as a compiled function's do.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  /// The tensors the function read from outside, as saved (leaves; requires_grad as they
+  /// were): their .grad fills in backward, and an optimizer can train them.
+  const std::vector<Tensor>& parameters() const;
+  /// The shapes and dtypes the inputs must have.
+  std::vector<Shape> input_shapes() const;
+  std::vector<DType> input_dtypes() const;
+  /// Which inputs must require grad (those the traced function differentiated).
+  std::vector<bool> input_requires_grad() const;
+  /// The graph as it runs (after the passes), as CompiledFunction::dump prints it.
+  std::string dump() const;
+
+ private:
+  friend ImportedFunction import_function(const std::string& path, const CompileOptions& options);
+  std::shared_ptr<const detail::ImportedState> state_;
+};
+
+/// Reads a file export_function wrote and plans its graph with `options`. Throws adjoint::Error
+/// (op "import_function") naming the file when it is not such a file or names an op this
+/// build of adjoint does not have.
+ImportedFunction import_function(const std::string& path, const CompileOptions& options = {});
+
+}  // namespace adjoint

@@ -1,0 +1,40 @@
+// A call outside the dispatch stack (a comparison, an argmax, a random draw) as a traced graph
+// keeps it: the function that runs it again, and when it can be written to a file, how
+// (Note [Exporting ops] in src/core/op_fields.h).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "core/op_tracer.h"
+#include "dispatch/layer.h"
+
+namespace adjoint::detail {
+
+class ExternalOp final : public TracedOp {
+ public:
+  ExternalOp(const char* name, ExternalFn run, ExternalExport exported = {},
+             std::ptrdiff_t arity = -1)
+      : name_(name), run_(std::move(run)), exported_(std::move(exported)), arity_(arity) {}
+  const char* name() const override { return name_; }
+  Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    extras.clear();
+    return run_(in);
+  }
+  Tensor run_dispatched(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
+    extras.clear();
+    return run_(in);
+  }
+  bool same_as(const TracedOp&) const override { return false; }
+  const char* export_key() const override { return exported_.key; }
+  FieldList export_fields() const override { return exported_.fields; }
+  std::ptrdiff_t arity() const override { return arity_; }
+
+ private:
+  const char* name_;
+  ExternalFn run_;
+  ExternalExport exported_;
+  std::ptrdiff_t arity_;
+};
+
+}  // namespace adjoint::detail

@@ -1,0 +1,75 @@
+// export_function (include/adjoint/export.h): a traced graph written to a safetensors file
+// (Note [The export file] in format.cpp).
+#include "adjoint/export.h"
+
+#include "adjoint/error.h"
+#include "adjoint/io/safetensors.h"
+#include "compile/graph.h"
+#include "export/format.h"
+
+namespace adjoint {
+namespace detail {
+
+using nlohmann::json;
+
+std::vector<int64_t> to_vector(const Shape& s) { return {s.begin(), s.end()}; }
+
+json graph_to_json(const TracedSignature& t) {
+  const Graph& g = t.graph;
+  ADJOINT_CHECK(g.generators.empty(), Value, kExportOp,
+                "the function draws random numbers, which an exported graph cannot replay yet");
+  json values = json::array();
+  for (const Value& v : g.values)
+    values.push_back({static_cast<int>(v.kind), v.index, v.node, to_vector(v.shape),
+                      std::string(to_string(v.dtype)), v.alias_of});
+  json nodes = json::array();
+  for (const GraphNode& n : g.nodes) {
+    const char* key = n.op->export_key();
+    ADJOINT_CHECK(key != nullptr, Value, kExportOp, "the graph holds '", n.op->name(),
+                  "', which cannot be written to a file (recorded outside the dispatch stack, or "
+                  "holding a tensor); see docs/compile.md, \"Export\"");
+    json fields = json::array();
+    for (const Field& f : n.op->export_fields()) fields.push_back(field_to_json(f));
+    nodes.push_back({{"op", key},
+                     {"fields", fields},
+                     {"in", n.inputs},
+                     {"out", n.outputs},
+                     {"backward", n.backward},
+                     {"random", n.random}});
+  }
+  json strides = json::array();
+  for (const Shape& s : t.input_strides) strides.push_back(to_vector(s));
+  json captures = json::array();
+  for (const Tensor& c : g.captures) captures.push_back(c.requires_grad());
+  return {{"values", values},
+          {"nodes", nodes},
+          {"inputs", g.inputs},
+          {"outputs", g.outputs},
+          {"cotangents", g.cotangents},
+          {"grad_leaves", g.grad_leaves},
+          {"grads", g.grads},
+          {"input_strides", strides},
+          {"grad_enabled", t.grad_enabled},
+          {"captures", captures},
+          {"constants", g.constants.size()}};
+}
+
+}  // namespace detail
+
+void export_function(const CompiledFunction& f, const std::string& path) {
+  const std::shared_ptr<const detail::TracedSignature> t = detail::last_traced_signature(f);
+  ADJOINT_CHECK(t != nullptr, Value, detail::kExportOp,
+                "the function has no traced signature to write: call it first (a call that fell "
+                "back to eager code, a graph break, has none)");
+  const nlohmann::json graph = detail::graph_to_json(*t);
+  io::NamedTensors tensors;
+  for (std::size_t i = 0; i < t->graph.captures.size(); ++i)
+    tensors.emplace_back("capture." + std::to_string(i), t->graph.captures[i].detach());
+  for (std::size_t i = 0; i < t->graph.constants.size(); ++i)
+    tensors.emplace_back("constant." + std::to_string(i), t->graph.constants[i]);
+  io::save_safetensors(
+      path, tensors,
+      {{detail::kFormatKey, detail::kFormatVersion}, {detail::kGraphKey, graph.dump()}});
+}
+
+}  // namespace adjoint

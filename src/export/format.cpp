@@ -1,0 +1,73 @@
+// Reading and writing op fields as JSON, for the export file.
+#include "export/format.h"
+
+#include <bit>
+#include <cstdio>
+
+#include "adjoint/error.h"
+
+namespace adjoint::detail {
+
+using nlohmann::json;
+
+// Note [The export file]
+// A safetensors file (io/safetensors.h): tensors "capture.<i>" (what the function read from
+// outside, by value) and "constant.<i>" (tensors factories made while tracing), and in the
+// metadata "adjoint.export" = "1" and "adjoint.graph", the traced graph as JSON:
+//   values       [kind, index, node, shape, dtype, alias_of] per value (ValueKind's order)
+//   nodes        {"op": key, "fields": [...], "in": [...], "out": [...], "backward", "random"}
+//   inputs, outputs, cotangents, grad_leaves, grads   value ids, as in Graph
+//   input_strides, grad_enabled                       the rest of the signature
+//   captures     [requires_grad, ...]
+// An op is its registered key and its fields (Note [Exporting ops] in op_fields.h), each field
+// a pair [tag, value]: "i" integer, "d" double as its 64 bits in hex (exact, NaN and infinities
+// included), "v" integer list, "t" dtype name, "s" string, "n" an absent optional. The graph is
+// the one traced, before the passes: import_function plans it again, with its own options.
+
+json field_to_json(const Field& f) {
+  return std::visit(
+      [](const auto& v) -> json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          return json::array({"i", v});
+        } else if constexpr (std::is_same_v<T, double>) {
+          char hex[19];
+          std::snprintf(hex, sizeof hex, "%016llx",
+                        static_cast<unsigned long long>(std::bit_cast<uint64_t>(v)));
+          return json::array({"d", hex});
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          return json::array({"v", v});
+        } else if constexpr (std::is_same_v<T, DType>) {
+          return json::array({"t", std::string(to_string(v))});
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return json::array({"s", v});
+        } else {
+          return json::array({"n"});
+        }
+      },
+      f);
+}
+
+DType dtype_named(const std::string& name) {
+  for (DType d :
+       {DType::Bool, DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+    if (to_string(d) == name) return d;
+  throw Error(ErrorKind::Value, kImportOp, "unknown dtype '" + name + "'");
+}
+
+Field field_from_json(const json& j) {
+  const std::string tag = j.at(0).get<std::string>();
+  if (tag == "i") return j.at(1).get<int64_t>();
+  if (tag == "d") {
+    const std::string hex = j.at(1).get<std::string>();
+    ADJOINT_CHECK(hex.size() == 16, Value, kImportOp, "malformed double field '", hex, "'");
+    return std::bit_cast<double>(static_cast<uint64_t>(std::stoull(hex, nullptr, 16)));
+  }
+  if (tag == "v") return j.at(1).get<std::vector<int64_t>>();
+  if (tag == "t") return dtype_named(j.at(1).get<std::string>());
+  if (tag == "s") return j.at(1).get<std::string>();
+  ADJOINT_CHECK(tag == "n", Value, kImportOp, "unknown field tag '", tag, "'");
+  return FieldNone{};
+}
+
+}  // namespace adjoint::detail

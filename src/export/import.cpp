@@ -1,0 +1,290 @@
+// import_function (include/adjoint/export.h): a graph export_function wrote, read back, checked
+// and planned as compile plans a trace (Note [The export file] in format.cpp).
+#include <sstream>
+
+#include "adjoint/error.h"
+#include "adjoint/export.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/io/safetensors.h"
+#include "adjoint/ops.h"
+#include "compile/passes.h"
+#include "compile/run_plan.h"
+#include "compile/trace.h"
+#include "export/format.h"
+#include "export/linked_ops.h"
+
+namespace adjoint {
+namespace detail {
+
+using nlohmann::json;
+
+struct ImportedState {
+  std::shared_ptr<const Plan> plan;
+  std::vector<Tensor> parameters;
+  std::vector<Shape> input_shapes, input_strides;
+  std::vector<DType> input_dtypes;
+  std::vector<bool> input_requires_grad;
+  std::string path;
+};
+
+namespace {
+
+/// A file's claim checked, naming the file: the file is not one export_function wrote, or it
+/// was damaged.
+template <class... Args>
+void expect(bool ok, const std::string& path, const Args&... what) {
+  if (!ok) throw Error(ErrorKind::Value, kImportOp, str(path, ": ", what...));
+}
+
+Tensor tensor_named(const io::SafetensorsFile& file, const std::string& name,
+                    const std::string& path) {
+  for (const auto& [n, t] : file.tensors)
+    if (n == name) return t;
+  expect(false, path, "tensor '", name, "' is missing");
+  return {};
+}
+
+Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std::string& path) {
+  Graph g;
+  for (const json& v : j.at("values")) {
+    const int kind = v.at(0).get<int>();
+    expect(kind >= 0 && kind <= static_cast<int>(ValueKind::Result), path, "unknown value kind ",
+           kind);
+    const std::vector<int64_t> shape = v.at(3).get<std::vector<int64_t>>();
+    int64_t numel = 1;
+    for (int64_t d : shape) {
+      expect(d >= 0 && (d == 0 || numel <= (int64_t{1} << 48) / d), path, "a value's shape [",
+             v.at(3).dump(), "] is not a tensor's");
+      numel *= d;
+    }
+    g.values.push_back({static_cast<ValueKind>(kind), v.at(1).get<int>(), v.at(2).get<int>(),
+                        Shape(shape), dtype_named(v.at(4).get<std::string>()), v.at(5).get<int>()});
+  }
+  const int n_values = static_cast<int>(g.values.size());
+  auto value_id = [&](int id, bool optional) {
+    expect((optional && id == -1) || (id >= 0 && id < n_values), path, "value id ", id,
+           " out of range");
+    return id;
+  };
+  auto ids = [&](const json& list, bool optional) {
+    std::vector<int> out;
+    for (const json& id : list) out.push_back(value_id(id.get<int>(), optional));
+    return out;
+  };
+  std::vector<bool> produced(g.values.size(), false);
+  for (const json& n : j.at("nodes")) {
+    const std::string key = n.at("op").get<std::string>();
+    FieldList fields;
+    for (const json& f : n.at("fields")) fields.push_back(field_from_json(f));
+    GraphNode node;
+    node.op = exported_op_factory(key)(fields);
+    node.inputs = ids(n.at("in"), true);
+    node.outputs = ids(n.at("out"), false);
+    node.backward = n.at("backward").get<bool>();
+    node.random = n.at("random").get<bool>();
+    // run_kernel copies the inputs into an array of the op's arity.
+    expect(
+        node.op->arity() < 0 || node.op->arity() == static_cast<std::ptrdiff_t>(node.inputs.size()),
+        path, "op '", key, "' takes ", node.op->arity(), " inputs, not ", node.inputs.size());
+    expect(!node.outputs.empty() && !node.random, path, "op '", key, "' has no result");
+    for (int out : node.outputs) {
+      expect(g.values[static_cast<std::size_t>(out)].kind == ValueKind::Result &&
+                 !produced[static_cast<std::size_t>(out)],
+             path, "value ", out, " is not one op's result");
+      produced[static_cast<std::size_t>(out)] = true;
+    }
+    g.nodes.push_back(std::move(node));
+  }
+  g.inputs = ids(j.at("inputs"), true);
+  g.outputs = ids(j.at("outputs"), false);
+  g.cotangents = ids(j.at("cotangents"), true);
+  g.grad_leaves = ids(j.at("grad_leaves"), false);
+  g.grads = ids(j.at("grads"), true);
+  expect(g.grads.size() == g.grad_leaves.size() && g.cotangents.size() == g.outputs.size(), path,
+         "the backward's lists disagree in length");
+  const std::vector<bool> capture_grad = j.at("captures").get<std::vector<bool>>();
+  for (std::size_t i = 0; i < capture_grad.size(); ++i) {
+    Tensor c = tensor_named(file, "capture." + std::to_string(i), path).detach();
+    g.captures.push_back(capture_grad[i] ? c.requires_grad_(true) : c);
+  }
+  const std::size_t n_constants = j.at("constants").get<std::size_t>();
+  for (std::size_t i = 0; i < n_constants; ++i)
+    g.constants.push_back(tensor_named(file, "constant." + std::to_string(i), path));
+  // Every value is what it says: an argument, a tensor of the file (in its dtype: safetensors
+  // widens 16-bit floats on load), a cotangent, or one op's result, in order.
+  for (Value& v : g.values) {
+    switch (v.kind) {
+      case ValueKind::Input:
+        expect(v.index >= 0 && static_cast<std::size_t>(v.index) < g.inputs.size(), path, "input ",
+               v.index, " out of range");
+        break;
+      case ValueKind::Capture:
+      case ValueKind::Constant: {
+        std::vector<Tensor>& list = v.kind == ValueKind::Capture ? g.captures : g.constants;
+        expect(v.index >= 0 && static_cast<std::size_t>(v.index) < list.size(), path, "tensor ",
+               v.index, " out of range");
+        Tensor& t = list[static_cast<std::size_t>(v.index)];
+        expect(t.shape() == v.shape, path, "a saved tensor's shape ", t.shape(), " is not ",
+               v.shape);
+        if (t.dtype() != v.dtype) {
+          const bool grad = t.requires_grad();
+          t = t.detach().to(v.dtype);
+          if (grad) t.requires_grad_(true);
+        }
+        break;
+      }
+      case ValueKind::Cotangent:
+        expect(v.index >= 0 && static_cast<std::size_t>(v.index) < g.outputs.size(), path,
+               "cotangent ", v.index, " out of range");
+        break;
+      case ValueKind::Result:
+        break;
+    }
+  }
+  for (std::size_t id = 0; id < g.values.size(); ++id) {
+    const Value& v = g.values[id];
+    expect(v.kind != ValueKind::Result || produced[id], path, "value ", id, " is no op's result");
+    // A view's base is made before it (so that following views to their base ends).
+    expect(v.alias_of >= -1 && v.alias_of < static_cast<int>(id), path, "value ", id,
+           " is a view of value ", v.alias_of, ", not of one made before it");
+  }
+  for (std::size_t i = 0; i < g.inputs.size(); ++i) {
+    const int id = g.inputs[i];
+    expect(id < 0 || (g.values[static_cast<std::size_t>(id)].kind == ValueKind::Input &&
+                      g.values[static_cast<std::size_t>(id)].index == static_cast<int>(i)),
+           path, "input ", i, " is not an input value");
+  }
+  g.index_results();
+  // Values are used only after they are made, and the forward reads no backward value: the
+  // arguments, captured tensors and constants first, then each forward node's results; the
+  // cotangents and the backward nodes' results only in the backward.
+  std::vector<bool> forward_ready(g.values.size(), false), ready(g.values.size(), false);
+  for (std::size_t id = 0; id < g.values.size(); ++id) {
+    const ValueKind kind = g.values[id].kind;
+    forward_ready[id] = kind != ValueKind::Result && kind != ValueKind::Cotangent;
+    ready[id] = kind != ValueKind::Result;
+  }
+  for (const GraphNode& n : g.nodes) {
+    for (int in : n.inputs)
+      expect(in < 0 || (n.backward ? ready : forward_ready)[static_cast<std::size_t>(in)], path,
+             "op '", n.op->name(), "' reads value ", in, " before it is made");
+    for (int out : n.outputs) {
+      ready[static_cast<std::size_t>(out)] = true;
+      if (!n.backward) forward_ready[static_cast<std::size_t>(out)] = true;
+    }
+  }
+  for (int id : g.outputs)
+    expect(forward_ready[static_cast<std::size_t>(id)], path, "output value ", id,
+           " is not made by the forward");
+  for (std::size_t k = 0; k < g.cotangents.size(); ++k) {
+    const int id = g.cotangents[k];
+    expect(id < 0 || (g.values[static_cast<std::size_t>(id)].kind == ValueKind::Cotangent &&
+                      g.values[static_cast<std::size_t>(id)].index == static_cast<int>(k)),
+           path, "cotangent ", k, " is not a cotangent value");
+  }
+  for (int id : g.grad_leaves) {
+    const ValueKind kind = g.values[static_cast<std::size_t>(id)].kind;
+    expect(kind == ValueKind::Input || kind == ValueKind::Capture, path, "value ", id,
+           " is differentiated but is neither an argument nor a captured tensor");
+  }
+  return g;
+}
+
+}  // namespace
+}  // namespace detail
+
+ImportedFunction import_function(const std::string& path, const CompileOptions& options) {
+  detail::link_every_ops_file();
+  const io::SafetensorsFile file = io::load_safetensors(path);
+  const auto format = file.metadata.find(detail::kFormatKey);
+  detail::expect(format != file.metadata.end() && file.metadata.count(detail::kGraphKey) == 1, path,
+                 "not a file export_function wrote (no '", detail::kFormatKey, "' metadata)");
+  detail::expect(format->second == detail::kFormatVersion, path, "export format version '",
+                 format->second, "', this build of adjoint reads '", detail::kFormatVersion, "'");
+  auto state = std::make_shared<detail::ImportedState>();
+  state->path = path;
+  detail::Graph g;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(file.metadata.at(detail::kGraphKey));
+    g = detail::graph_from_json(j, file, path);
+    for (const nlohmann::json& s : j.at("input_strides"))
+      state->input_strides.push_back(Shape(s.get<std::vector<int64_t>>()));
+    detail::expect(state->input_strides.size() == g.inputs.size(), path, "input strides for ",
+                   state->input_strides.size(), " of ", g.inputs.size(), " inputs");
+  } catch (const nlohmann::json::exception& e) {
+    detail::expect(false, path, "malformed graph: ", e.what());
+  }
+  for (int id : g.inputs) {
+    const bool defined = id >= 0;
+    state->input_shapes.push_back(defined ? g.values[static_cast<std::size_t>(id)].shape : Shape{});
+    state->input_dtypes.push_back(defined ? g.values[static_cast<std::size_t>(id)].dtype
+                                          : kDefaultFloat);
+    bool grad = false;
+    for (int leaf : g.grad_leaves) grad = grad || (defined && leaf == id);
+    state->input_requires_grad.push_back(grad);
+  }
+  state->parameters = g.captures;
+  state->plan = std::make_shared<const detail::Plan>(detail::make_plan(std::move(g), options));
+  ImportedFunction f;
+  f.state_ = std::move(state);
+  return f;
+}
+
+std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inputs) const {
+  const detail::ImportedState& s = *state_;
+  ADJOINT_CHECK(inputs.size() == s.input_shapes.size(), Value, detail::kImportOp, s.path,
+                ": the function takes ", s.input_shapes.size(), " inputs, got ", inputs.size());
+  std::vector<Tensor> args = inputs;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    Tensor& x = args[i];
+    if (!x.defined()) {
+      ADJOINT_CHECK(s.plan->graph.inputs[i] < 0, Value, detail::kImportOp, s.path, ": input ", i,
+                    " is undefined, the exported one was a ", s.input_dtypes[i],
+                    " tensor of shape ", s.input_shapes[i]);
+      continue;
+    }
+    ADJOINT_CHECK(s.plan->graph.inputs[i] >= 0 && x.shape() == s.input_shapes[i] &&
+                      x.dtype() == s.input_dtypes[i],
+                  Value, detail::kImportOp, s.path, ": input ", i, " is a ", x.dtype(),
+                  " tensor of shape ", x.shape(), ", the exported function takes a ",
+                  s.input_dtypes[i], " tensor of shape ", s.input_shapes[i]);
+    ADJOINT_CHECK(x.requires_grad() == s.input_requires_grad[i], Value, detail::kImportOp, s.path,
+                  ": input ", i, (x.requires_grad() ? " requires" : " does not require"),
+                  " grad; the exported function was traced with one that ",
+                  (s.input_requires_grad[i] ? "did" : "did not"));
+    // Ops decided by layout when traced (reshape views or copies): a contiguous trace gets a
+    // contiguous copy; any other layout must be the traced one.
+    if (x.strides() != s.input_strides[i]) {
+      ADJOINT_CHECK(contiguous_strides(x.shape()) == s.input_strides[i], Value, detail::kImportOp,
+                    s.path, ": input ", i, " has strides ", x.strides(),
+                    ", the exported function was traced with ", s.input_strides[i]);
+      x = x.contiguous();
+    }
+  }
+  const std::shared_ptr<const detail::Plan> plan = s.plan;
+  // Under vmap or jvp, for a backward with create_graph, and when an op's state differs from
+  // the trace's (cross_entropy's count of rows), the graph runs op by op through the dispatch
+  // stack: the eager form of a function whose code is not here.
+  auto op_by_op = [plan](const std::vector<Tensor>& in) {
+    ADJOINT_CHECK(!plan->forward_reads_saved, Value, detail::kImportOp,
+                  "this graph reads what its ops saved for backward, so it cannot run op by op "
+                  "(under vmap or jvp, or with create_graph)");
+    return detail::run_plan_dispatched(*plan, in);
+  };
+  if (detail::transformed(args, &plan->graph)) return op_by_op(args);
+  try {
+    return detail::run_plan(plan, args, op_by_op);
+  } catch (const detail::TracedStateChanged&) {
+    return op_by_op(args);
+  }
+}
+
+const std::vector<Tensor>& ImportedFunction::parameters() const { return state_->parameters; }
+std::vector<Shape> ImportedFunction::input_shapes() const { return state_->input_shapes; }
+std::vector<DType> ImportedFunction::input_dtypes() const { return state_->input_dtypes; }
+std::vector<bool> ImportedFunction::input_requires_grad() const {
+  return state_->input_requires_grad;
+}
+std::string ImportedFunction::dump() const { return detail::graph_to_text(state_->plan->graph); }
+
+}  // namespace adjoint
