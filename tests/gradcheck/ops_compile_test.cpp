@@ -14,59 +14,21 @@
 #include <set>
 #include <string>
 
-#include "support/registry.h"
+#include "support/sample_run.h"
 
 namespace {
 
 using namespace adjoint;
+using adjoint::testing::fixed_cotangent;
+using adjoint::testing::needing_grad;
 using adjoint::testing::OpSample;
-
-// Fresh leaves with the sample's values (scaled by `scale` where floating) and flags.
-std::vector<Tensor> leaves(const OpSample& s, double scale) {
-  std::vector<Tensor> xs;
-  for (const Tensor& x : s.inputs) {
-    if (!x.defined()) {
-      xs.push_back(x);
-      continue;
-    }
-    Tensor d = is_floating(x.dtype()) ? (x.detach() * scale).detach() : x.detach().clone();
-    if (x.requires_grad()) d.requires_grad_(true);
-    xs.push_back(d);
-  }
-  return xs;
-}
-
-std::vector<Tensor> needing_grad(const std::vector<Tensor>& xs) {
-  std::vector<Tensor> r;
-  for (const Tensor& x : xs)
-    if (x.defined() && x.requires_grad()) r.push_back(x);
-  return r;
-}
+using adjoint::testing::sample_leaves;
 
 // Relative tolerance of the comparisons: 0 is bit for bit.
 thread_local double tolerance = 0;
 
-// Equal shapes and values (NaN equal to NaN); undefined equals undefined.
 void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.defined(), want.defined()) << what;
-  if (!want.defined()) return;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    if (tolerance == 0) {
-      ASSERT_EQ(a[i], b[i]) << what << " at element " << i;
-    } else {
-      ASSERT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i])))
-          << what << " at element " << i;
-    }
-  }
-}
-
-// A fixed cotangent shaped like y.
-Tensor cotangent(const Tensor& y) {
-  return sin(arange(y.numel(), TensorOptions(y.dtype())) * 0.37 + 0.2).reshape(y.shape());
+  adjoint::testing::expect_same_values(got, want, tolerance, what);
 }
 
 std::mutex breaks_mutex;
@@ -96,20 +58,22 @@ void check_sample(const OpSample& s, bool fuse) {
 
   for (double scale : {1.0, 1.01}) {
     const std::string what = s.name + (scale == 1.0 ? " (first call, traced)" : " (replayed)");
-    std::vector<Tensor> xe = leaves(s, scale), xc = leaves(s, scale);
+    std::vector<Tensor> xe = sample_leaves(s, scale), xc = sample_leaves(s, scale);
     Tensor ye = s.fn(xe);
     Tensor yc = compiled(xc)[0];
     expect_same(yc, ye, what + ": value");
     if (!is_floating(ye.dtype()) || !ye.requires_grad()) continue;
     const std::vector<Tensor> re = needing_grad(xe), rc = needing_grad(xc);
-    const std::vector<Tensor> ge = autograd::grad({ye}, re, {cotangent(ye)}, true, false, true);
-    const std::vector<Tensor> gc = autograd::grad({yc}, rc, {cotangent(yc)}, true, false, true);
+    const std::vector<Tensor> ge =
+        autograd::grad({ye}, re, {fixed_cotangent(ye)}, true, false, true);
+    const std::vector<Tensor> gc =
+        autograd::grad({yc}, rc, {fixed_cotangent(yc)}, true, false, true);
     for (std::size_t i = 0; i < ge.size(); ++i)
       expect_same(gc[i], ge[i], what + ": gradient " + std::to_string(i));
     if (scale != 1.0 || !s.gradgrad) continue;
     // create_graph: gradients with a graph, and the gradient of their squared norm.
     auto second = [&](const Tensor& y, const std::vector<Tensor>& r) {
-      const std::vector<Tensor> g = autograd::grad({y}, r, {cotangent(y)}, true, true, true);
+      const std::vector<Tensor> g = autograd::grad({y}, r, {fixed_cotangent(y)}, true, true, true);
       Tensor n;
       for (const Tensor& gi : g)
         if (gi.defined() && gi.requires_grad())
@@ -125,7 +89,7 @@ void check_sample(const OpSample& s, bool fuse) {
 
   if (s.jvp) {
     // compile under jvp: the graph runs op by op through the stack, which pushes tangents.
-    std::vector<Tensor> xs = leaves(s, 1.0);
+    std::vector<Tensor> xs = sample_leaves(s, 1.0);
     int a = -1;
     for (std::size_t i = 0; i < xs.size() && a < 0; ++i)
       if (xs[i].defined() && xs[i].requires_grad()) a = static_cast<int>(i);

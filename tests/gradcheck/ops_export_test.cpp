@@ -17,54 +17,16 @@
 #include <string>
 
 #include "core/op_fields.h"
-#include "support/registry.h"
+#include "support/sample_run.h"
 
 namespace {
 
 using namespace adjoint;
+using adjoint::testing::expect_same_values;
+using adjoint::testing::fixed_cotangent;
+using adjoint::testing::needing_grad;
 using adjoint::testing::OpSample;
-
-std::vector<Tensor> leaves(const OpSample& s, double scale) {
-  std::vector<Tensor> xs;
-  for (const Tensor& x : s.inputs) {
-    if (!x.defined()) {
-      xs.push_back(x);
-      continue;
-    }
-    Tensor d = is_floating(x.dtype()) ? (x.detach() * scale).detach() : x.detach().clone();
-    if (x.requires_grad()) d.requires_grad_(true);
-    xs.push_back(d);
-  }
-  return xs;
-}
-
-std::vector<Tensor> needing_grad(const std::vector<Tensor>& xs) {
-  std::vector<Tensor> r;
-  for (const Tensor& x : xs)
-    if (x.defined() && x.requires_grad()) r.push_back(x);
-  return r;
-}
-
-void expect_same(const Tensor& got, const Tensor& want, double tolerance, const std::string& what) {
-  ASSERT_EQ(got.defined(), want.defined()) << what;
-  if (!want.defined()) return;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    if (tolerance == 0) {
-      ASSERT_EQ(a[i], b[i]) << what << " at element " << i;
-    } else {
-      ASSERT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i])))
-          << what << " at element " << i;
-    }
-  }
-}
-
-Tensor cotangent(const Tensor& y) {
-  return sin(arange(y.numel(), TensorOptions(y.dtype())) * 0.37 + 0.2).reshape(y.shape());
-}
+using adjoint::testing::sample_leaves;
 
 std::mutex refused_mutex;
 std::atomic<int> imported_count{0};
@@ -86,7 +48,7 @@ void check_sample(const OpSample& s, bool fuse) {
   const double tolerance = fuse ? 1e-12 : 0;
   auto list_fn = [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{s.fn(xs)}; };
   CompiledFunction compiled = compile(list_fn, options);
-  compiled(leaves(s, 1.0));
+  compiled(sample_leaves(s, 1.0));
   if (compiled.stats().graph_breaks > 0) return;  // nothing traced to write (ops_compile_test)
   const std::string path = temp_path();
   try {
@@ -104,16 +66,18 @@ void check_sample(const OpSample& s, bool fuse) {
   ++imported_count;
   for (double scale : {1.0, 1.01}) {
     const std::string what = s.name + (fuse ? " fused" : "") + " scale " + std::to_string(scale);
-    std::vector<Tensor> xe = leaves(s, scale), xi = leaves(s, scale);
+    std::vector<Tensor> xe = sample_leaves(s, scale), xi = sample_leaves(s, scale);
     Tensor ye = s.fn(xe);
     Tensor yi = imported(xi)[0];
-    expect_same(yi, ye, tolerance, what + ": value");
+    expect_same_values(yi, ye, tolerance, what + ": value");
     if (!is_floating(ye.dtype()) || !ye.requires_grad()) continue;
     const std::vector<Tensor> re = needing_grad(xe), ri = needing_grad(xi);
-    const std::vector<Tensor> ge = autograd::grad({ye}, re, {cotangent(ye)}, true, false, true);
-    const std::vector<Tensor> gi = autograd::grad({yi}, ri, {cotangent(yi)}, true, false, true);
+    const std::vector<Tensor> ge =
+        autograd::grad({ye}, re, {fixed_cotangent(ye)}, true, false, true);
+    const std::vector<Tensor> gi =
+        autograd::grad({yi}, ri, {fixed_cotangent(yi)}, true, false, true);
     for (std::size_t i = 0; i < ge.size(); ++i)
-      expect_same(gi[i], ge[i], tolerance, what + ": gradient " + std::to_string(i));
+      expect_same_values(gi[i], ge[i], tolerance, what + ": gradient " + std::to_string(i));
   }
 }
 
