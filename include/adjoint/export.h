@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "adjoint/compile.h"
+#include "adjoint/generator.h"
 #include "adjoint/tensor.h"
 
 namespace adjoint {
@@ -34,9 +35,9 @@ struct ImportedState;  // src/export/export.cpp
 /// Writes the graph of the signature `f` was called with last, with the tensors it reads
 /// (saved by value) and its constants, to `path` (atomically). Throws adjoint::Error (op
 /// "export_function") when `f` has not traced a signature, when it fell back to eager code
-/// (a graph break), or when its graph holds an op that cannot be written: one recorded outside
-/// the dispatch stack (comparisons, logical ops, random draws) or one that holds a tensor
-/// (in-place writes through views).
+/// (a graph break), or when its graph holds an op that cannot be written: a custom autograd
+/// function (its code is a C++ closure) or an op that holds a tensor (in-place writes through
+/// views).
 void export_function(const CompiledFunction& f, const std::string& path);
 
 /// A function read back by import_function: its graph, planned and run as `compile` runs it.
@@ -49,6 +50,11 @@ class ImportedFunction {
   /// The tensors the function read from outside, as saved (leaves; requires_grad as they
   /// were): their .grad fills in backward, and an optimizer can train them.
   const std::vector<Tensor>& parameters() const;
+  /// The generators its random draws (dropout) read, one per generator the traced function
+  /// drew from: the process's default generator for draws that used the default one, else the
+  /// function's own, which starts where the exported one stood when it was written (reseed it
+  /// with manual_seed).
+  std::vector<Generator*> generators() const;
   /// The shapes and dtypes the inputs must have.
   std::vector<Shape> input_shapes() const;
   std::vector<DType> input_dtypes() const;

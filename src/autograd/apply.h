@@ -419,7 +419,8 @@ class TypedTracedOp final : public TracedOp {
       return Op::name;
     }
   }();
-  static std::shared_ptr<const TracedOp> make_from_fields(const detail::FieldList& fields) {
+  static std::shared_ptr<const TracedOp> make_from_fields(const detail::FieldList& fields,
+                                                          const detail::OpImportContext&) {
     Op op{};
     if constexpr (!kExportable) {
       throw Error(ErrorKind::Value, Op::name, "this op cannot be read from a file");

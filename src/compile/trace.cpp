@@ -119,8 +119,7 @@ class Tracer final : public OpTracer {
       return out;
     }
     const auto arity = static_cast<std::ptrdiff_t>(ins.size());
-    add_node(std::make_shared<ExternalOp>(name, std::move(run),
-                                          rng ? ExternalExport{} : std::move(exported), arity),
+    add_node(std::make_shared<ExternalOp>(name, std::move(run), std::move(exported), arity, rng),
              std::move(ins), out, {}, rng != nullptr);
     return out;
   }

@@ -15,6 +15,10 @@
 #include "adjoint/error.h"
 #include "adjoint/shape.h"
 
+namespace adjoint {
+class Generator;
+}
+
 namespace adjoint::detail {
 
 // Note [Exporting ops]
@@ -161,7 +165,12 @@ void take_field(FieldReader& in, T& v) {
   }
 
 class TracedOp;
-using OpFactory = std::shared_ptr<const TracedOp> (*)(const FieldList&);
+/// What a factory may need beyond the fields: the generator a random draw reads (the importing
+/// process's default one, or the imported function's own).
+struct OpImportContext {
+  Generator* generator = nullptr;
+};
+using OpFactory = std::shared_ptr<const TracedOp> (*)(const FieldList&, const OpImportContext&);
 
 /// Registers the factory of an exportable op under `key` (once per op type; two types under
 /// one key are noted, and neither can then be read back).

@@ -14,8 +14,12 @@ namespace adjoint::detail {
 class ExternalOp final : public TracedOp {
  public:
   ExternalOp(const char* name, ExternalFn run, ExternalExport exported = {},
-             std::ptrdiff_t arity = -1)
-      : name_(name), run_(std::move(run)), exported_(std::move(exported)), arity_(arity) {}
+             std::ptrdiff_t arity = -1, Generator* rng = nullptr)
+      : name_(name),
+        run_(std::move(run)),
+        exported_(std::move(exported)),
+        arity_(arity),
+        rng_(rng) {}
   const char* name() const override { return name_; }
   Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
     extras.clear();
@@ -29,12 +33,14 @@ class ExternalOp final : public TracedOp {
   const char* export_key() const override { return exported_.key; }
   FieldList export_fields() const override { return exported_.fields; }
   std::ptrdiff_t arity() const override { return arity_; }
+  Generator* generator() const override { return rng_; }
 
  private:
   const char* name_;
   ExternalFn run_;
   ExternalExport exported_;
   std::ptrdiff_t arity_;
+  Generator* rng_;  ///< what a random draw advances
 };
 
 }  // namespace adjoint::detail

@@ -131,6 +131,8 @@ class TracedOp {
   virtual const char* export_key() const { return nullptr; }
   /// How many inputs run_kernel takes; -1 for a list of any length.
   virtual std::ptrdiff_t arity() const { return -1; }
+  /// The generator a random draw advances (null for other ops).
+  virtual Generator* generator() const { return nullptr; }
   virtual FieldList export_fields() const { return {}; }
 };
 

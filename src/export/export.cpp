@@ -2,7 +2,10 @@
 // (Note [The export file] in format.cpp).
 #include "adjoint/export.h"
 
+#include <bit>
+
 #include "adjoint/error.h"
+#include "adjoint/generator.h"
 #include "adjoint/io/safetensors.h"
 #include "compile/graph.h"
 #include "export/format.h"
@@ -16,8 +19,16 @@ std::vector<int64_t> to_vector(const Shape& s) { return {s.begin(), s.end()}; }
 
 json graph_to_json(const TracedSignature& t) {
   const Graph& g = t.graph;
-  ADJOINT_CHECK(g.generators.empty(), Value, kExportOp,
-                "the function draws random numbers, which an exported graph cannot replay yet");
+  // Each generator a draw reads: the default one (the importing process's default draws
+  // then), or another, written with its state now (the imported function's own continues it).
+  json generators = json::array();
+  for (const Generator* gen : g.generators) {
+    const Generator::State st = gen->state();
+    generators.push_back({{"default", gen == &default_generator()},
+                          {"state",
+                           {st.s0, st.s1, st.seed, std::bit_cast<uint64_t>(st.cached_normal),
+                            static_cast<uint64_t>(st.has_cached)}}});
+  }
   json values = json::array();
   for (const Value& v : g.values)
     values.push_back({static_cast<int>(v.kind), v.index, v.node, to_vector(v.shape),
@@ -30,12 +41,16 @@ json graph_to_json(const TracedSignature& t) {
                   "holding a tensor); see docs/compile.md, \"Export\"");
     json fields = json::array();
     for (const Field& f : n.op->export_fields()) fields.push_back(field_to_json(f));
+    int generator = -1;
+    for (std::size_t k = 0; k < g.generators.size(); ++k)
+      if (n.op->generator() == g.generators[k]) generator = static_cast<int>(k);
     nodes.push_back({{"op", key},
                      {"fields", fields},
                      {"in", n.inputs},
                      {"out", n.outputs},
                      {"backward", n.backward},
-                     {"random", n.random}});
+                     {"random", n.random},
+                     {"generator", generator}});
   }
   json strides = json::array();
   for (const Shape& s : t.input_strides) strides.push_back(to_vector(s));
@@ -51,6 +66,7 @@ json graph_to_json(const TracedSignature& t) {
           {"input_strides", strides},
           {"grad_enabled", t.grad_enabled},
           {"captures", captures},
+          {"generators", generators},
           {"constants", g.constants.size()}};
 }
 

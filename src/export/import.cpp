@@ -1,9 +1,12 @@
 // import_function (include/adjoint/export.h): a graph export_function wrote, read back, checked
 // and planned as compile plans a trace (Note [The export file] in format.cpp).
+#include <bit>
+#include <memory>
 #include <sstream>
 
 #include "adjoint/error.h"
 #include "adjoint/export.h"
+#include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/io/safetensors.h"
 #include "adjoint/ops.h"
@@ -21,6 +24,7 @@ using nlohmann::json;
 struct ImportedState {
   std::shared_ptr<const Plan> plan;
   std::vector<Tensor> parameters;
+  std::vector<std::unique_ptr<Generator>> own_generators;  ///< draws not from the default one
   std::vector<Shape> input_shapes, input_strides;
   std::vector<DType> input_dtypes;
   std::vector<bool> input_requires_grad;
@@ -44,8 +48,21 @@ Tensor tensor_named(const io::SafetensorsFile& file, const std::string& name,
   return {};
 }
 
-Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std::string& path) {
+Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std::string& path,
+                      ImportedState& state) {
   Graph g;
+  for (const json& gen : j.at("generators")) {
+    if (gen.at("default").get<bool>()) {
+      g.generators.push_back(&default_generator());
+      continue;
+    }
+    const std::vector<uint64_t> st = gen.at("state").get<std::vector<uint64_t>>();
+    expect(st.size() == 5, path, "a generator's state has ", st.size(), " numbers, not 5");
+    auto own = std::make_unique<Generator>();
+    own->set_state({st[0], st[1], st[2], std::bit_cast<double>(st[3]), st[4] != 0});
+    g.generators.push_back(own.get());
+    state.own_generators.push_back(std::move(own));
+  }
   for (const json& v : j.at("values")) {
     const int kind = v.at(0).get<int>();
     expect(kind >= 0 && kind <= static_cast<int>(ValueKind::Result), path, "unknown value kind ",
@@ -76,8 +93,13 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     const std::string key = n.at("op").get<std::string>();
     FieldList fields;
     for (const json& f : n.at("fields")) fields.push_back(field_from_json(f));
+    OpImportContext context;
+    const int generator = n.at("generator").get<int>();
+    expect(generator >= -1 && generator < static_cast<int>(g.generators.size()), path, "generator ",
+           generator, " out of range");
+    if (generator >= 0) context.generator = g.generators[static_cast<std::size_t>(generator)];
     GraphNode node;
-    node.op = exported_op_factory(key)(fields);
+    node.op = exported_op_factory(key)(fields, context);
     node.inputs = ids(n.at("in"), true);
     node.outputs = ids(n.at("out"), false);
     node.backward = n.at("backward").get<bool>();
@@ -86,7 +108,9 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     expect(
         node.op->arity() < 0 || node.op->arity() == static_cast<std::ptrdiff_t>(node.inputs.size()),
         path, "op '", key, "' takes ", node.op->arity(), " inputs, not ", node.inputs.size());
-    expect(!node.outputs.empty() && !node.random, path, "op '", key, "' has no result");
+    expect(!node.outputs.empty(), path, "op '", key, "' has no result");
+    expect(node.random == (node.op->generator() != nullptr), path, "op '", key,
+           "' is a random draw without its generator, or the other way round");
     for (int out : node.outputs) {
       expect(g.values[static_cast<std::size_t>(out)].kind == ValueKind::Result &&
                  !produced[static_cast<std::size_t>(out)],
@@ -206,7 +230,7 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
   detail::Graph g;
   try {
     const nlohmann::json j = nlohmann::json::parse(file.metadata.at(detail::kGraphKey));
-    g = detail::graph_from_json(j, file, path);
+    g = detail::graph_from_json(j, file, path, *state);
     for (const nlohmann::json& s : j.at("input_strides"))
       state->input_strides.push_back(Shape(s.get<std::vector<int64_t>>()));
     detail::expect(state->input_strides.size() == g.inputs.size(), path, "input strides for ",
@@ -272,14 +296,21 @@ std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inpu
     return detail::run_plan_dispatched(*plan, in);
   };
   if (detail::transformed(args, &plan->graph)) return op_by_op(args);
+  // A replay that stops for a changed op state gives its draws back before running again.
+  std::vector<Generator::State> states;
+  for (Generator* gen : plan->graph.generators) states.push_back(gen->state());
   try {
     return detail::run_plan(plan, args, op_by_op);
   } catch (const detail::TracedStateChanged&) {
+    for (std::size_t i = 0; i < states.size(); ++i) plan->graph.generators[i]->set_state(states[i]);
     return op_by_op(args);
   }
 }
 
 const std::vector<Tensor>& ImportedFunction::parameters() const { return state_->parameters; }
+std::vector<Generator*> ImportedFunction::generators() const {
+  return state_->plan->graph.generators;
+}
 std::vector<Shape> ImportedFunction::input_shapes() const { return state_->input_shapes; }
 std::vector<DType> ImportedFunction::input_dtypes() const { return state_->input_dtypes; }
 std::vector<bool> ImportedFunction::input_requires_grad() const {

@@ -260,7 +260,8 @@ Tensor compare(Unary kind, const Tensor& a, Scalar s) {
 }
 
 // The factories that rebuild them from a file.
-std::shared_ptr<const detail::TracedOp> compare_from_fields(const detail::FieldList& fields) {
+std::shared_ptr<const detail::TracedOp> compare_from_fields(const detail::FieldList& fields,
+                                                            const detail::OpImportContext&) {
   detail::FieldReader in(fields, "compare");
   const auto kind = static_cast<Binary>(in.next<int64_t>());
   const char* op = detail::intern_field_string(in.next<std::string>());
@@ -270,8 +271,8 @@ std::shared_ptr<const detail::TracedOp> compare_from_fields(const detail::FieldL
       compare_export(kind, op), 2);
 }
 
-std::shared_ptr<const detail::TracedOp> compare_scalar_from_fields(
-    const detail::FieldList& fields) {
+std::shared_ptr<const detail::TracedOp> compare_scalar_from_fields(const detail::FieldList& fields,
+                                                                   const detail::OpImportContext&) {
   detail::FieldReader in(fields, "compare");
   const auto kind = static_cast<Unary>(in.next<int64_t>());
   const DType scalar_kind = in.next<DType>();
@@ -286,7 +287,8 @@ std::shared_ptr<const detail::TracedOp> compare_scalar_from_fields(
       compare_scalar_export(kind, s), 1);
 }
 
-std::shared_ptr<const detail::TracedOp> logical_not_from_fields(const detail::FieldList& fields) {
+std::shared_ptr<const detail::TracedOp> logical_not_from_fields(const detail::FieldList& fields,
+                                                                const detail::OpImportContext&) {
   detail::FieldReader(fields, "logical_not").finish();
   return std::make_shared<detail::ExternalOp>(
       "logical_not", [](std::span<const Tensor> t) { return logical_not(t[0]); },

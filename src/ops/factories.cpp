@@ -10,10 +10,12 @@
 #include "adjoint/ops.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
+#include "core/op_fields.h"
 #include "core/op_scope.h"
 #include "core/op_tracer.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
+#include "dispatch/external_op.h"
 #include "vmap/batched.h"
 
 namespace adjoint {
@@ -123,10 +125,63 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
 
 namespace {
 // A random draw while `compile` traces: recorded, so that each replay draws again from the
-// generator as eager code would (Note [Tracing] in src/compile/trace.cpp).
-Tensor trace_draw(const char* op, detail::ExternalFn draw, Generator* gen) {
-  return detail::tls_op_tracer->record_external(op, {}, std::move(draw), &gen_or_default(gen));
+// generator as eager code would (Note [Tracing] in src/compile/trace.cpp). Export writes it as
+// its kind and arguments, the generator apart (Note [The export file]).
+enum class Draw : int64_t { Rand, Randn, Randint };
+
+detail::ExternalExport draw_export(Draw kind, const Shape& shape, TensorOptions o, int64_t low,
+                                   int64_t high) {
+  detail::FieldList f;
+  detail::put_field(f, kind);
+  detail::put_field(f, shape);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  detail::put_field(f, low);
+  detail::put_field(f, high);
+  return {"random", std::move(f)};
 }
+
+Tensor trace_draw(const char* op, detail::ExternalFn draw, Generator* gen, Draw kind,
+                  const Shape& shape, TensorOptions o, int64_t low = 0, int64_t high = 0) {
+  return detail::tls_op_tracer->record_external(op, {}, std::move(draw), &gen_or_default(gen),
+                                                draw_export(kind, shape, o, low, high));
+}
+
+std::shared_ptr<const detail::TracedOp> draw_from_fields(const detail::FieldList& fields,
+                                                         const detail::OpImportContext& context) {
+  detail::FieldReader in(fields, "random");
+  Draw kind{};
+  Shape shape;
+  DType dtype{};
+  bool requires_grad = false;
+  int64_t low = 0, high = 0;
+  detail::take_field(in, kind);
+  detail::take_field(in, shape);
+  detail::take_field(in, dtype);
+  detail::take_field(in, requires_grad);
+  detail::take_field(in, low);
+  detail::take_field(in, high);
+  in.finish();
+  ADJOINT_CHECK(context.generator != nullptr, Value, "random", "a draw without its generator");
+  ADJOINT_CHECK(kind == Draw::Rand || kind == Draw::Randn || kind == Draw::Randint, Value, "random",
+                "unknown kind of draw ", static_cast<int64_t>(kind));
+  for (int64_t d : shape) ADJOINT_CHECK(d >= 0, Value, "random", "a draw of shape ", shape);
+  Generator* gen = context.generator;
+  const TensorOptions o = TensorOptions(dtype).requires_grad(requires_grad);
+  const char* name = kind == Draw::Rand ? "rand" : kind == Draw::Randn ? "randn" : "randint";
+  return std::make_shared<detail::ExternalOp>(
+      name,
+      [=](std::span<const Tensor>) {
+        return kind == Draw::Rand    ? rand(shape, o, gen)
+               : kind == Draw::Randn ? randn(shape, o, gen)
+                                     : randint(low, high, shape, gen);
+      },
+      draw_export(kind, shape, o, low, high), 0, gen);
+}
+
+struct DrawTag {};
+const bool draws_registered =
+    (detail::register_exported_op("random", typeid(DrawTag), &draw_from_fields), true);
 }  // namespace
 
 Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
@@ -135,7 +190,8 @@ Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
     return detail::draw_random(shape, "rand", [&](const Shape& s) { return rand(s, o, gen); });
   if (detail::tracing()) [[unlikely]]
     return trace_draw(
-        "rand", [=](std::span<const Tensor>) { return rand(shape, o, gen); }, gen);
+        "rand", [=](std::span<const Tensor>) { return rand(shape, o, gen); }, gen, Draw::Rand,
+        shape, o);
   Tensor t = make_empty(shape, o.dtype());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -147,7 +203,8 @@ Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
     return detail::draw_random(shape, "randn", [&](const Shape& s) { return randn(s, o, gen); });
   if (detail::tracing()) [[unlikely]]
     return trace_draw(
-        "randn", [=](std::span<const Tensor>) { return randn(shape, o, gen); }, gen);
+        "randn", [=](std::span<const Tensor>) { return randn(shape, o, gen); }, gen, Draw::Randn,
+        shape, o);
   Tensor t = make_empty(shape, o.dtype());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
@@ -160,7 +217,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
                                [&](const Shape& s) { return randint(low, high, s, gen); });
   if (detail::tracing()) [[unlikely]]
     return trace_draw(
-        "randint", [=](std::span<const Tensor>) { return randint(low, high, shape, gen); }, gen);
+        "randint", [=](std::span<const Tensor>) { return randint(low, high, shape, gen); }, gen,
+        Draw::Randint, shape, TensorOptions(DType::Int64), low, high);
   OpScope scope("randint");
   Tensor t = make_empty(shape, DType::Int64);
   kernels::randint(t, low, high, gen_or_default(gen));
@@ -200,3 +258,5 @@ Tensor tensor(std::initializer_list<double> data, const Shape& shape, TensorOpti
 }
 
 }  // namespace adjoint
+
+ADJOINT_OPS_FILE(factories)

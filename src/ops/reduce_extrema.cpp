@@ -84,7 +84,8 @@ detail::ExternalExport arg_extremum_export(ArgReduce kind, std::optional<int64_t
   return {"arg_extremum", std::move(fields)};
 }
 
-std::shared_ptr<const detail::TracedOp> arg_extremum_from_fields(const detail::FieldList& fields) {
+std::shared_ptr<const detail::TracedOp> arg_extremum_from_fields(const detail::FieldList& fields,
+                                                                 const detail::OpImportContext&) {
   detail::FieldReader in(fields, "arg_extremum");
   ArgReduce kind{};
   std::optional<int64_t> dim;
