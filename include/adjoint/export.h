@@ -34,10 +34,9 @@ struct ImportedState;  // src/export/export.cpp
 
 /// Writes the graph of the signature `f` was called with last, with the tensors it reads
 /// (saved by value) and its constants, to `path` (atomically). Throws adjoint::Error (op
-/// "export_function") when `f` has not traced a signature, when it fell back to eager code
-/// (a graph break), or when its graph holds an op that cannot be written: a custom autograd
-/// function (its code is a C++ closure) or an op that holds a tensor (in-place writes through
-/// views).
+/// "export_function") when `f` has not traced a signature or fell back to eager code (a graph
+/// break: custom autograd functions and in-place writes are). Every graph compile keeps can be
+/// written; an op that could not (one holding a tensor) would be named in the error.
 void export_function(const CompiledFunction& f, const std::string& path);
 
 /// A function read back by import_function: its graph, planned and run as `compile` runs it.
@@ -64,6 +63,7 @@ class ImportedFunction {
   std::string dump() const;
 
  private:
+  ImportedFunction() = default;  // made by import_function only: never without a graph
   friend ImportedFunction import_function(const std::string& path, const CompileOptions& options);
   std::shared_ptr<const detail::ImportedState> state_;
 };

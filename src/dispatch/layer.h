@@ -126,14 +126,16 @@ class TracedOp {
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it
   /// computes the same values (common-subexpression elimination). False when unsure.
   virtual bool same_as(const TracedOp& other) const = 0;
-  /// The key the op is registered under for export (Note [Exporting ops] in op_fields.h), and
-  /// its attributes; nullptr for an op that cannot be exported (one recorded outside the stack).
+  /// The key the op is registered under for export (Note [Exporting ops] in op_fields.h);
+  /// nullptr for an op that cannot be written to a file (a custom autograd function, an op
+  /// that holds a tensor).
   virtual const char* export_key() const { return nullptr; }
+  /// Its attributes, which the factory registered under export_key() rebuilds it from.
+  virtual FieldList export_fields() const { return {}; }
   /// How many inputs run_kernel takes; -1 for a list of any length.
   virtual std::ptrdiff_t arity() const { return -1; }
   /// The generator a random draw advances (null for other ops).
   virtual Generator* generator() const { return nullptr; }
-  virtual FieldList export_fields() const { return {}; }
 };
 
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in

@@ -12,6 +12,7 @@
 
 namespace adjoint {
 namespace detail {
+namespace {
 
 using nlohmann::json;
 
@@ -37,8 +38,8 @@ json graph_to_json(const TracedSignature& t) {
   for (const GraphNode& n : g.nodes) {
     const char* key = n.op->export_key();
     ADJOINT_CHECK(key != nullptr, Value, kExportOp, "the graph holds '", n.op->name(),
-                  "', which cannot be written to a file (recorded outside the dispatch stack, or "
-                  "holding a tensor); see docs/compile.md, \"Export\"");
+                  "', which cannot be written to a file (a custom autograd function, or an op "
+                  "that holds a tensor); see docs/compile.md, \"Export\"");
     json fields = json::array();
     for (const Field& f : n.op->export_fields()) fields.push_back(field_to_json(f));
     int generator = -1;
@@ -70,6 +71,7 @@ json graph_to_json(const TracedSignature& t) {
           {"constants", g.constants.size()}};
 }
 
+}  // namespace
 }  // namespace detail
 
 void export_function(const CompiledFunction& f, const std::string& path) {

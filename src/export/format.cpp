@@ -19,6 +19,7 @@ using nlohmann::json;
 //   inputs, outputs, cotangents, grad_leaves, grads   value ids, as in Graph
 //   input_strides, grad_enabled                       the rest of the signature
 //   captures     [requires_grad, ...]
+//   generators   {"default", "state"} per generator random nodes draw from (node "generator")
 // An op is its registered key and its fields (Note [Exporting ops] in op_fields.h), each field
 // a pair [tag, value]: "i" integer, "d" double as its 64 bits in hex (exact, NaN and infinities
 // included), "v" integer list, "t" dtype name, "s" string, "n" an absent optional. The graph is
