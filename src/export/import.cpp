@@ -2,14 +2,12 @@
 // and planned as compile plans a trace (Note [The export file] in format.cpp).
 #include <bit>
 #include <memory>
-#include <sstream>
 
 #include "adjoint/error.h"
 #include "adjoint/export.h"
 #include "adjoint/generator.h"
-#include "adjoint/grad_mode.h"
 #include "adjoint/io/safetensors.h"
-#include "adjoint/ops.h"
+#include "adjoint/ops.h"  // contiguous_strides
 #include "compile/passes.h"
 #include "compile/run_plan.h"
 #include "compile/trace.h"
@@ -70,8 +68,8 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     const std::vector<int64_t> shape = v.at(3).get<std::vector<int64_t>>();
     int64_t numel = 1;
     for (int64_t d : shape) {
-      expect(d >= 0 && (d == 0 || numel <= (int64_t{1} << 48) / d), path, "a value's shape [",
-             v.at(3).dump(), "] is not a tensor's");
+      expect(d >= 0 && (d == 0 || numel <= (int64_t{1} << 48) / d), path, "a value's shape ",
+             v.at(3).dump(), " is not a tensor's");
       numel *= d;
     }
     g.values.push_back({static_cast<ValueKind>(kind), v.at(1).get<int>(), v.at(2).get<int>(),
@@ -150,6 +148,8 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
         Tensor& t = list[static_cast<std::size_t>(v.index)];
         expect(t.shape() == v.shape, path, "a saved tensor's shape ", t.shape(), " is not ",
                v.shape);
+        expect(t.dtype() == v.dtype || (t.dtype() == DType::Float32 && is_reduced_float(v.dtype)),
+               path, "a saved ", t.dtype(), " tensor stands for a ", v.dtype, " value");
         if (t.dtype() != v.dtype) {
           const bool grad = t.requires_grad();
           t = t.detach().to(v.dtype);
@@ -172,12 +172,29 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     expect(v.alias_of >= -1 && v.alias_of < static_cast<int>(id), path, "value ", id,
            " is a view of value ", v.alias_of, ", not of one made before it");
   }
+  // Each argument, captured tensor, constant and cotangent is one value, which the replay
+  // binds: a second value for one, or one for none, would be read unbound.
   for (std::size_t i = 0; i < g.inputs.size(); ++i) {
     const int id = g.inputs[i];
     expect(id < 0 || (g.values[static_cast<std::size_t>(id)].kind == ValueKind::Input &&
                       g.values[static_cast<std::size_t>(id)].index == static_cast<int>(i)),
            path, "input ", i, " is not an input value");
   }
+  std::vector<int> per_capture(g.captures.size(), 0), per_constant(g.constants.size(), 0);
+  for (std::size_t id = 0; id < g.values.size(); ++id) {
+    const Value& v = g.values[id];
+    const auto index = static_cast<std::size_t>(v.index);
+    if (v.kind == ValueKind::Input)
+      expect(g.inputs[index] == static_cast<int>(id), path, "value ", id, " is a second input ",
+             v.index);
+    if (v.kind == ValueKind::Cotangent)
+      expect(g.cotangents[index] == static_cast<int>(id), path, "value ", id,
+             " is a second cotangent ", v.index);
+    if (v.kind == ValueKind::Capture) ++per_capture[index];
+    if (v.kind == ValueKind::Constant) ++per_constant[index];
+  }
+  for (int n : per_capture) expect(n == 1, path, "a captured tensor has ", n, " values, not 1");
+  for (int n : per_constant) expect(n == 1, path, "a constant has ", n, " values, not 1");
   g.index_results();
   // Values are used only after they are made, and the forward reads no backward value: the
   // arguments, captured tensors and constants first, then each forward node's results; the
