@@ -286,7 +286,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
   if (p.sum_inner > 0) {
     // A sum over trailing dims: one output per row of `sum_inner` elements, each row run by one
     // thread in blocks that never cross a row and summed in the eager reduction's chunks (Note
-    // [Floating sums in chunks] in reduce.cpp; a block is at most one chunk): the same bits.
+    // [Floating sums in chunks] in reduce.cpp; blocks start on chunk boundaries): the same bits.
     const int64_t inner = p.sum_inner, rows = numel / inner;
     T* out = static_cast<T*>(outs[0].impl()->data());
     parallel_for(

@@ -41,7 +41,8 @@ struct Program {
   int sum_register = -1;
   Shape reduced_shape;
   /// 0 for a full sum; else the sum runs over the trailing dims, `sum_inner` elements per
-  /// output, each row summed in order in one double (as the eager reduction does).
+  /// output, each row summed in the eager reduction's chunks (Note [Floating sums in chunks]
+  /// in src/backend/cpu/reduce.cpp).
   int64_t sum_inner = 0;
 };
 
