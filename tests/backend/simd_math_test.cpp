@@ -488,10 +488,11 @@ void check_sum_widened() {
   };
   for_each_target([&](const std::string&) {
     for (int64_t start : {0, 1, 3}) {
-      for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 1000, 1097}) {
+      for (int64_t n : {0, 1, 2, 3, 5, 8, 9, 12, 15, 16, 17, 31, 32, 33, 100, 1000, 1097}) {
         const T* x = data.data() + start;
         const double got = kernels::simd_sum_widened(x, n);
         EXPECT_EQ(got, in_order(x, n)) << "n " << n << " start " << start;
+        EXPECT_EQ(kernels::sum_widened_scalar(x, n), got) << "scalar, n " << n;
         long double exact = 0, magnitude = 0;
         for (int64_t i = 0; i < n; ++i) exact += x[i], magnitude += std::fabs(x[i]);
         EXPECT_LE(std::fabs(got - exact), 1e-15L * magnitude * (n + 1)) << "n " << n;

@@ -315,7 +315,8 @@ TEST(SumMean, ContiguousSumsAddChunksAndMatchAnExactSum) {
     return acc;
   };
   for (DType dtype : {DType::Float32, DType::Float64}) {
-    for (const Shape& shape : {Shape{100003}, Shape{7, 1500}, Shape{3, 2, 700}, Shape{5, 40}}) {
+    for (const Shape& shape : {Shape{100003}, Shape{7, 1500}, Shape{3, 2, 700}, Shape{5, 40},
+                               Shape{50, 3}, Shape{9, 1}, Shape{4, 17}, Shape{3}}) {
       // values over many binades, so that the order of the adds shows in the last bits
       const Tensor x =
           (randn(shape, DType::Float64, &gen) * exp(randn(shape, DType::Float64, &gen) * 4.0))
