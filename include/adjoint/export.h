@@ -29,7 +29,7 @@
 namespace adjoint {
 
 namespace detail {
-struct ImportedState;  // src/export/export.cpp
+struct ImportedState;  // src/export/import.cpp
 }
 
 /// Writes the graph of the signature `f` was called with last, with the tensors it reads
