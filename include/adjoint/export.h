@@ -42,9 +42,9 @@ void export_function(const CompiledFunction& f, const std::string& path);
 /// A function read back by import_function: its graph, planned and run as `compile` runs it.
 class ImportedFunction {
  public:
-  /// Runs the graph on `inputs`, which must have the exported shapes, dtypes and
-  /// requires-grad flags (a non-contiguous input is copied when the traced one was
-  /// contiguous). Outputs carry a backward, as a compiled function's do.
+  /// Runs the graph on `inputs`, which must have the exported shapes and dtypes (a
+  /// non-contiguous input is copied when the traced one was contiguous); an input may require
+  /// grad only if the traced one did. Outputs carry a backward, as a compiled function's do.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
   /// The tensors the function read from outside, as saved (leaves; requires_grad as they
   /// were): their .grad fills in backward, and an optimizer can train them.
@@ -57,7 +57,7 @@ class ImportedFunction {
   /// The shapes and dtypes the inputs must have.
   std::vector<Shape> input_shapes() const;
   std::vector<DType> input_dtypes() const;
-  /// Which inputs must require grad (those the traced function differentiated).
+  /// Which inputs the backward differentiates (those that required grad when traced).
   std::vector<bool> input_requires_grad() const;
   /// The graph as it runs (after the passes), as CompiledFunction::dump prints it.
   std::string dump() const;

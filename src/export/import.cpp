@@ -289,10 +289,12 @@ std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inpu
                   Value, detail::kImportOp, s.path, ": input ", i, " is a ", x.dtype(),
                   " tensor of shape ", x.shape(), ", the exported function takes a ",
                   s.input_dtypes[i], " tensor of shape ", s.input_shapes[i]);
-    ADJOINT_CHECK(x.requires_grad() == s.input_requires_grad[i], Value, detail::kImportOp, s.path,
-                  ": input ", i, (x.requires_grad() ? " requires" : " does not require"),
-                  " grad; the exported function was traced with one that ",
-                  (s.input_requires_grad[i] ? "did" : "did not"));
+    // An input the traced backward does not differentiate would get no gradient: refused. One
+    // it does may come without requires_grad (inference, or only the parameters' gradients).
+    ADJOINT_CHECK(!x.requires_grad() || s.input_requires_grad[i], Value, detail::kImportOp, s.path,
+                  ": input ", i,
+                  " requires grad, but the exported function was traced with one "
+                  "that did not, so its backward gives it no gradient");
     // Ops decided by layout when traced (reshape views or copies): a contiguous trace gets a
     // contiguous copy; any other layout must be the traced one.
     if (x.strides() != s.input_strides[i]) {
