@@ -35,8 +35,10 @@ struct ImportedState;  // src/export/import.cpp
 /// Writes the graph of the signature `f` was called with last, with the tensors it reads
 /// (saved by value) and its constants, to `path` (atomically). Throws adjoint::Error (op
 /// "export_function") when `f` has not traced a signature or fell back to eager code (a graph
-/// break: custom autograd functions and in-place writes are). Every graph compile keeps can be
-/// written; an op that could not (one holding a tensor) would be named in the error.
+/// break: custom autograd functions and in-place writes are), or reads a strided view from
+/// outside (a file holds contiguous tensors; the graph's ops were traced on that layout). Every
+/// graph compile keeps can be written; an op that could not (one holding a tensor) would be named
+/// in the error.
 void export_function(const CompiledFunction& f, const std::string& path);
 
 /// A function read back by import_function: its graph, planned and run as `compile` runs it.

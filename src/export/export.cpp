@@ -80,11 +80,22 @@ void export_function(const CompiledFunction& f, const std::string& path) {
                 "the function has no traced signature to write: call it first (a call that fell "
                 "back to eager code, a graph break, has none)");
   const nlohmann::json graph = detail::graph_to_json(*t);
+  // A file holds tensors by value, contiguous; ops traced on a strided view (a reshape that
+  // viewed it, a restride) decided by its layout, so such a tensor would come back wrong.
+  auto saved = [](const Tensor& x, const char* what, std::size_t i) {
+    ADJOINT_CHECK(x.is_contiguous(), Value, detail::kExportOp, "the function reads ", what, " ", i,
+                  " of shape ", x.shape(), " as a strided view (strides ", x.strides(),
+                  "), and a file holds contiguous tensors: make it contiguous before the "
+                  "function reads it");
+    return x.detach();
+  };
   io::NamedTensors tensors;
   for (std::size_t i = 0; i < t->graph.captures.size(); ++i)
-    tensors.emplace_back("capture." + std::to_string(i), t->graph.captures[i].detach());
+    tensors.emplace_back("capture." + std::to_string(i),
+                         saved(t->graph.captures[i], "captured tensor", i));
   for (std::size_t i = 0; i < t->graph.constants.size(); ++i)
-    tensors.emplace_back("constant." + std::to_string(i), t->graph.constants[i]);
+    tensors.emplace_back("constant." + std::to_string(i),
+                         saved(t->graph.constants[i], "constant", i));
   io::save_safetensors(
       path, tensors,
       {{detail::kFormatKey, detail::kFormatVersion}, {detail::kGraphKey, graph.dump()}});

@@ -372,6 +372,16 @@ TEST(Export, WhatCannotBeWrittenOrReadIsAnErrorNamingIt) {
             }).find("no traced signature"),
             std::string::npos);
 
+  // A captured tensor that is a strided view: a file holds it contiguous, and the graph's
+  // ops were traced on its layout.
+  const Tensor outside = randn({3, 4}).t();
+  CompiledFunction strided = compile([&](const Tensor& x) { return x + outside.reshape({-1}); });
+  strided(ones({12}));
+  EXPECT_NE(error_of([&] {
+              export_function(strided, temp_path("strided.adjoint"));
+            }).find("strided view"),
+            std::string::npos);
+
   CompileOptions eager_on_break;
   eager_on_break.warn = false;
   CompiledFunction broken = compile(
