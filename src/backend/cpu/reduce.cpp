@@ -178,6 +178,10 @@ void run_floating_sum(const Plan& p, const T* x, double* out) {
   if (p.leading_rows > 0 || !inner_contiguous)
     return run_plan<T, double>(p, x, out, 0.0, [](double a, T v) { return a + v; });
   const int64_t n = p.per_output;
+  if (p.outputs == 1 && n <= kSumChunk) {  // one chunk (a loss): no buffer, no threads
+    out[0] = 0.0 + chunk_sum(x + offset_of(0, p.kept_sizes, p.kept_strides), n);
+    return;
+  }
   if (p.outputs == 1) {
     const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
     std::vector<double> partial(static_cast<std::size_t>(chunks));
