@@ -101,13 +101,15 @@ struct BaseView {
   Shape shape, strides;
   int64_t offset = 0;
   // Under vmap: the physical view's geometry (batch dim in front), for the batching rule.
-  Shape batch_shape, batch_strides;
+  Shape batch_shape{}, batch_strides{};
   int64_t batch_offset = 0;
   Tensor forward(const Tensor& base) const { return make_view(base, shape, strides, offset); }
   Tensor vmap(const BatchArgs& b) const {
     const Tensor base = b.with_batch(0);
-    return apply(BaseView{batched_index(index, b.size(), base.numel() / b.size()), batch_shape,
-                          batch_strides, batch_offset},
+    return apply(BaseView{.index = batched_index(index, b.size(), base.numel() / b.size()),
+                          .shape = batch_shape,
+                          .strides = batch_strides,
+                          .offset = batch_offset},
                  base);
   }
   // d/dbase: each element's gradient goes back to the base element at its memory position,
@@ -209,7 +211,7 @@ void regenerate_view_history(const Tensor& view) {
     EnableGradGuard grad;  // a history is made whatever the caller's mode
     NoForwardGradGuard no_forward_grad;
     const ViewMap m = view_map(base, view, "in-place");
-    BaseView op{m.index, v->shape, v->strides, v->offset};
+    BaseView op{.index = m.index, .shape = v->shape, .strides = v->strides, .offset = v->offset};
     if (m.physical_view.defined()) {
       op.batch_shape = m.physical_view.shape();
       op.batch_strides = m.physical_view.strides();
