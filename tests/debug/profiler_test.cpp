@@ -92,7 +92,9 @@ TEST(Profiler, ACompiledReplayShowsEachGraphNodeAndItsBackwardNode) {
   for (const ProfileEvent& e : prof.events()) {
     EXPECT_GE(e.end_ns, e.start_ns) << e.name;
     EXPECT_LE(static_cast<double>(e.end_ns) * 1e-6, prof.wall_ms()) << e.name;
-    if (e.name == "linear" && !e.backward) EXPECT_GT(e.flops, 0u);
+    if (e.name == "linear" && !e.backward) {
+      EXPECT_GT(e.flops, 0u);
+    }
   }
   EXPECT_EQ(detail::tls_op_observer, nullptr);
 }

@@ -119,12 +119,15 @@ TEST_P(OpReducedPrecision, MatchesFloat32OnTheRoundedInputs) {
   // A sample of several ops rounds after each: allow 8 roundings of the result's magnitude.
   constexpr double kRounds = 8;
   // (A sample may promote to float64 itself, through a float64 constant.)
-  if (f32.out.dtype() == DType::Float32) EXPECT_EQ(lo.out.dtype(), low) << s.name;
+  if (f32.out.dtype() == DType::Float32) {
+    EXPECT_EQ(lo.out.dtype(), low) << s.name;
+  }
   expect_close(lo.out, f32.out, low, kRounds, s.name + " forward");
   ASSERT_EQ(lo.grads.size(), f32.grads.size());
   for (std::size_t i = 0; i < lo.grads.size(); ++i) {
-    if (lo.grads[i].defined() && f32.grads[i].dtype() == DType::Float32)
+    if (lo.grads[i].defined() && f32.grads[i].dtype() == DType::Float32) {
       EXPECT_EQ(lo.grads[i].dtype(), low) << s.name << " grad " << i;
+    }
     expect_close(lo.grads[i], f32.grads[i], low, 4 * kRounds,
                  s.name + " VJP of input " + std::to_string(i));
   }
