@@ -244,7 +244,7 @@ Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
   if (auto r = detail::batched_pointwise(
           std::array<Tensor, 2>{x, y}, op,
           [kind, op](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); },
-          compare_export(kind, op)))
+          [kind, op] { return compare_export(kind, op); }))
     return *r;
   return kernels::binary(kind, x, y);
 }
@@ -254,7 +254,7 @@ Tensor compare(Unary kind, const Tensor& a, Scalar s) {
   if (auto r = detail::batched_pointwise(
           std::array<Tensor, 1>{x}, "compare",
           [kind, s](const Tensor& p) { return compare(kind, p, s); },
-          compare_scalar_export(kind, s)))
+          [kind, s] { return compare_scalar_export(kind, s); }))
     return *r;
   return kernels::unary(kind, x, s.to_double());
 }
@@ -420,7 +420,9 @@ Tensor ge(const Tensor& a, Scalar b) { return compare(Unary::GeScalar, a, b); }
 Tensor logical_not(const Tensor& x) {
   if (auto r = detail::batched_pointwise(
           std::array<Tensor, 1>{x}, "logical_not", [](const Tensor& p) { return logical_not(p); },
-          detail::ExternalExport{"logical_not", {}}))
+          [] {
+            return detail::ExternalExport{"logical_not", {}};
+          }))
     return *r;
   return kernels::unary(Unary::LogicalNot, x);
 }

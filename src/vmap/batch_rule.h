@@ -178,12 +178,13 @@ Tensor pointwise_on_batch(const BatchArgs& b, F&& fn) {
 
 /// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
 /// an input is batched, fn on the aligned physical values, wrapped; while `compile` traces,
-/// fn run and recorded (fn must hold what it needs by value: the graph keeps it; `exported`
-/// says how a file holds it, Note [Exporting ops] in src/core/op_fields.h); else nothing
-/// (the caller runs as usual). One test of the mode flags when neither is on.
-template <std::size_t N, class F>
+/// fn run and recorded (fn must hold what it needs by value: the graph keeps it;
+/// `make_export()` says how a file holds it, Note [Exporting ops] in src/core/op_fields.h,
+/// and is called only then, so an untraced call builds nothing); else nothing (the caller runs
+/// as usual). One test of the mode flags when neither is on.
+template <std::size_t N, class F, class MakeExport>
 std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op, F fn,
-                                        ExternalExport exported = {}) {
+                                        MakeExport make_export) {
   if ((tls_mode.layers & (layer_bit(Layer::Batching) | layer_bit(Layer::Trace))) == 0) [[likely]]
     return std::nullopt;
   if (const int level = tls_mode.vmap_depth != 0 ? top_batch_level(inputs, op) : 0)
@@ -195,7 +196,7 @@ std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, con
         return [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(in[I]...); }
         (std::make_index_sequence<N>{});
       },
-      nullptr, std::move(exported));
+      nullptr, make_export());
 }
 
 }  // namespace adjoint::detail
