@@ -17,13 +17,14 @@ namespace adjoint::detail {
 // of a small program, not generated code: adjoint has no compiler at run time, and an
 // instruction over a block of 2048 floats costs the same as the compiled op would, so the
 // dispatch between instructions is amortised; each instruction is the op's own per-element
-// function (kernels::unary_block, binary_block share them with the op's kernel), so a fused
-// group computes every element exactly as the ops would one by one, bit for bit where the op's
-// kernel takes its contiguous path. A group holds ops of one phase (forward or backward), one
-// register dtype (Note [Fusing 16-bit values and casts]) and one result shape; operands broadcast
-// into it. Groups are grown in graph order: a node joins the open group when it fits, and a node
-// that reads the group's values without fitting closes it. The fused node runs where its last
-// member ran.
+// function: the vectorised kernel its contiguous path runs, called directly
+// (kernels::simd_unary_fn, simd_binary_fn), or else its block kernel (kernels::unary_block,
+// binary_block). So a fused group computes every element exactly as the ops would one by one,
+// bit for bit where the op's kernel takes its contiguous path. A group holds ops of one phase
+// (forward or backward), one register dtype (Note [Fusing 16-bit values and casts]) and one result
+// shape; operands broadcast into it. Groups are grown in graph order: a node joins the open group
+// when it fits, and a node that reads the group's values without fitting closes it. The fused node
+// runs where its last member ran.
 
 // Note [Fusing 16-bit values and casts]
 // A group's registers hold its opmath dtype: float64, or float32 for float32, float16 and

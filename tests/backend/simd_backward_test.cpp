@@ -101,7 +101,8 @@ TEST(SimdBackward, GeluGradNaNAndOtherKinds) {
   EXPECT_FALSE(kernels::simd_binary(Binary::Pow, &one, &one, &o, 1));
   EXPECT_EQ(o, 7);
   EXPECT_TRUE(kernels::simd_binary_handles(Binary::GeluErfBackward));
-  EXPECT_FALSE(kernels::simd_binary_handles(Binary::TanhBackward));
+  EXPECT_TRUE(kernels::simd_binary_handles(Binary::TanhBackward));
+  EXPECT_FALSE(kernels::simd_binary_handles(Binary::Eq));
 }
 
 template <class T>
