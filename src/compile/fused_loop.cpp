@@ -183,8 +183,51 @@ void round_block(const float* x, float* dst, int64_t n, DType dtype) {
                             [&]<class H>() { detail::round_through(x, dst, n, H{}); });
 }
 
+/// Each instruction's vectorised kernel (kernels::simd_unary_fn, simd_binary_fn), fetched when
+/// the fused node is made: a direct call costs about 7 ns less than going through unary_block's
+/// checks and dispatch, and the backward of pointwise-chain makes 18 calls per block of 512
+/// elements. Kinds without one go through the block kernels.
 template <class T>
-void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<Tensor>& outs) {
+struct InstrKernel {
+  kernels::SimdUnaryFn<T> unary = nullptr;
+  kernels::SimdBinaryFn<T> binary = nullptr;
+  T a = 0, b = 0;
+};
+
+/// What a program's runs share, worked out once.
+template <class T>
+struct Prepared {
+  int generation = 0;  // kernels::simd_target_generation() when the kernels were fetched
+  std::vector<InstrKernel<T>> kernels;  // by instruction
+  std::vector<char> input_written;      // by fused input: an instruction overwrites its register
+};
+
+template <class T>
+Prepared<T> prepare(const Program& p) {
+  Prepared<T> r;
+  r.generation = kernels::simd_target_generation();
+  r.kernels.resize(p.code.size());
+  for (std::size_t i = 0; i < p.code.size(); ++i) {
+    const PointwiseKernel& k = p.code[i].kernel;
+    if (k.is_cast || k.is_where) continue;
+    if (k.is_binary) {
+      r.kernels[i].binary = kernels::simd_binary_fn<T>(k.binary);
+    } else {
+      r.kernels[i] = {kernels::simd_unary_fn<T>(k.unary, k.a), nullptr, static_cast<T>(k.a),
+                      static_cast<T>(k.b)};
+    }
+  }
+  for (int reg : p.input_register) {
+    bool written = false;
+    for (const Instr& in : p.code) written = written || in.dst == reg;
+    r.input_written.push_back(written);
+  }
+  return r;
+}
+
+template <class T>
+void run_program(const Program& p, const Prepared<T>& prepared, std::span<const Tensor> inputs,
+                 std::vector<Tensor>& outs) {
   const int64_t numel = p.shape.numel();
   outs.clear();
   if (p.sum_register >= 0) {
@@ -220,32 +263,8 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
   // overwrites is the same in every block: its register is filled once per thread and run, not
   // once per block (a per-block fill was 3.5% of pointwise-chain's compiled step).
   std::vector<char> constant_input(readers.size(), 0);
-  for (std::size_t k = 0; k < readers.size(); ++k) {
-    const int r = p.input_register[k];
-    bool written = output_of[static_cast<std::size_t>(r)] >= 0;
-    for (const Instr& in : p.code) written = written || in.dst == r;
-    constant_input[k] = readers[k].kind == InputReader::Kind::Scalar && !written;
-  }
-  // Each instruction's vectorised kernel, fetched once per run: a direct call costs about 7 ns
-  // less than going through unary_block's checks and dispatch, and the backward of
-  // pointwise-chain makes 18 calls per block of 512 elements. Kinds without one go through the
-  // block kernels (the same bits: Note [Pointwise fusion] in fusion.cpp).
-  struct Kernel {
-    kernels::SimdUnaryFn<T> unary = nullptr;
-    kernels::SimdBinaryFn<T> binary = nullptr;
-    T a = 0, b = 0;
-  };
-  std::vector<Kernel> kernel_of(p.code.size());
-  for (std::size_t i = 0; i < p.code.size(); ++i) {
-    const PointwiseKernel& k = p.code[i].kernel;
-    if (k.is_cast || k.is_where) continue;
-    if (k.is_binary) {
-      kernel_of[i].binary = kernels::simd_binary_fn<T>(k.binary);
-    } else {
-      kernel_of[i] = {kernels::simd_unary_fn<T>(k.unary, k.a), nullptr, static_cast<T>(k.a),
-                      static_cast<T>(k.b)};
-    }
-  }
+  for (std::size_t k = 0; k < readers.size(); ++k)
+    constant_input[k] = readers[k].kind == InputReader::Kind::Scalar && !prepared.input_written[k];
   // Registers one cache line more than a block apart: at a multiple of 4 KiB apart, a load
   // from one register and a store to another at the same offset look dependent to the CPU
   // (4K aliasing), which slowed 1024-element blocks.
@@ -268,7 +287,7 @@ void run_program(const Program& p, std::span<const Tensor> inputs, std::vector<T
     }
     for (std::size_t i = 0; i < p.code.size(); ++i) {
       const Instr& in = p.code[i];
-      const Kernel& fn = kernel_of[i];
+      const InstrKernel<T>& fn = prepared.kernels[i];
       T* dst = reg[static_cast<std::size_t>(in.dst)];
       if (in.kernel.is_cast) {
         const T* x = reg[static_cast<std::size_t>(in.src0)];
@@ -389,6 +408,11 @@ class FusedOp final : public TracedOp {
         member_output_(std::move(member_output)),
         output_slot_(std::move(output_slot)),
         num_inputs_(num_inputs) {
+    if (program_.dtype == DType::Float32) {
+      f32_ = prepare<float>(program_);
+    } else {
+      f64_ = prepare<double>(program_);
+    }
     std::ostringstream os;
     os << "fused[";
     for (std::size_t i = 0; i < members_.size(); ++i) {
@@ -408,9 +432,9 @@ class FusedOp final : public TracedOp {
     const OpScope scope("fused pointwise");
     std::vector<Tensor> outs;
     if (program_.dtype == DType::Float32) {
-      run_program<float>(program_, in, outs);
+      run_prepared(f32_, in, outs);
     } else {
-      run_program<double>(program_, in, outs);
+      run_prepared(f64_, in, outs);
     }
     return first_and_rest(std::move(outs), extras);
   }
@@ -436,6 +460,18 @@ class FusedOp final : public TracedOp {
   bool fused() const override { return true; }
 
  private:
+  // The kernels fetched at construction, or fetched again for this run when a test has pinned
+  // another instruction set since.
+  template <class T>
+  void run_prepared(const Prepared<T>& prepared, std::span<const Tensor> in,
+                    std::vector<Tensor>& outs) const {
+    if (prepared.generation == kernels::simd_target_generation()) {
+      run_program<T>(program_, prepared, in, outs);
+    } else {
+      run_program<T>(program_, prepare<T>(program_), in, outs);
+    }
+  }
+
   static Tensor first_and_rest(std::vector<Tensor> outs, std::vector<Tensor>& extras) {
     extras.assign(std::make_move_iterator(outs.begin() + 1), std::make_move_iterator(outs.end()));
     return std::move(outs[0]);
@@ -448,6 +484,8 @@ class FusedOp final : public TracedOp {
   std::vector<int> output_slot_;                 // slot of each fused output
   int num_inputs_;
   std::string name_;
+  Prepared<float> f32_;  // the one of the program's dtype
+  Prepared<double> f64_;
 };
 
 }  // namespace

@@ -4,9 +4,11 @@
 // that a fused chain makes no intermediate buffers, and its peak matches the plan's.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "adjoint/adjoint.h"
+#include "backend/cpu/simd_math.h"
 
 namespace {
 
@@ -247,6 +249,32 @@ TEST(Fusion, AFusedChainMakesNoIntermediateBuffers) {
   expect_same(fused(x), f(x), "value");
   EXPECT_NE(fused.dump().find("fused[mul, add, tanh, mul, add, tanh"), std::string::npos);
   EXPECT_EQ(fused.plan().fused_away, 29);
+}
+
+// A fused node fetches its instructions' vectorised kernels once; pinning another instruction
+// set must not leave it running the old ones. tanh rounds some values differently with and
+// without FMA, so each target's compiled result must be that target's eager result, and some
+// two targets must disagree (else this test could not see stale kernels).
+TEST(Fusion, AFusedLoopRunsTheKernelsOfThePinnedInstructionSet) {
+  auto f = [](const Tensor& x) { return tanh(x * 0.7 + 0.1) * x; };
+  Generator gen(4);
+  const Tensor x = randn({4096}, DType::Float32, &gen) * 3.0;
+  CompiledFunction fused = compile(f);
+  fused(x);  // traced and fused on the best instruction set
+  const std::vector<std::string> targets = kernels::simd_targets();
+  std::vector<std::vector<float>> results;
+  for (std::size_t t = 0; t < targets.size(); ++t) {
+    kernels::simd_pin_target_for_test(static_cast<int>(t));
+    SCOPED_TRACE(targets[t]);
+    const std::vector<float> got = fused(x).to_vector<float>(), want = f(x).to_vector<float>();
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    results.push_back(got);
+  }
+  kernels::simd_pin_target_for_test(-1);
+  EXPECT_EQ(fused.stats().traces, 1);
+  bool some_differ = false;
+  for (const std::vector<float>& r : results) some_differ = some_differ || r != results[0];
+  EXPECT_TRUE(some_differ);
 }
 
 TEST(Fusion, WhereJoinsTheFusedLoopWithItsBoolCondition) {

@@ -7,6 +7,7 @@
 #include "backend/cpu/simd_math.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -854,12 +855,20 @@ std::vector<std::string> simd_targets() {
   return names;
 }
 
+namespace {
+std::atomic<int> target_generation{0};
+}  // namespace
+
+int simd_target_generation() { return target_generation.load(std::memory_order_acquire); }
+
 void simd_pin_target_for_test(int index) {
   hwy::SetSupportedTargetsForTest(0);  // un-pin first, so the list below is the full one
-  if (index < 0) return;
-  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  ADJOINT_ASSERT(static_cast<size_t>(index) < targets.size(), "no SIMD target ", index);
-  hwy::SetSupportedTargetsForTest(targets[static_cast<size_t>(index)]);
+  if (index >= 0) {
+    std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+    ADJOINT_ASSERT(static_cast<size_t>(index) < targets.size(), "no SIMD target ", index);
+    hwy::SetSupportedTargetsForTest(targets[static_cast<size_t>(index)]);
+  }
+  target_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 std::string simd_active_target() { return simd::active_target_name(); }

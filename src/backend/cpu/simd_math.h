@@ -39,8 +39,8 @@ using SimdBinaryFn = void (*)(const T* a, const T* b, T* out, size_t n);
 /// The kernel simd_unary (simd_binary) runs for `kind` on the instruction set chosen now, or
 /// nullptr for a kind it does not handle. For a caller that runs the same kinds over many short
 /// blocks (compile's fused loop): calling it directly skips the checks and the dispatch of every
-/// call (about 7 ns of a 30 ns call on 512 floats). Fetch it again after
-/// simd_pin_target_for_test.
+/// call (about 7 ns of a 30 ns call on 512 floats). A kept pointer is stale once
+/// simd_target_generation() has changed.
 template <class T>
 SimdUnaryFn<T> simd_unary_fn(Unary kind, double a = 0);
 template <>
@@ -120,5 +120,8 @@ std::vector<std::string> simd_targets();
 void simd_pin_target_for_test(int index);
 /// Name of the instruction set simd_unary uses now.
 std::string simd_active_target();
+/// Counts the calls of simd_pin_target_for_test: kernels fetched by simd_unary_fn or
+/// simd_binary_fn at another count may belong to another instruction set.
+int simd_target_generation();
 
 }  // namespace adjoint::kernels
