@@ -302,7 +302,9 @@ void ZeroOptimizer::load_state_dict(const optim::StateDict& state) {
                   Value, kOp, "load_state_dict: parameter ", first,
                   " has optimizer state but another parameter of its shard has none (never "
                   "updated); ZeRO updates a shard's parameters together");
-    for (auto& [slot, dst] : slots) {
+    for (auto& entry : slots) {  // (not a structured binding: clang 14 cannot capture one)
+      const std::string& slot = entry.first;
+      Tensor& dst = entry.second;
       if (dst.dim() == 0) continue;
       for_each_piece(
           ddp_, b, rank * chunk, chunk, [&](int64_t i, int64_t from, int64_t to, int64_t len) {
