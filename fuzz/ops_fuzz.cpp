@@ -2,7 +2,8 @@
 // a few input tensors of random small shapes (empty and 0-d included) and dtypes. It runs the
 // program, then backward, sometimes with create_graph and a second backward through the
 // gradients, sometimes inside checkpoint() (and then again without, comparing gradients),
-// sometimes with forward-mode tangents (make_dual in a DualLevel, and transforms' jvp).
+// sometimes with forward-mode tangents (make_dual in a DualLevel, and transforms' jvp), and
+// sometimes through compile(), traced and replayed, against eager code.
 // adjoint::Error is an accepted outcome for any op; an internal error, another exception type,
 // a sanitizer report or a broken invariant (a gradient shaped unlike its input, a checkpointed
 // gradient differing from the plain one) is a finding. Seeds: fuzz/corpus/ops.
@@ -243,6 +244,72 @@ void check_jvp_transform(const Program& p) {
   });
 }
 
+// Whether a compiled replay's value agrees with eager code's: shape, dtype and definedness
+// equal; integers and bools equal; floating values equal or within 8 ulps of the dtype (a fused
+// loop over strided operands may round differently; contiguous ones are bitwise), NaN where
+// NaN, infinities equal.
+bool close_values(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  if (!a.is_floating_point()) return same_values(a, b);
+  const double eps = a.dtype() == DType::Float64 ? 0x1p-52 : a.dtype() == DType::Float32 ? 0x1p-23
+                                                                                         : 0x1p-7;
+  const std::vector<double> va = a.detach().to(DType::Float64).to_vector<double>();
+  const std::vector<double> vb = b.detach().to(DType::Float64).to_vector<double>();
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) {
+      if (std::isnan(va[i]) != std::isnan(vb[i])) return false;
+      continue;
+    }
+    if (va[i] == vb[i]) continue;
+    if (std::isinf(va[i]) || std::isinf(vb[i])) return false;
+    if (!(std::fabs(va[i] - vb[i]) <= 8 * eps * std::max(std::fabs(va[i]), std::fabs(vb[i]))))
+      return false;
+  }
+  return true;
+}
+
+// compile() against eager code: the program traced on one set of inputs, replayed on a fresh
+// set of the same values, gives eager code's outputs and (with kModeBackward) gradients. An
+// Error from one side only is a finding too: a graph break falls back to eager code, so
+// compile may not refuse what eager code runs.
+void check_compiled(const Program& p) {
+  CompileOptions options;
+  options.warn = false;
+  const CompiledFunction compiled =
+      compile([&p](const std::vector<Tensor>& xs) { return interpret(p, xs); }, options);
+  auto run = [&](bool use_compiled, std::vector<Tensor>& outs,
+                 std::optional<std::vector<Tensor>>& grads) {
+    const std::vector<Tensor> inputs = make_inputs(p);
+    if (!run_expecting_errors([&] { outs = use_compiled ? compiled(inputs) : interpret(p, inputs); }))
+      return false;
+    if (p.mode & kModeBackward) grads = reverse(p, inputs, outs);
+    return true;
+  };
+  std::vector<Tensor> eager_outs, traced_outs, replay_outs;
+  std::optional<std::vector<Tensor>> eager_grads, traced_grads, replay_grads;
+  const bool eager_ok = run(false, eager_outs, eager_grads);
+  const bool traced_ok = run(true, traced_outs, traced_grads);
+  if (eager_ok != traced_ok)
+    finding("compile and eager code disagree on an error:", eager_ok ? "compile threw" : "eager threw");
+  if (!eager_ok) return;
+  if (trace()) std::fprintf(stderr, "  compiled: traced, now the replay\n");
+  if (!run(true, replay_outs, replay_grads)) finding("a compiled replay threw where its trace ran");
+  ADJOINT_FUZZ_CHECK(replay_outs.size() == eager_outs.size());
+  for (std::size_t i = 0; i < eager_outs.size(); ++i)
+    if (!close_values(replay_outs[i], eager_outs[i]))
+      finding("a compiled replay's output differs from eager code's:",
+              describe(eager_outs[i]).c_str());
+  if (eager_grads.has_value() != replay_grads.has_value()) return;  // an Error on one side
+  if (!eager_grads) return;
+  ADJOINT_FUZZ_CHECK(eager_grads->size() == replay_grads->size());
+  for (std::size_t i = 0; i < eager_grads->size(); ++i)
+    if (!close_values((*replay_grads)[i], (*eager_grads)[i]))
+      finding("a compiled replay's gradient differs from eager code's:",
+              describe((*eager_grads)[i]).c_str());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -267,5 +334,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     }
   }
   if (dual && (p.mode & kModeJvpTransform) && p.run == 0) check_jvp_transform(p);
+  if (p.compiled && p.run == 0 && !dual && !checkpointed) check_compiled(p);
   return 0;
 }

@@ -23,6 +23,7 @@ struct Program {
   uint8_t mode = 0;
   int outputs = 1;
   bool use_grad_fn = false;  // autograd::grad instead of backward
+  bool compiled = false;     // also traced and replayed by compile(), against eager
   int run = 0;               // 0 normal, 1 no-grad, 2 inference
   struct Input {
     DType dtype;

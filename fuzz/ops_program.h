@@ -2,8 +2,9 @@
 // the seed writer (seeds.cpp):
 //   byte 0      mode: which of backward, double backward, checkpoint, duals, ... (kMode*)
 //   byte 1      outputs: 1 + (b & 3) % 3 last values are the program's outputs; bit 2 picks
-//               autograd::grad instead of Tensor::backward; b >> 4: 14 runs the program under
-//               NoGradGuard, 15 under InferenceMode (kRunNoGrad, kRunInference)
+//               autograd::grad instead of Tensor::backward; bit 3 also runs the program
+//               through compile() and compares (kOutputsCompile); b >> 4: 14 runs the program
+//               under NoGradGuard, 15 under InferenceMode (kRunNoGrad, kRunInference)
 //   byte 2      inputs: 1 + (b % 4) input tensors, each described by kInputBytes bytes:
 //                 [0] dtype (b & 3: bool, int64, float32, float64), requires_grad (bit 2),
 //                     value style (bits 3-4), ndim ((b >> 5) % 5)
@@ -35,6 +36,7 @@ enum Mode : uint8_t {
 };
 
 inline constexpr uint8_t kOutputsAutogradGrad = 1 << 2;
+inline constexpr uint8_t kOutputsCompile = 1 << 3;
 inline constexpr uint8_t kRunNoGrad = 14;
 inline constexpr uint8_t kRunInference = 15;
 

@@ -333,6 +333,10 @@ void op_seeds(const fs::path& dir) {
        {kFactory, 0, 9, 3, 1, 4},
        {kFactory, 0, 2, 2, 0, 7},
        {kAdd, 0, 6}});
+  put("compiled", BB, kOutputsCompile, {d23, d3},
+      {{kMul, 0, 1}, {kTanh}, {kAdd, 0, 2}, {kSoftmax, 0, 8}, {kSum, 0, 1}});
+  put("compiled_views_random", B, kOutputsCompile | 1, {d234},
+      {{kTranspose, 0, 0, 1}, {kExp}, {kDropout, 0, 1, 1}, {kMul, 0, 1}, {kSum}});
   put("requires_grad", B, 0, {{DType::Float64, false, 1, {3}, 1}, i23},
       {{kRequiresGrad, 0, 1}, {kRequiresGrad, 1, 1}, {kExp, 1}, {kItem, 0}, {kPrint, 0}});
 }

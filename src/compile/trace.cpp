@@ -51,6 +51,15 @@ bool same_layout(const TensorImpl& a, const TensorImpl& b) {
 
 class Tracer final : public OpTracer {
  public:
+  /// Throws GraphBreak, and remembers why: a function that catches adjoint::Error and goes on
+  /// (a loop that tries ops and skips those that fail) must still not be taken as traced.
+  [[noreturn]] void break_trace(std::string reason) {
+    if (broken_.empty()) broken_ = reason;
+    throw GraphBreak(reason);
+  }
+  /// Why the trace broke, or empty.
+  const std::string& broken() const { return broken_; }
+
   explicit Tracer(Graph& g) : g_(g), previous_(tls_op_tracer), previous_layers_(tls_mode.layers) {
     tls_op_tracer = this;
     set_layer_active(Layer::Trace, true);
@@ -125,14 +134,14 @@ class Tracer final : public OpTracer {
   }
 
   [[noreturn]] void untraceable(const char* op, const char* why) override {
-    throw GraphBreak(str(op, " inside a compiled function: ", why));
+    break_trace(str(op, " inside a compiled function: ", why));
   }
 
   void constant_made(const Tensor& t) override { constants_.insert(t.impl()); }
   void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
   void generator_reseeded(const Generator* gen) override {
     if (!local_generators_.contains(gen))
-      throw GraphBreak(
+      break_trace(
           "the function seeds or sets the state of a generator made outside it; a replay "
           "would not do that again (seed it outside, or make the generator inside)");
   }
@@ -166,12 +175,12 @@ class Tracer final : public OpTracer {
   const std::vector<Leaf>& leaves() const { return leaves_; }
 
   /// Throws unless every argument and captured tensor still has the version it had.
-  void check_leaves_unchanged() const {
+  void check_leaves_unchanged() {
     for (const Leaf& l : leaves_)
       if (l.alias.impl()->storage->version() != known_.at(l.alias.impl()).version)
-        throw GraphBreak(str("the function changed ", describe_leaf(l.id),
-                             " in place; a compiled function must not modify its inputs or "
-                             "the tensors it reads from outside"));
+        break_trace(str("the function changed ", describe_leaf(l.id),
+                        " in place; a compiled function must not modify its inputs or "
+                        "the tensors it reads from outside"));
   }
 
  private:
@@ -214,9 +223,9 @@ class Tracer final : public OpTracer {
     TensorImpl* impl = x.impl();
     if (auto it = known_.find(impl); it != known_.end()) {
       if (impl->storage->version() != it->second.version)
-        throw GraphBreak(str(op, ": one of its inputs (", impl->shape, ", ", impl->dtype,
-                             ") was changed in place while tracing; a compiled function may "
-                             "not modify tensors in place"));
+        break_trace(str(op, ": one of its inputs (", impl->shape, ", ", impl->dtype,
+                        ") was changed in place while tracing; a compiled function may "
+                        "not modify tensors in place"));
       if (it->second.stand_in.defined()) x = it->second.stand_in;
       return it->second.id;
     }
@@ -231,8 +240,8 @@ class Tracer final : public OpTracer {
         }
       }
       if (!made_while_tracing_.contains(impl->storage.get()) && !constants_.contains(impl))
-        throw GraphBreak(str(op, ": got a view (", impl->shape, ", ", impl->dtype,
-                             ") of a traced tensor made by code compile cannot trace"));
+        break_trace(str(op, ": got a view (", impl->shape, ", ", impl->dtype,
+                        ") of a traced tensor made by code compile cannot trace"));
     }
     if (constants_.contains(impl)) {
       const int id = g_.add_value({ValueKind::Constant, static_cast<int>(g_.constants.size()), -1,
@@ -242,9 +251,9 @@ class Tracer final : public OpTracer {
       return id;
     }
     if (made_while_tracing_.contains(impl->storage.get()))
-      throw GraphBreak(str(op, ": got a tensor (", impl->shape, ", ", impl->dtype,
-                           ") made inside the function by code compile cannot trace (only ops, "
-                           "comparisons, factories and random draws are recorded)"));
+      break_trace(str(op, ": got a tensor (", impl->shape, ", ", impl->dtype,
+                      ") made inside the function by code compile cannot trace (only ops, "
+                      "comparisons, factories and random draws are recorded)"));
     // From outside the function: captured, read again at every call.
     const int id = g_.add_value(
         {ValueKind::Capture, static_cast<int>(g_.captures.size()), -1, impl->shape, impl->dtype});
@@ -295,6 +304,7 @@ class Tracer final : public OpTracer {
   std::vector<Tensor> first_;  ///< by value id: the first tensor registered for it
   std::vector<Tensor> alive_;
   std::vector<Leaf> leaves_;
+  std::string broken_;
 };
 
 }  // namespace
@@ -308,6 +318,8 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   for (std::size_t i = 0; i < inputs.size(); ++i)
     args.push_back(tracer.add_input(inputs[i], static_cast<int>(i)));
   const std::vector<Tensor> outs = f(args, statics);
+  if (!tracer.broken().empty())
+    throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
   for (const Tensor& o : outs) g.outputs.push_back(tracer.output(o));
 
   // The backward: gradients of the outputs that require grad, w.r.t. the leaves that do.
@@ -335,6 +347,8 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
     g.grad_leaves.clear();
   }
   tracer.check_leaves_unchanged();
+  if (!tracer.broken().empty())  // a backward hook of the function's that caught it
+    throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
   return g;
 }
 
