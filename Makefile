@@ -61,10 +61,11 @@ fuzz-build:
 fuzz: fuzz-build
 	@bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-# Rewrites the seed corpora in fuzz/corpus (after a change to the program format or loaders).
+# Rewrites the seed corpora in fuzz/corpus (after a change to the program format or loaders);
+# the regress_* inputs kept from findings stay.
 fuzz-seeds: fuzz-build
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_seeds
-	@rm -rf fuzz/corpus/loaders fuzz/corpus/ops
+	@find fuzz/corpus/loaders fuzz/corpus/ops -type f ! -name 'regress_*' -delete 2>/dev/null || true
 	@ASAN_OPTIONS=detect_leaks=0 ./$(FUZZ_BUILD)/fuzz/fuzz_seeds fuzz/corpus
 
 # Backward on several threads (tests/autograd/concurrency_test.cpp, more iterations than in
