@@ -3,21 +3,38 @@
 #include "autograd/view_tracking.h"
 
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "adjoint/error.h"
 #include "autograd/apply.h"
 #include "backend/kernels.h"
+#include "core/op_scope.h"
 #include "core/tensor_factory.h"
 #include "vmap/batched.h"
 
 namespace adjoint::detail {
 namespace {
 
-// Storage positions of t's elements, in row-major logical order.
+// Storage positions of t's elements, in row-major logical order. An expanded view has few
+// elements in memory but one position for each of numel: more than this machine's memory is
+// refused as the allocation that cannot succeed (OutOfMemory), and a failed allocation becomes
+// that error too, not a std::bad_alloc out of the library.
 std::vector<int64_t> positions(const TensorImpl& t) {
+  const int64_t memory = physical_memory_bytes();
+  auto out_of_memory = [&] {
+    return Error(ErrorKind::OutOfMemory, current_op("in-place"),
+                 str("out of memory: the view history of a tensor of shape ", t.shape, " (",
+                     t.dtype, ") maps each of its ", t.numel,
+                     " elements to its base's; clone() an expanded view before using it"));
+  };
+  if (memory > 0 && t.numel > memory / static_cast<int64_t>(sizeof(int64_t))) throw out_of_memory();
   std::vector<int64_t> out;
-  out.reserve(static_cast<std::size_t>(t.numel));
+  try {
+    out.reserve(static_cast<std::size_t>(t.numel));
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory();
+  }
   if (t.numel == 0) return out;
   const std::size_t nd = t.shape.size();
   std::vector<int64_t> at(nd, 0);

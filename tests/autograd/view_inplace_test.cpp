@@ -311,3 +311,22 @@ TEST(ViewInplace, ACycleThroughAnotherTensorsStaleSaveIsFreed) {
   }
   for (std::size_t i = 0; i < nodes.size(); ++i) EXPECT_TRUE(nodes[i].expired()) << "node " << i;
 }
+
+// A view expanded to 2^40 elements of a base written in place (found by the ops fuzzer): its
+// history is regenerated from an index map of one entry per element, more than any memory.
+// That is an OutOfMemory error naming the op, not a std::bad_alloc escaping the library.
+TEST(ViewInplace, AHugeExpandedViewOfABaseWrittenInPlaceIsOutOfMemory) {
+  Tensor leaf = full({1, 1}, 0.5).to(DType::Float64).requires_grad_();
+  Tensor base = leaf * 1.0;
+  Tensor huge = base.expand({1, int64_t{1} << 40});
+  base.clamp_(0.0, 5.0);
+  expect_error([&] { (void)tanh(huge); }, ErrorKind::OutOfMemory,
+               {"out of memory", "[1, 1099511627776]"});
+  // A view of ordinary size regenerates its history as before: y = 3 tanh(3 leaf), so
+  // dy/dleaf = 9 (1 - tanh^2(1.5)).
+  Tensor small = base.expand({1, 3});
+  base.mul_(3.0);
+  Tensor y = tanh(small).sum();
+  y.backward();
+  EXPECT_NEAR(leaf.grad().item<double>(), 9 * (1 - std::pow(std::tanh(1.5), 2)), 1e-12);
+}
