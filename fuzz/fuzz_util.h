@@ -60,7 +60,9 @@ inline constexpr const char* kKnownBugs[] = {
 // Reported by these targets and not yet fixed: none. Fixed, and no longer steered around:
 // int-extremes, float-to-int, int-pow, arange-length, index-add-0d, backward-throw-leak,
 // inplace-saved-cycle (Note [Stale saves and reference cycles]), int-matmul-overflow,
-// split-huge-pieces (check_piece_count in src/ops/shape.cpp).
+// split-huge-pieces (check_piece_count in src/ops/shape.cpp); found in session 17, never steered
+// around: a graph break the traced function caught (trace.cpp's break_trace), a huge expanded
+// view's history (positions() in src/autograd/view_tracking.cpp).
 inline constexpr std::array<const char*, 0> kReportedBugs{};
 
 /// Whether to steer around the bug `tag`: ADJOINT_FUZZ_AVOID_KNOWN=1 avoids the known bugs,
