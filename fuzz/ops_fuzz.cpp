@@ -253,8 +253,9 @@ bool close_values(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return true;
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   if (!a.is_floating_point()) return same_values(a, b);
-  const double eps = a.dtype() == DType::Float64 ? 0x1p-52 : a.dtype() == DType::Float32 ? 0x1p-23
-                                                                                         : 0x1p-7;
+  const double eps = a.dtype() == DType::Float64   ? 0x1p-52
+                     : a.dtype() == DType::Float32 ? 0x1p-23
+                                                   : 0x1p-7;
   const std::vector<double> va = a.detach().to(DType::Float64).to_vector<double>();
   const std::vector<double> vb = b.detach().to(DType::Float64).to_vector<double>();
   for (std::size_t i = 0; i < va.size(); ++i) {
@@ -282,7 +283,8 @@ void check_compiled(const Program& p) {
   auto run = [&](bool use_compiled, std::vector<Tensor>& outs,
                  std::optional<std::vector<Tensor>>& grads) {
     const std::vector<Tensor> inputs = make_inputs(p);
-    if (!run_expecting_errors([&] { outs = use_compiled ? compiled(inputs) : interpret(p, inputs); }))
+    if (!run_expecting_errors(
+            [&] { outs = use_compiled ? compiled(inputs) : interpret(p, inputs); }))
       return false;
     if (p.mode & kModeBackward) grads = reverse(p, inputs, outs);
     return true;
@@ -292,7 +294,8 @@ void check_compiled(const Program& p) {
   const bool eager_ok = run(false, eager_outs, eager_grads);
   const bool traced_ok = run(true, traced_outs, traced_grads);
   if (eager_ok != traced_ok)
-    finding("compile and eager code disagree on an error:", eager_ok ? "compile threw" : "eager threw");
+    finding("compile and eager code disagree on an error:",
+            eager_ok ? "compile threw" : "eager threw");
   if (!eager_ok) return;
   if (trace()) std::fprintf(stderr, "  compiled: traced, now the replay\n");
   if (!run(true, replay_outs, replay_grads)) finding("a compiled replay threw where its trace ran");

@@ -44,9 +44,8 @@ struct Machine {
     if (info.linear_ok && t.is_floating_point() && t.numel() > 0 && t.numel() <= 65536) {
       NoGradGuard no_grad;
       double largest = 0;
-      run_expecting_errors([&] {
-        largest = t.detach().to(DType::Float64).abs().max().item<double>();
-      });
+      run_expecting_errors(
+          [&] { largest = t.detach().to(DType::Float64).abs().max().item<double>(); });
       if (largest > 1e8) info.linear_ok = false;  // (infinities too; NaN compares false)
     }
     values.push_back(std::move(t));
