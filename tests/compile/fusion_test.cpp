@@ -4,6 +4,7 @@
 // that a fused chain makes no intermediate buffers, and its peak matches the plan's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -262,6 +263,9 @@ TEST(Fusion, AFusedLoopRunsTheKernelsOfThePinnedInstructionSet) {
   CompiledFunction fused = compile(f);
   fused(x);  // traced and fused on the best instruction set
   const std::vector<std::string> targets = kernels::simd_targets();
+  struct Unpin {  // the best instruction set again, whatever happens below
+    ~Unpin() { kernels::simd_pin_target_for_test(-1); }
+  } unpin;
   std::vector<std::vector<float>> results;
   for (std::size_t t = 0; t < targets.size(); ++t) {
     kernels::simd_pin_target_for_test(static_cast<int>(t));
@@ -270,11 +274,16 @@ TEST(Fusion, AFusedLoopRunsTheKernelsOfThePinnedInstructionSet) {
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
     results.push_back(got);
   }
-  kernels::simd_pin_target_for_test(-1);
   EXPECT_EQ(fused.stats().traces, 1);
+  // With FMA (AVX2, AVX-512) and without (SSE4 and below: every x86-64 has those).
+  const bool fma_and_not = std::find_if(targets.begin(), targets.end(), [](const std::string& t) {
+                             return t == "AVX2" || t == "AVX3";
+                           }) != targets.end();
   bool some_differ = false;
   for (const std::vector<float>& r : results) some_differ = some_differ || r != results[0];
-  EXPECT_TRUE(some_differ);
+  if (fma_and_not) {
+    EXPECT_TRUE(some_differ);
+  }
 }
 
 TEST(Fusion, WhereJoinsTheFusedLoopWithItsBoolCondition) {
