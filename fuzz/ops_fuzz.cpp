@@ -312,7 +312,9 @@ void check_compiled(const Program& p) {
   for (std::size_t i = 0; i < eager_grads->size(); ++i)
     if (!close_values((*replay_grads)[i], (*eager_grads)[i]))
       finding("a compiled replay's gradient differs from eager code's:",
-              describe((*eager_grads)[i]).c_str());
+              (std::to_string(i) + ": " + describe((*replay_grads)[i]) + " against " +
+               describe((*eager_grads)[i]))
+                  .c_str());
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ struct Graph {
   std::vector<Tensor> constants;       ///< by Value::index
   std::vector<Generator*> generators;  ///< those the random nodes draw from
   std::vector<int> outputs;            ///< value id of each result of the function
+  /// By output: the traced result did not require grad. A result that is an argument's or a
+  /// capture's detached alias (`x.detach()`) is that leaf's value in the graph, which does
+  /// require grad; the replay hands it on detached, as the function did. Empty: no such
+  /// result (a graph read from a file).
+  std::vector<bool> output_detached;
   /// The backward: for each output, the cotangent value it receives (-1: it needs none), and
   /// for each differentiated leaf (an input or capture value), the value of its gradient (-1:
   /// the outputs do not depend on it).

@@ -182,15 +182,34 @@ class CompiledBackward final : public Node {
 
 }  // namespace
 
+namespace {
+
+// The function's results from the values of a run: a result the function detached from an
+// argument or a capture (Graph::output_detached) is detached again, so that no gradient flows
+// into the leaf through it and it is not the caller's own tensor.
+std::vector<Tensor> results_of(const Graph& g, const std::vector<Tensor>& env) {
+  std::vector<Tensor> outs;
+  outs.reserve(g.outputs.size());
+  for (std::size_t k = 0; k < g.outputs.size(); ++k) {
+    const int id = g.outputs[k];
+    Tensor out = id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor();
+    if (k < g.output_detached.size() && g.output_detached[k] && out.defined() &&
+        out.requires_grad())
+      out = out.detach();
+    outs.push_back(std::move(out));
+  }
+  return outs;
+}
+
+}  // namespace
+
 std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
                              const std::vector<Tensor>& inputs, EagerFn eager) {
   const Graph& g = plan->graph;
   std::vector<Tensor> env(g.values.size());
   bind_leaves(*plan, env, inputs, g.captures);
   run_kernels(g, plan->forward, env);
-  std::vector<Tensor> outs;
-  outs.reserve(g.outputs.size());
-  for (int id : g.outputs) outs.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+  std::vector<Tensor> outs = results_of(g, env);
 
   bool differentiable = false;
   if (g.has_backward() && is_grad_enabled())
@@ -231,9 +250,7 @@ std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tens
       env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
     for (int id : plan.forward.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
   }
-  std::vector<Tensor> outs;
-  for (int id : g.outputs) outs.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
-  return outs;
+  return results_of(g, env);
 }
 
 }  // namespace adjoint::detail

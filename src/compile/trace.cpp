@@ -320,7 +320,10 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   const std::vector<Tensor> outs = f(args, statics);
   if (!tracer.broken().empty())
     throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
-  for (const Tensor& o : outs) g.outputs.push_back(tracer.output(o));
+  for (const Tensor& o : outs) {
+    g.outputs.push_back(tracer.output(o));
+    g.output_detached.push_back(o.defined() && !o.requires_grad());
+  }
 
   // The backward: gradients of the outputs that require grad, w.r.t. the leaves that do.
   std::vector<Tensor> roots, cotangents, leaves;

@@ -61,6 +61,7 @@ json graph_to_json(const TracedSignature& t) {
           {"nodes", nodes},
           {"inputs", g.inputs},
           {"outputs", g.outputs},
+          {"output_detached", g.output_detached},
           {"cotangents", g.cotangents},
           {"grad_leaves", g.grad_leaves},
           {"grads", g.grads},

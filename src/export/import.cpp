@@ -119,6 +119,12 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
   }
   g.inputs = ids(j.at("inputs"), true);
   g.outputs = ids(j.at("outputs"), false);
+  if (j.contains("output_detached")) {  // (files written before it have none)
+    expect(j.at("output_detached").is_array(), path, "'output_detached' is not a list");
+    g.output_detached = j.at("output_detached").get<std::vector<bool>>();
+    expect(g.output_detached.size() == g.outputs.size(), path,
+           "'output_detached' and 'outputs' disagree in length");
+  }
   g.cotangents = ids(j.at("cotangents"), true);
   g.grad_leaves = ids(j.at("grad_leaves"), false);
   g.grads = ids(j.at("grads"), true);

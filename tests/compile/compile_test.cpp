@@ -279,6 +279,28 @@ TEST(Compile, AGraphBreakTheFunctionCatchesStillRunsEagerly) {
   EXPECT_TRUE(contains(c.dump(), "the function caught that error and went on"));
 }
 
+// A result the function detached from its argument (found by the ops fuzzer's compile check):
+// the graph holds it as the argument's value, which requires grad, and the replay handed back
+// the caller's own tensor, so a backward through it reached the argument. It comes back
+// detached, as eager code returns it; the argument itself returned stays the caller's tensor.
+TEST(Compile, AResultDetachedFromAnArgumentStaysDetached) {
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].detach(), in[0], in[0] * 3.0};
+  };
+  CompiledFunction c = compile(f);
+  const Tensor x = ones({3}).requires_grad_();
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<Tensor> outs = c({x});
+    EXPECT_FALSE(outs[0].requires_grad());
+    EXPECT_FALSE(outs[0].is_same(x));
+    expect_same(outs[0], x.detach());
+    EXPECT_TRUE(outs[1].requires_grad());
+    x.zero_grad();
+    (outs[1] * 2.0 + outs[2]).sum().backward();
+    expect_same(x.grad(), full({3}, 5.0));  // 2 through the argument, 3 through the product
+  }
+}
+
 TEST(Compile, HooksAndBackwardInsideTheFunctionAreGraphBreaks) {
   CompileOptions o;
   o.on_graph_break = OnGraphBreak::Throw;
