@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the coefficients of the float32 tanh in src/backend/cpu/simd_math.cpp (TanhF32Coefs).
+"""Fits the coefficients of the float32 tanh in src/backend/cpu/simd_math-inl.h (TanhF32Coefs).
 
 Relative minimax polynomials by Lawson's iteration: weighted least squares, each point's weight
 multiplied by its error after every solve; the best of the iterates is kept. 50 digits (mpmath,

@@ -199,7 +199,6 @@ template <class T>
 struct Prepared {
   int generation = 0;  // kernels::simd_target_generation() when the kernels were fetched
   std::vector<InstrKernel<T>> kernels;  // by instruction
-  std::vector<char> input_written;      // by fused input: an instruction overwrites its register
 };
 
 template <class T>
@@ -216,11 +215,6 @@ Prepared<T> prepare(const Program& p) {
       r.kernels[i] = {kernels::simd_unary_fn<T>(k.unary, k.a), nullptr, static_cast<T>(k.a),
                       static_cast<T>(k.b)};
     }
-  }
-  for (int reg : p.input_register) {
-    bool written = false;
-    for (const Instr& in : p.code) written = written || in.dst == reg;
-    r.input_written.push_back(written);
   }
   return r;
 }
@@ -259,12 +253,13 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
         narrowed.push_back(k);
       }
     }
-  // A broadcast scalar input (the cotangent of a sum, expanded) whose register no instruction
-  // overwrites is the same in every block: its register is filled once per thread and run, not
-  // once per block (a per-block fill was 3.5% of pointwise-chain's compiled step).
+  // A broadcast scalar input (the cotangent of a sum, expanded) is the same in every block, and
+  // no instruction writes an input's register (make_fused never reuses them): its register is
+  // filled once per thread and run, not once per block (a per-block fill was 3.5% of
+  // pointwise-chain's compiled step).
   std::vector<char> constant_input(readers.size(), 0);
   for (std::size_t k = 0; k < readers.size(); ++k)
-    constant_input[k] = readers[k].kind == InputReader::Kind::Scalar && !prepared.input_written[k];
+    constant_input[k] = readers[k].kind == InputReader::Kind::Scalar;
   // Registers one cache line more than a block apart: at a multiple of 4 KiB apart, a load
   // from one register and a store to another at the same offset look dependent to the CPU
   // (4K aliasing), which slowed 1024-element blocks.

@@ -318,8 +318,12 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   for (std::size_t i = 0; i < inputs.size(); ++i)
     args.push_back(tracer.add_input(inputs[i], static_cast<int>(i)));
   const std::vector<Tensor> outs = f(args, statics);
-  if (!tracer.broken().empty())
-    throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
+  // A break the function caught (or a backward hook of its, below) still breaks the trace.
+  auto refuse_if_broken = [&] {
+    if (!tracer.broken().empty())
+      throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
+  };
+  refuse_if_broken();
   for (const Tensor& o : outs) {
     g.outputs.push_back(tracer.output(o));
     g.output_detached.push_back(o.defined() && !o.requires_grad());
@@ -350,8 +354,7 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
     g.grad_leaves.clear();
   }
   tracer.check_leaves_unchanged();
-  if (!tracer.broken().empty())  // a backward hook of the function's that caught it
-    throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
+  refuse_if_broken();
   return g;
 }
 
