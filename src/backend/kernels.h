@@ -84,6 +84,11 @@ enum class Binary {
   Or,
 };
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b);
+
+/// Each kind's own name ("mul_scalar", "tanh_backward"): compile's program listings. The
+/// errors of kinds that one op has several of (clamp_min and clamp_max) name the op instead.
+const char* kind_name(Unary kind);
+const char* kind_name(Binary kind);
 /// binary() into an existing tensor of the broadcast shape; out may be a itself (in-place ops).
 void binary_into(Binary kind, const Tensor& out, const Tensor& a, const Tensor& b);
 /// One contiguous block of n elements of float or double, computed exactly as unary() and

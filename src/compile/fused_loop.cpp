@@ -192,6 +192,8 @@ struct InstrKernel {
   kernels::SimdUnaryFn<T> unary = nullptr;
   kernels::SimdBinaryFn<T> binary = nullptr;
   T a = 0, b = 0;
+  T e = 0;           // the epilogue's constant
+  T pa = 0, pb = 0;  // the prologue's constant, by operand
 };
 
 /// What a program's runs share, worked out once.
@@ -207,16 +209,36 @@ Prepared<T> prepare(const Program& p) {
   r.generation = kernels::simd_target_generation();
   r.kernels.resize(p.code.size());
   for (std::size_t i = 0; i < p.code.size(); ++i) {
-    const PointwiseKernel& k = p.code[i].kernel;
+    const Instr& in = p.code[i];
+    const PointwiseKernel& k = in.kernel;
     if (k.is_cast || k.is_where) continue;
     if (k.is_binary) {
-      r.kernels[i].binary = kernels::simd_binary_fn<T>(k.binary);
+      const kernels::ScalarStep none = kernels::ScalarStep::None;
+      const bool on_a = in.prologue_operand == 0;
+      r.kernels[i].binary = kernels::simd_binary_fn<T>(
+          k.binary, in.epilogue, on_a ? in.prologue : none, on_a ? none : in.prologue);
+      (on_a ? r.kernels[i].pa : r.kernels[i].pb) = static_cast<T>(in.prologue_value);
+      // merge_scalar_steps makes prologues only for the kinds that always have kernels
+      ADJOINT_CHECK(in.prologue == none || r.kernels[i].binary, Internal, "fused pointwise",
+                    "no kernel for a binary instruction with a prologue");
     } else {
-      r.kernels[i] = {kernels::simd_unary_fn<T>(k.unary, k.a), nullptr, static_cast<T>(k.a),
-                      static_cast<T>(k.b)};
+      r.kernels[i].unary = kernels::simd_unary_fn<T>(k.unary, k.a, in.epilogue);
+      r.kernels[i].a = static_cast<T>(k.a);
+      r.kernels[i].b = static_cast<T>(k.b);
     }
+    r.kernels[i].e = static_cast<T>(in.epilogue_value);
   }
   return r;
+}
+
+/// An instruction's epilogue as a pass of its own, for a kind without a vectorised kernel
+/// (merge_epilogues merges only into kinds that have one; this keeps any program right).
+template <class T>
+void run_epilogue_pass(const Instr& in, T* dst, int64_t n) {
+  if (in.epilogue == kernels::ScalarStep::MulScalar)
+    kernels::unary_block<T>(kernels::Unary::MulScalar, dst, dst, n, in.epilogue_value);
+  if (in.epilogue == kernels::ScalarStep::AddScalar)
+    kernels::unary_block<T>(kernels::Unary::AddScalar, dst, dst, n, in.epilogue_value);
 }
 
 template <class T>
@@ -302,16 +324,18 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
         const T* x = reg[static_cast<std::size_t>(in.src0)];
         const T* y = reg[static_cast<std::size_t>(in.src1)];
         if (fn.binary) {
-          fn.binary(x, y, dst, static_cast<std::size_t>(n));
+          fn.binary(x, y, dst, static_cast<std::size_t>(n), fn.pa, fn.pb, fn.e);
         } else {
           kernels::binary_block<T>(in.kernel.binary, x, y, dst, n);
+          run_epilogue_pass(in, dst, n);
         }
       } else {
         const T* x = reg[static_cast<std::size_t>(in.src0)];
         if (fn.unary) {
-          fn.unary(x, dst, static_cast<std::size_t>(n), fn.a, fn.b);
+          fn.unary(x, dst, static_cast<std::size_t>(n), fn.a, fn.b, fn.e);
         } else {
           kernels::unary_block<T>(in.kernel.unary, x, dst, n, in.kernel.a, in.kernel.b);
+          run_epilogue_pass(in, dst, n);
         }
       }
       if constexpr (std::is_same_v<T, float>)
@@ -453,6 +477,9 @@ class FusedOp final : public TracedOp {
 
   bool same_as(const TracedOp&) const override { return false; }
   bool fused() const override { return true; }
+  std::string body_text(const std::string& indent) const override {
+    return program_text(program_, indent);
+  }
 
  private:
   // The kernels fetched at construction, or fetched again for this run when a test has pinned

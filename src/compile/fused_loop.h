@@ -3,9 +3,11 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "adjoint/tensor.h"
+#include "backend/cpu/simd_math.h"
 #include "dispatch/layer.h"
 
 namespace adjoint::detail {
@@ -20,6 +22,17 @@ struct Instr {
   /// The member's result dtype: a 16-bit one rounds dst to it after the op, as the op's own
   /// kernel rounds its float32 result (Note [Fusing 16-bit values and casts] in fusion.cpp).
   DType result = DType::Float32;
+  /// A mul or add by a constant merged into this instruction (Note [Epilogues] in
+  /// fused_loop.cpp): dst = op(...) then dst = dst * epilogue_value (or + epilogue_value), in
+  /// one pass.
+  kernels::ScalarStep epilogue = kernels::ScalarStep::None;
+  double epilogue_value = 0;
+  /// A mul or add by a constant merged into the operand it computes, of a binary instruction
+  /// (Add or Mul): operand `prologue_operand` (0 for src0, 1 for src1) is read as
+  /// operand * prologue_value (or + prologue_value).
+  kernels::ScalarStep prologue = kernels::ScalarStep::None;
+  int prologue_operand = 0;
+  double prologue_value = 0;
 };
 
 /// A group as one program over registers (one block of elements each).
@@ -45,6 +58,16 @@ struct Program {
   /// in src/backend/cpu/reduce.cpp).
   int64_t sum_inner = 0;
 };
+
+/// Merges each mul or add by a constant into the instruction that computes its operand, when
+/// nothing else reads that operand (an epilogue), or else into the one binary instruction
+/// that reads its result (a prologue) (Note [Epilogues] in fused_loop.cpp); returns how many
+/// were merged.
+int merge_scalar_steps(Program& p);
+
+/// The program as text, one line per instruction, each line starting with `indent` (the
+/// graph dump lists each fused node's program under it).
+std::string program_text(const Program& p, const std::string& indent);
 
 /// A fused group as a graph node keeps it. A replay runs `program`; under vmap or jvp the
 /// members run one by one through the stack instead, on slots: the fused inputs first

@@ -177,6 +177,7 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
     member_output.push_back(num_inputs + static_cast<int>(members.size()));
     output_slot = {member_output.back()};
   }
+  merge_scalar_steps(p);
   GraphNode fused;
   fused.op = make_fused_op(std::move(p), std::move(ops), std::move(member_inputs),
                            std::move(member_output), std::move(output_slot), num_inputs);

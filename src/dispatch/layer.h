@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "adjoint/tensor.h"
@@ -121,6 +122,9 @@ class TracedOp {
   virtual std::optional<PointwiseKernel> pointwise() const { return std::nullopt; }
   /// A fused group of ops (compile's fusion), whose further results are not saved tensors.
   virtual bool fused() const { return false; }
+  /// What the op runs, as lines under its line in a graph dump (a fused group's program);
+  /// empty for an op its name says all of.
+  virtual std::string body_text(const std::string& /*indent*/) const { return {}; }
   /// The op's reduction when it is one (its `reduction()` member).
   virtual std::optional<ReductionKernel> reduction() const { return std::nullopt; }
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it

@@ -1,11 +1,13 @@
 // Tests of the vectorised gradient and softmax pieces in src/backend/cpu/simd_math.cpp on every
 // instruction set compiled in that this CPU supports: simd_binary (the gelu gradients) against a
 // reference one precision up, simd_max and simd_exp_shifted against std:: over lengths with
-// tails, unaligned starts, NaN and infinities, and no writes past the end.
+// tails, unaligned starts, NaN and infinities, and no writes past the end; each kernel with an
+// epilogue against two passes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -151,5 +153,88 @@ void check_max_and_exp() {
 
 TEST(SimdBackward, MaxAndShiftedExpFloat32) { check_max_and_exp<float>(); }
 TEST(SimdBackward, MaxAndShiftedExpFloat64) { check_max_and_exp<double>(); }
+
+// A kernel with an epilogue or a prologue (compile's fused loop merges a mul or add by a
+// constant into the pass before or after it) gives the bits of the separate passes, for every
+// vectorised kind, both steps, both dtypes and every instruction set; lengths with tails.
+template <class T>
+void check_epilogues() {
+  using kernels::ScalarStep;
+  using kernels::Unary;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> nd(0, 2);
+  const int64_t n = 1000 + 7;
+  std::vector<T> x(n), y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[static_cast<std::size_t>(i)] = static_cast<T>(nd(rng));
+    y[static_cast<std::size_t>(i)] = static_cast<T>(std::abs(nd(rng)) + 0.1);
+  }
+  x[0] = T(0), x[1] = T(-0.0), x[2] = std::numeric_limits<T>::infinity(), x[3] = T(1e30);
+  const std::pair<ScalarStep, Unary> epilogues[] = {{ScalarStep::MulScalar, Unary::MulScalar},
+                                                    {ScalarStep::AddScalar, Unary::AddScalar}};
+  const T e = static_cast<T>(0.7071067811865476);  // rounded in T: the kernels take T
+  for_each_target([&](const std::string&) {
+    int checked = 0;
+    for (auto [epilogue, scalar_kind] : epilogues) {
+      const kernels::SimdUnaryFn<T> second = kernels::simd_unary_fn<T>(scalar_kind, e);
+      ASSERT_NE(second, nullptr);
+      std::vector<T> want(n), got(n);
+      auto expect_equal = [&](const std::string& what) {
+        second(want.data(), want.data(), static_cast<std::size_t>(n), e, 0, 0);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0) << what;
+        ++checked;
+      };
+      for (int k = 0; k <= static_cast<int>(Unary::LogicalNot); ++k) {
+        const Unary kind = static_cast<Unary>(k);
+        for (double a : {2.0, 3.0, 0.25}) {  // the parameter (pow's 2 and 3; softplus's beta)
+          if (!kernels::simd_unary_handles(kind, a)) continue;
+          const T ta = static_cast<T>(a), tb = T(20);
+          kernels::simd_unary_fn<T>(kind, a)(x.data(), want.data(), n, ta, tb, 0);
+          kernels::simd_unary_fn<T>(kind, a, epilogue)(x.data(), got.data(), n, ta, tb, e);
+          expect_equal("unary kind " + std::to_string(k));
+        }
+      }
+      for (int k = 0; k <= static_cast<int>(Binary::Or); ++k) {
+        const Binary kind = static_cast<Binary>(k);
+        if (!kernels::simd_binary_handles(kind)) continue;
+        kernels::simd_binary_fn<T>(kind)(x.data(), y.data(), want.data(), n, 0, 0, 0);
+        kernels::simd_binary_fn<T>(kind, epilogue)(x.data(), y.data(), got.data(), n, 0, 0, e);
+        expect_equal("binary kind " + std::to_string(k));
+      }
+      // A prologue (Add and Mul only) on either operand, with and without an epilogue: the
+      // bits of the step's pass over that operand first.
+      const T pv = static_cast<T>(-1.25e-3);
+      std::vector<T> stepped(n);
+      for (Binary kind : {Binary::Add, Binary::Mul}) {
+        for (int operand : {0, 1}) {
+          const ScalarStep pa = operand == 0 ? epilogue : ScalarStep::None;
+          const ScalarStep pb = operand == 0 ? ScalarStep::None : epilogue;
+          kernels::simd_unary_fn<T>(scalar_kind, pv)(operand == 0 ? x.data() : y.data(),
+                                                     stepped.data(), n, pv, 0, 0);
+          const T* a = operand == 0 ? stepped.data() : x.data();
+          const T* b = operand == 0 ? y.data() : stepped.data();
+          for (ScalarStep after : {ScalarStep::None, epilogue}) {
+            kernels::simd_binary_fn<T>(kind)(a, b, want.data(), n, 0, 0, 0);
+            kernels::simd_binary_fn<T>(kind, after, pa, pb)(x.data(), y.data(), got.data(), n, pv,
+                                                            pv, e);
+            if (after == ScalarStep::None) {
+              ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0);
+              ++checked;
+            } else {
+              expect_equal("prologue on operand " + std::to_string(operand));
+            }
+          }
+        }
+      }
+      EXPECT_EQ(kernels::simd_binary_fn<T>(Binary::Div, ScalarStep::None, epilogue), nullptr);
+      EXPECT_EQ(kernels::simd_binary_fn<T>(Binary::Mul, ScalarStep::None, epilogue, epilogue),
+                nullptr);
+    }
+    EXPECT_GT(checked, 60);
+  });
+}
+
+TEST(SimdBackward, ScalarStepsGiveTheBitsOfSeparatePassesFloat32) { check_epilogues<float>(); }
+TEST(SimdBackward, ScalarStepsGiveTheBitsOfSeparatePassesFloat64) { check_epilogues<double>(); }
 
 }  // namespace

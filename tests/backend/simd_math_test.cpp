@@ -30,38 +30,7 @@ const Unary kHandled[] = {Unary::Exp,     Unary::Expm1, Unary::Log,     Unary::L
                           Unary::Sigmoid, Unary::Silu,  Unary::GeluErf, Unary::GeluTanh,
                           Unary::Softplus};
 
-const char* name(Unary k) {
-  switch (k) {
-    case Unary::Exp:
-      return "exp";
-    case Unary::Expm1:
-      return "expm1";
-    case Unary::Log:
-      return "log";
-    case Unary::Log1p:
-      return "log1p";
-    case Unary::Sqrt:
-      return "sqrt";
-    case Unary::Rsqrt:
-      return "rsqrt";
-    case Unary::Tanh:
-      return "tanh";
-    case Unary::Erf:
-      return "erf";
-    case Unary::Sigmoid:
-      return "sigmoid";
-    case Unary::Silu:
-      return "silu";
-    case Unary::GeluErf:
-      return "gelu_erf";
-    case Unary::GeluTanh:
-      return "gelu_tanh";
-    case Unary::Softplus:
-      return "softplus";
-    default:
-      return "?";
-  }
-}
+const char* name(Unary k) { return kernels::kind_name(k); }
 
 // Softplus is tested with beta = 2 (exact products, so the threshold test is the kernel's own)
 // and threshold 20, as the ops layer passes them.

@@ -10,6 +10,7 @@
 
 #include "adjoint/adjoint.h"
 #include "backend/cpu/simd_math.h"
+#include "compile/fused_loop.h"
 
 namespace {
 
@@ -99,6 +100,7 @@ struct RandomProgram {
 };
 
 TEST(Fusion, RandomPointwiseProgramsEqualEagerBitwise) {
+  int merged = 0;
   for (DType dtype : {DType::Float32, DType::Float64}) {
     for (uint64_t seed = 1; seed <= 25; ++seed) {
       Generator gen(seed);
@@ -127,8 +129,13 @@ TEST(Fusion, RandomPointwiseProgramsEqualEagerBitwise) {
         }
       }
       EXPECT_GT(c.plan().fused_away, 0) << "seed " << seed;
+      const std::string dump = c.dump();
+      for (std::size_t at = dump.find(", then "); at != std::string::npos;
+           at = dump.find(", then ", at + 1))
+        ++merged;
     }
   }
+  EXPECT_GT(merged, 20);  // epilogues (Note [Epilogues]) ran in these programs
 }
 
 // Casts between float32 and the 16-bit floats fuse, and so do ops on 16-bit values: a group
@@ -284,6 +291,100 @@ TEST(Fusion, AFusedLoopRunsTheKernelsOfThePinnedInstructionSet) {
   if (fma_and_not) {
     EXPECT_TRUE(some_differ);
   }
+}
+
+// A mul or add by a constant that alone reads the value before it runs in that value's pass
+// (an epilogue); one whose operand is read again runs in the pass of the add or multiply that
+// reads its result (a prologue) (Note [Epilogues] in merge_scalar_steps.cpp). Values and
+// gradients equal eager code bit for bit.
+TEST(Fusion, AMulOrAddByAConstantRunsInTheNextOrPreviousPass) {
+  auto f = [](const Tensor& x) {
+    const Tensor cube = x * x * 3.0;  // the product alone reads x * x: an epilogue
+    const Tensor e = exp(x);
+    const Tensor twice = e * 2.0 + e;  // exp's value is read twice: a prologue of the add
+    return ((cube + twice) + 1.0).sum();
+  };
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(to_string(dtype));
+    const Tensor x = (randn({300, 70}, dtype) * 0.5).requires_grad_(true);
+    CompiledFunction c = compile(f);
+    const Tensor got = c(x), want = f(x);
+    expect_same(got, want, "value");
+    expect_same(autograd::grad({got}, {x})[0], autograd::grad({want}, {x})[0], "gradient");
+    const std::string dump = c.dump();
+    EXPECT_NE(dump.find(" r0, r0, then mul_scalar[3]\n"), std::string::npos) << dump;
+    EXPECT_NE(dump.find(" = exp r0\n"), std::string::npos) << dump;
+    EXPECT_NE(dump.find(" = add (r2 * 2), r2\n"), std::string::npos) << dump;
+    EXPECT_NE(dump.find(", then add_scalar[1]\n"), std::string::npos) << dump;
+    EXPECT_EQ(dump.find("mul_scalar[2]"), std::string::npos) << dump;  // no pass of its own
+  }
+}
+
+// Hand-made programs check the guards that fusion's own register allocation never needs: an
+// epilogue moves the instruction's write to the step's register, a prologue makes the reader
+// read the step's operand, so neither may happen when another instruction in between reads
+// the one or overwrites the other.
+TEST(Fusion, AScalarStepIsNotMergedOverAnotherUseOfTheRegistersItMoves) {
+  using detail::PointwiseKernel;
+  using kernels::Binary;
+  using kernels::ScalarStep;
+  using kernels::Unary;
+  auto program = [](std::vector<detail::Instr> code, int output) {
+    detail::Program p;
+    p.dtype = DType::Float32;
+    p.shape = Shape{8};
+    p.num_registers = 5;
+    p.input_register = {0};
+    p.input_dtype = {DType::Float32};
+    p.code = std::move(code);
+    p.output_register = {output};
+    p.output_dtype = {DType::Float32};
+    return p;
+  };
+  const PointwiseKernel exp_k = PointwiseKernel::of(Unary::Exp),
+                        neg_k = PointwiseKernel::of(Unary::Neg),
+                        twice = PointwiseKernel::of(Unary::MulScalar, 2.0),
+                        add_k = PointwiseKernel::of(Binary::Add),
+                        sub_k = PointwiseKernel::of(Binary::Sub);
+  // An epilogue: exp's only reader is the step, which writes r2; the sub between reads r2's
+  // old value (the neg), and r2 + (that) is a sub, which takes no prologue.
+  detail::Program reads_r2 = program(
+      {{neg_k, 2, 0, -1}, {exp_k, 1, 0, -1}, {add_k, 3, 2, 0}, {twice, 2, 1, -1}, {sub_k, 3, 3, 2}},
+      3);
+  EXPECT_EQ(detail::merge_scalar_steps(reads_r2), 0);
+  EXPECT_EQ(reads_r2.code.size(), 5u);
+  detail::Program epilogue = reads_r2;
+  epilogue.code[2].src0 = 0;  // nothing reads r2's old value now
+  ASSERT_EQ(detail::merge_scalar_steps(epilogue), 1);
+  ASSERT_EQ(epilogue.code.size(), 4u);
+  EXPECT_EQ(epilogue.code[1].dst, 2);  // exp writes the step's register
+  EXPECT_EQ(epilogue.code[1].epilogue, ScalarStep::MulScalar);
+  EXPECT_EQ(epilogue.code[1].epilogue_value, 2.0);
+  // A prologue: exp's value is read twice, so the step stays out of exp's pass; its reader
+  // (an add) would read r1 instead of r2, but the neg between overwrites r1.
+  detail::Program overwrites_r1 = program(
+      {{exp_k, 1, 0, -1}, {twice, 2, 1, -1}, {add_k, 3, 1, 0}, {neg_k, 1, 0, -1}, {add_k, 3, 3, 2}},
+      3);
+  EXPECT_EQ(detail::merge_scalar_steps(overwrites_r1), 0);
+  detail::Program prologue = overwrites_r1;
+  prologue.code[3].dst = 4;  // the neg writes elsewhere now
+  ASSERT_EQ(detail::merge_scalar_steps(prologue), 1);
+  ASSERT_EQ(prologue.code.size(), 4u);
+  const detail::Instr& user = prologue.code[3];
+  EXPECT_EQ(user.prologue, ScalarStep::MulScalar);
+  EXPECT_EQ(user.prologue_operand, 1);
+  EXPECT_EQ(user.src1, 1);  // reads exp's value, times 2
+  EXPECT_EQ(user.prologue_value, 2.0);
+  // A step that has taken an epilogue itself is two steps: it stays (leaky_relu's backward,
+  // mask * 0.99 + 0.01, read by a multiply).
+  detail::Program two_steps = program({{PointwiseKernel::of(Unary::MulScalar, 0.99), 2, 0, -1},
+                                       {PointwiseKernel::of(Unary::AddScalar, 0.01), 2, 2, -1},
+                                       {PointwiseKernel::of(Binary::Mul), 3, 0, 2}},
+                                      3);
+  ASSERT_EQ(detail::merge_scalar_steps(two_steps), 1);
+  ASSERT_EQ(two_steps.code.size(), 2u);
+  EXPECT_EQ(two_steps.code[0].epilogue, ScalarStep::AddScalar);
+  EXPECT_EQ(two_steps.code[1].prologue, ScalarStep::None);
 }
 
 TEST(Fusion, WhereJoinsTheFusedLoopWithItsBoolCondition) {

@@ -120,48 +120,10 @@ bool returns_bool(Unary k) {
   }
 }
 
+// The op name in a kind's errors: the kind's own name, but the scalar forms of an op and
+// its variants carry the op's.
 const char* unary_name(Unary k) {
   switch (k) {
-    case Unary::Neg:
-      return "neg";
-    case Unary::Exp:
-      return "exp";
-    case Unary::Log:
-      return "log";
-    case Unary::Log1p:
-      return "log1p";
-    case Unary::Expm1:
-      return "expm1";
-    case Unary::Sqrt:
-      return "sqrt";
-    case Unary::Rsqrt:
-      return "rsqrt";
-    case Unary::Abs:
-      return "abs";
-    case Unary::Sign:
-      return "sign";
-    case Unary::Sin:
-      return "sin";
-    case Unary::Cos:
-      return "cos";
-    case Unary::Tan:
-      return "tan";
-    case Unary::Tanh:
-      return "tanh";
-    case Unary::Erf:
-      return "erf";
-    case Unary::Sigmoid:
-      return "sigmoid";
-    case Unary::Relu:
-      return "relu";
-    case Unary::Reciprocal:
-      return "reciprocal";
-    case Unary::Square:
-      return "square";
-    case Unary::LeakyRelu:
-      return "leaky_relu";
-    case Unary::Softplus:
-      return "softplus";
     case Unary::ClampMin:
     case Unary::ClampMax:
       return "clamp";
@@ -179,10 +141,8 @@ const char* unary_name(Unary k) {
     case Unary::GeluErf:
     case Unary::GeluTanh:
       return "gelu";
-    case Unary::Silu:
-      return "silu";
     default:
-      return "compare";
+      return returns_bool(k) ? "compare" : kind_name(k);
   }
 }
 

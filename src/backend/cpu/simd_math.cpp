@@ -45,81 +45,100 @@ namespace adjoint::kernels::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Writes f(in[i]) to out[i]; out may equal in. The last partial vector goes through a zeroed
+// An ScalarStep (simd_math.h) as a function of a vector; `s` holds its scalar in every lane.
+template <ScalarStep E, class V>
+struct StepOf {
+  V s;
+  HWY_INLINE HWY_ATTR V operator()(V v) const {
+    if constexpr (E == ScalarStep::MulScalar) {
+      return hn::Mul(v, s);
+    } else if constexpr (E == ScalarStep::AddScalar) {
+      return hn::Add(v, s);
+    } else {
+      return v;
+    }
+  }
+};
+struct NoStep {
+  template <class V>
+  HWY_INLINE HWY_ATTR V operator()(V v) const {
+    return v;
+  }
+};
+
+// Writes e(f(in[i])) to out[i]; out may equal in. The last partial vector goes through a zeroed
 // buffer, so no lane reads or writes past n and every lane computes on a valid number.
-template <class D, class F>
-HWY_INLINE void Apply(D d, const hn::TFromD<D>* in, hn::TFromD<D>* out, size_t n, F f) {
+template <class D, class F, class E = NoStep>
+HWY_INLINE void Apply(D d, const hn::TFromD<D>* in, hn::TFromD<D>* out, size_t n, F f, E e = {}) {
   using T = hn::TFromD<D>;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
-  for (; i + lanes <= n; i += lanes) hn::StoreU(f(hn::LoadU(d, in + i)), d, out + i);
+  for (; i + lanes <= n; i += lanes) hn::StoreU(e(f(hn::LoadU(d, in + i))), d, out + i);
   if (i == n) return;
   HWY_ALIGN T buf[HWY_MAX_BYTES / sizeof(T)] = {};
   std::memcpy(buf, in + i, (n - i) * sizeof(T));
-  hn::Store(f(hn::Load(d, buf)), d, buf);
+  hn::Store(e(f(hn::Load(d, buf))), d, buf);
   std::memcpy(out + i, buf, (n - i) * sizeof(T));
 }
 
-// Writes f(a[i], b[i]) to out[i]; out may equal a or b. The tail goes through zeroed buffers.
-template <class D, class F>
+// Writes e(f(pa(a[i]), pb(b[i]))) to out[i]; out may equal a or b. The tail goes through
+// zeroed buffers.
+template <class D, class F, class E = NoStep, class PA = NoStep, class PB = NoStep>
 HWY_INLINE void Apply2(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out,
-                       size_t n, F f) {
+                       size_t n, F f, E e = {}, PA pa = {}, PB pb = {}) {
   using T = hn::TFromD<D>;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
   for (; i + lanes <= n; i += lanes)
-    hn::StoreU(f(hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, out + i);
+    hn::StoreU(e(f(pa(hn::LoadU(d, a + i)), pb(hn::LoadU(d, b + i)))), d, out + i);
   if (i == n) return;
   HWY_ALIGN T bufa[HWY_MAX_BYTES / sizeof(T)] = {};
   HWY_ALIGN T bufb[HWY_MAX_BYTES / sizeof(T)] = {};
   std::memcpy(bufa, a + i, (n - i) * sizeof(T));
   std::memcpy(bufb, b + i, (n - i) * sizeof(T));
-  hn::Store(f(hn::Load(d, bufa), hn::Load(d, bufb)), d, bufa);
+  hn::Store(e(f(pa(hn::Load(d, bufa)), pb(hn::Load(d, bufb)))), d, bufa);
   std::memcpy(out + i, bufa, (n - i) * sizeof(T));
 }
 
-template <class T>
-HWY_INLINE void BinaryT(Binary kind, const T* a, const T* b, T* out, size_t n) {
+template <class T, class E = NoStep, class PA = NoStep, class PB = NoStep>
+HWY_INLINE void BinaryT(Binary kind, const T* a, const T* b, T* out, size_t n, E e = {}, PA pa = {},
+                        PB pb = {}) {
   const hn::ScalableTag<T> d;
   using V = Vec<decltype(d)>;
+  const auto apply = [&](auto f) HWY_ATTR { Apply2(d, a, b, out, n, f, e, pa, pb); };
   switch (kind) {
     // One correctly rounded operation each, so every instruction set gives the scalar result.
     case Binary::Add:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Add(x, y); });
+      return apply([](V x, V y) HWY_ATTR { return hn::Add(x, y); });
     case Binary::Sub:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Sub(x, y); });
+      return apply([](V x, V y) HWY_ATTR { return hn::Sub(x, y); });
     case Binary::Mul:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Mul(x, y); });
+      return apply([](V x, V y) HWY_ATTR { return hn::Mul(x, y); });
     case Binary::Div:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR { return hn::Div(x, y); });
+      return apply([](V x, V y) HWY_ATTR { return hn::Div(x, y); });
     // x where x < y or x is NaN, else y: the scalar loop's choice, signed zeros included.
     case Binary::Minimum:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR {
+      return apply([](V x, V y) HWY_ATTR {
         return hn::IfThenElse(hn::Or(hn::Lt(x, y), hn::IsNaN(x)), x, y);
       });
     case Binary::Maximum:
-      return Apply2(d, a, b, out, n, [](V x, V y) HWY_ATTR {
+      return apply([](V x, V y) HWY_ATTR {
         return hn::IfThenElse(hn::Or(hn::Gt(x, y), hn::IsNaN(x)), x, y);
       });
     // The activation gradients in the scalar loop's order of operations: the same bits.
     case Binary::TanhBackward:
-      return Apply2(d, a, b, out, n, [d](V g, V y) HWY_ATTR {
-        return hn::Mul(g, hn::Sub(hn::Set(d, T(1)), hn::Mul(y, y)));
-      });
+      return apply([d](V g, V y)
+                       HWY_ATTR { return hn::Mul(g, hn::Sub(hn::Set(d, T(1)), hn::Mul(y, y))); });
     case Binary::SigmoidBackward:
-      return Apply2(d, a, b, out, n, [d](V g, V y) HWY_ATTR {
-        return hn::Mul(hn::Mul(g, y), hn::Sub(hn::Set(d, T(1)), y));
-      });
+      return apply([d](V g, V y)
+                       HWY_ATTR { return hn::Mul(hn::Mul(g, y), hn::Sub(hn::Set(d, T(1)), y)); });
     case Binary::ReluBackward:  // a NaN y passes g through
-      return Apply2(d, a, b, out, n, [d](V g, V y) HWY_ATTR {
-        return hn::IfThenZeroElse(hn::Le(y, hn::Zero(d)), g);
-      });
+      return apply([d](V g, V y)
+                       HWY_ATTR { return hn::IfThenZeroElse(hn::Le(y, hn::Zero(d)), g); });
     case Binary::GeluTanhBackward:
-      return Apply2(d, a, b, out, n,
-                    [d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluTanhGradV(d, x)); });
+      return apply([d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluTanhGradV(d, x)); });
     case Binary::GeluErfBackward:
-      return Apply2(d, a, b, out, n,
-                    [d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluErfGradV(d, x)); });
+      return apply([d](V g, V x) HWY_ATTR { return hn::Mul(g, GeluErfGradV(d, x)); });
     default:
       return;  // simd_binary_handles() keeps other kinds away
   }
@@ -198,89 +217,136 @@ void ExpShiftedF64(const double* x, double shift, double* y, size_t n) {
 
 // One function per kind (BinaryT's switch folds away on the constant), for a caller that runs
 // one kind over many blocks and calls it directly (simd_binary_fn).
-template <class T, Binary K>
-void BinaryOf(const T* a, const T* b, T* out, size_t n) {
-  BinaryT<T>(K, a, b, out, n);
+template <class T, Binary K, ScalarStep E, ScalarStep PA, ScalarStep PB>
+void BinaryOf(const T* a, const T* b, T* out, size_t n, T pa, T pb, T e) {
+  const hn::ScalableTag<T> d;
+  using V = Vec<decltype(d)>;
+  BinaryT<T>(K, a, b, out, n, StepOf<E, V>{hn::Set(d, e)}, StepOf<PA, V>{hn::Set(d, pa)},
+             StepOf<PB, V>{hn::Set(d, pb)});
 }
-template <class T>
-SimdBinaryFn<T> BinaryKernelT(Binary kind) {
-  switch (kind) {
+// Kernels with a prologue only for Add and Mul (simd_binary_takes_prologue), on one operand.
+template <class T, ScalarStep E, ScalarStep PA, ScalarStep PB>
+SimdBinaryFn<T> BinaryKernelOf(Binary kind) {
+  if constexpr (PA != ScalarStep::None || PB != ScalarStep::None) {
+    if (kind == Binary::Add) return &BinaryOf<T, Binary::Add, E, PA, PB>;
+    if (kind == Binary::Mul) return &BinaryOf<T, Binary::Mul, E, PA, PB>;
+    return nullptr;
+  } else {
+    switch (kind) {
 #define ADJOINT_CASE(k) \
   case Binary::k:       \
-    return &BinaryOf<T, Binary::k>;
-    ADJOINT_SIMD_BINARY_KINDS(ADJOINT_CASE)
+    return &BinaryOf<T, Binary::k, E, PA, PB>;
+      ADJOINT_SIMD_BINARY_KINDS(ADJOINT_CASE)
 #undef ADJOINT_CASE
-    default:
-      return nullptr;
+      default:
+        return nullptr;
+    }
   }
 }
-SimdBinaryFn<float> BinaryKernelF32(Binary kind) { return BinaryKernelT<float>(kind); }
-SimdBinaryFn<double> BinaryKernelF64(Binary kind) { return BinaryKernelT<double>(kind); }
+// The run-time steps as template arguments, one at a time.
+template <class T, ScalarStep PA, ScalarStep PB>
+SimdBinaryFn<T> BinaryKernelWithPrologues(Binary kind, ScalarStep epilogue) {
+  switch (epilogue) {
+    case ScalarStep::MulScalar:
+      return BinaryKernelOf<T, ScalarStep::MulScalar, PA, PB>(kind);
+    case ScalarStep::AddScalar:
+      return BinaryKernelOf<T, ScalarStep::AddScalar, PA, PB>(kind);
+    default:
+      return BinaryKernelOf<T, ScalarStep::None, PA, PB>(kind);
+  }
+}
+template <class T>
+SimdBinaryFn<T> BinaryKernelT(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                              ScalarStep prologue_b) {
+  using S = ScalarStep;
+  if (prologue_a == S::MulScalar)
+    return BinaryKernelWithPrologues<T, S::MulScalar, S::None>(kind, epilogue);
+  if (prologue_a == S::AddScalar)
+    return BinaryKernelWithPrologues<T, S::AddScalar, S::None>(kind, epilogue);
+  if (prologue_b == S::MulScalar)
+    return BinaryKernelWithPrologues<T, S::None, S::MulScalar>(kind, epilogue);
+  if (prologue_b == S::AddScalar)
+    return BinaryKernelWithPrologues<T, S::None, S::AddScalar>(kind, epilogue);
+  return BinaryKernelWithPrologues<T, S::None, S::None>(kind, epilogue);
+}
+SimdBinaryFn<float> BinaryKernelF32(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                    ScalarStep prologue_b) {
+  return BinaryKernelT<float>(kind, epilogue, prologue_a, prologue_b);
+}
+SimdBinaryFn<double> BinaryKernelF64(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                     ScalarStep prologue_b) {
+  return BinaryKernelT<double>(kind, epilogue, prologue_a, prologue_b);
+}
 void BinaryF32(Binary kind, const float* a, const float* b, float* out, size_t n) {
-  if (SimdBinaryFn<float> f = BinaryKernelT<float>(kind)) f(a, b, out, n);
+  using S = ScalarStep;
+  if (SimdBinaryFn<float> f = BinaryKernelOf<float, S::None, S::None, S::None>(kind))
+    f(a, b, out, n, 0, 0, 0);
 }
 void BinaryF64(Binary kind, const double* a, const double* b, double* out, size_t n) {
-  if (SimdBinaryFn<double> f = BinaryKernelT<double>(kind)) f(a, b, out, n);
+  using S = ScalarStep;
+  if (SimdBinaryFn<double> f = BinaryKernelOf<double, S::None, S::None, S::None>(kind))
+    f(a, b, out, n, 0, 0, 0);
 }
 
-template <class T>
-HWY_INLINE void UnaryT(Unary kind, const T* in, T* out, size_t n, T a, T b) {
+template <class T, class E = NoStep>
+HWY_INLINE void UnaryT(Unary kind, const T* in, T* out, size_t n, T a, T b, E e = {}) {
   const hn::ScalableTag<T> d;
   using V = Vec<decltype(d)>;
   const V one = hn::Set(d, T(1));
+  const auto apply = [&](auto f) HWY_ATTR { Apply(d, in, out, n, f, e); };
   switch (kind) {
     // One correctly rounded operation each, as the scalar loop.
     case Unary::Neg:  // 0 - x, as the scalar loop (so -(+0) is +0 there too)
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return hn::Sub(hn::Zero(d), x); });
+      return apply([d](V x) HWY_ATTR { return hn::Sub(hn::Zero(d), x); });
     case Unary::AddScalar: {
       const V s = hn::Set(d, a);
-      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Add(x, s); });
+      return apply([s](V x) HWY_ATTR { return hn::Add(x, s); });
     }
     case Unary::MulScalar: {
       const V s = hn::Set(d, a);
-      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Mul(x, s); });
+      return apply([s](V x) HWY_ATTR { return hn::Mul(x, s); });
     }
     case Unary::RSubScalar: {
       const V s = hn::Set(d, a);
-      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Sub(s, x); });
+      return apply([s](V x) HWY_ATTR { return hn::Sub(s, x); });
     }
     case Unary::RDivScalar: {
       const V s = hn::Set(d, a);
-      return Apply(d, in, out, n, [s](V x) HWY_ATTR { return hn::Div(s, x); });
+      return apply([s](V x) HWY_ATTR { return hn::Div(s, x); });
     }
     case Unary::Square:
-      return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(x, x); });
+      return apply([](V x) HWY_ATTR { return hn::Mul(x, x); });
     case Unary::PowScalar:  // a is 2 or 3 (simd_unary_handles(kind, a)), as the scalar loop
-      if (a == T(2)) return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(x, x); });
-      return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Mul(hn::Mul(x, x), x); });
+      if (a == T(2)) return apply([](V x) HWY_ATTR { return hn::Mul(x, x); });
+      return apply([](V x) HWY_ATTR { return hn::Mul(hn::Mul(x, x), x); });
     case Unary::Exp:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return ExpV(d, x); });
+      return apply([d](V x) HWY_ATTR { return ExpV(d, x); });
     case Unary::Expm1:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return Expm1V(d, x); });
+      return apply([d](V x) HWY_ATTR { return Expm1V(d, x); });
     case Unary::Log:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return LogV(d, x); });
+      return apply([d](V x) HWY_ATTR { return LogV(d, x); });
     case Unary::Log1p:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return Log1pV(d, x); });
+      return apply([d](V x) HWY_ATTR { return Log1pV(d, x); });
     case Unary::Sqrt:
-      return Apply(d, in, out, n, [](V x) HWY_ATTR { return hn::Sqrt(x); });
+      return apply([](V x) HWY_ATTR { return hn::Sqrt(x); });
     case Unary::Rsqrt:  // 1 / sqrt(x) with both steps correctly rounded, as the scalar loop
-      return Apply(d, in, out, n, [one](V x) HWY_ATTR { return hn::Div(one, hn::Sqrt(x)); });
+      return apply([one](V x) HWY_ATTR { return hn::Div(one, hn::Sqrt(x)); });
     case Unary::Tanh:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return TanhV(d, x); });
+      return apply([d](V x) HWY_ATTR { return TanhV(d, x); });
     case Unary::Erf:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return ErfV(d, x); });
+      return apply([d](V x) HWY_ATTR { return ErfV(d, x); });
     case Unary::Sigmoid:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return SigmoidV(d, x); });
+      return apply([d](V x) HWY_ATTR { return SigmoidV(d, x); });
     case Unary::Silu:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return hn::Mul(x, SigmoidV(d, x)); });
+      return apply([d](V x) HWY_ATTR { return hn::Mul(x, SigmoidV(d, x)); });
     case Unary::GeluErf:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return GeluErfV(d, x); });
+      return apply([d](V x) HWY_ATTR { return GeluErfV(d, x); });
     case Unary::GeluTanh:
-      return Apply(d, in, out, n, [d](V x) HWY_ATTR { return GeluTanhV(d, x); });
+      return apply([d](V x) HWY_ATTR { return GeluTanhV(d, x); });
     case Unary::Softplus: {
       // a = beta, b = threshold: x where beta x > threshold, else log1p(exp(beta x)) / beta.
       const V beta = hn::Set(d, a), threshold = hn::Set(d, b);
-      return Apply(d, in, out, n, [d, beta, threshold](V x) HWY_ATTR {
+      return apply([d, beta, threshold](V x) HWY_ATTR {
         const V bx = hn::Mul(x, beta);
         const V soft = hn::Div(Log1pV(d, ExpV(d, bx)), beta);
         return hn::IfThenElse(hn::Gt(bx, threshold), x, soft);
@@ -292,29 +358,45 @@ HWY_INLINE void UnaryT(Unary kind, const T* in, T* out, size_t n, T a, T b) {
 }
 
 // One function per kind, as BinaryOf (simd_unary_fn).
-template <class T, Unary K>
-void UnaryOf(const T* in, T* out, size_t n, T a, T b) {
-  UnaryT<T>(K, in, out, n, a, b);
+template <class T, Unary K, ScalarStep E>
+void UnaryOf(const T* in, T* out, size_t n, T a, T b, T e) {
+  const hn::ScalableTag<T> d;
+  UnaryT<T>(K, in, out, n, a, b, StepOf<E, Vec<decltype(d)>>{hn::Set(d, e)});
 }
-template <class T>
-SimdUnaryFn<T> UnaryKernelT(Unary kind) {
+template <class T, ScalarStep E>
+SimdUnaryFn<T> UnaryKernelOf(Unary kind) {
   switch (kind) {
 #define ADJOINT_CASE(k) \
   case Unary::k:        \
-    return &UnaryOf<T, Unary::k>;
+    return &UnaryOf<T, Unary::k, E>;
     ADJOINT_SIMD_UNARY_KINDS(ADJOINT_CASE)
 #undef ADJOINT_CASE
     default:
       return nullptr;
   }
 }
-SimdUnaryFn<float> UnaryKernelF32(Unary kind) { return UnaryKernelT<float>(kind); }
-SimdUnaryFn<double> UnaryKernelF64(Unary kind) { return UnaryKernelT<double>(kind); }
+template <class T>
+SimdUnaryFn<T> UnaryKernelT(Unary kind, ScalarStep epilogue) {
+  switch (epilogue) {
+    case ScalarStep::MulScalar:
+      return UnaryKernelOf<T, ScalarStep::MulScalar>(kind);
+    case ScalarStep::AddScalar:
+      return UnaryKernelOf<T, ScalarStep::AddScalar>(kind);
+    default:
+      return UnaryKernelOf<T, ScalarStep::None>(kind);
+  }
+}
+SimdUnaryFn<float> UnaryKernelF32(Unary kind, ScalarStep epilogue) {
+  return UnaryKernelT<float>(kind, epilogue);
+}
+SimdUnaryFn<double> UnaryKernelF64(Unary kind, ScalarStep epilogue) {
+  return UnaryKernelT<double>(kind, epilogue);
+}
 void UnaryF32(Unary kind, const float* in, float* out, size_t n, float a, float b) {
-  if (SimdUnaryFn<float> f = UnaryKernelT<float>(kind)) f(in, out, n, a, b);
+  if (SimdUnaryFn<float> f = UnaryKernelOf<float, ScalarStep::None>(kind)) f(in, out, n, a, b, 0);
 }
 void UnaryF64(Unary kind, const double* in, double* out, size_t n, double a, double b) {
-  if (SimdUnaryFn<double> f = UnaryKernelT<double>(kind)) f(in, out, n, a, b);
+  if (SimdUnaryFn<double> f = UnaryKernelOf<double, ScalarStep::None>(kind)) f(in, out, n, a, b, 0);
 }
 const char* ActiveTargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -380,17 +462,19 @@ void exp_shifted_f32(const float* x, float shift, float* y, size_t n) {
 void exp_shifted_f64(const double* x, double shift, double* y, size_t n) {
   HWY_DYNAMIC_DISPATCH(ExpShiftedF64)(x, shift, y, n);
 }
-SimdUnaryFn<float> unary_kernel_f32(Unary kind) {
-  return HWY_DYNAMIC_DISPATCH(UnaryKernelF32)(kind);
+SimdUnaryFn<float> unary_kernel_f32(Unary kind, ScalarStep epilogue) {
+  return HWY_DYNAMIC_DISPATCH(UnaryKernelF32)(kind, epilogue);
 }
-SimdUnaryFn<double> unary_kernel_f64(Unary kind) {
-  return HWY_DYNAMIC_DISPATCH(UnaryKernelF64)(kind);
+SimdUnaryFn<double> unary_kernel_f64(Unary kind, ScalarStep epilogue) {
+  return HWY_DYNAMIC_DISPATCH(UnaryKernelF64)(kind, epilogue);
 }
-SimdBinaryFn<float> binary_kernel_f32(Binary kind) {
-  return HWY_DYNAMIC_DISPATCH(BinaryKernelF32)(kind);
+SimdBinaryFn<float> binary_kernel_f32(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                      ScalarStep prologue_b) {
+  return HWY_DYNAMIC_DISPATCH(BinaryKernelF32)(kind, epilogue, prologue_a, prologue_b);
 }
-SimdBinaryFn<double> binary_kernel_f64(Binary kind) {
-  return HWY_DYNAMIC_DISPATCH(BinaryKernelF64)(kind);
+SimdBinaryFn<double> binary_kernel_f64(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                       ScalarStep prologue_b) {
+  return HWY_DYNAMIC_DISPATCH(BinaryKernelF64)(kind, epilogue, prologue_a, prologue_b);
 }
 
 }  // namespace simd
@@ -415,20 +499,33 @@ bool simd_binary_handles(Binary kind) {
 }
 
 template <>
-SimdUnaryFn<float> simd_unary_fn<float>(Unary kind, double a) {
-  return simd_unary_handles(kind, a) ? simd::unary_kernel_f32(kind) : nullptr;
+SimdUnaryFn<float> simd_unary_fn<float>(Unary kind, double a, ScalarStep epilogue) {
+  return simd_unary_handles(kind, a) ? simd::unary_kernel_f32(kind, epilogue) : nullptr;
 }
 template <>
-SimdUnaryFn<double> simd_unary_fn<double>(Unary kind, double a) {
-  return simd_unary_handles(kind, a) ? simd::unary_kernel_f64(kind) : nullptr;
+SimdUnaryFn<double> simd_unary_fn<double>(Unary kind, double a, ScalarStep epilogue) {
+  return simd_unary_handles(kind, a) ? simd::unary_kernel_f64(kind, epilogue) : nullptr;
+}
+bool simd_binary_takes_prologue(Binary kind) { return kind == Binary::Add || kind == Binary::Mul; }
+
+namespace {
+bool prologues_ok(Binary kind, ScalarStep prologue_a, ScalarStep prologue_b) {
+  const int steps = (prologue_a != ScalarStep::None) + (prologue_b != ScalarStep::None);
+  return steps == 0 || (steps == 1 && simd_binary_takes_prologue(kind));
+}
+}  // namespace
+
+template <>
+SimdBinaryFn<float> simd_binary_fn<float>(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                          ScalarStep prologue_b) {
+  if (!simd_binary_handles(kind) || !prologues_ok(kind, prologue_a, prologue_b)) return nullptr;
+  return simd::binary_kernel_f32(kind, epilogue, prologue_a, prologue_b);
 }
 template <>
-SimdBinaryFn<float> simd_binary_fn<float>(Binary kind) {
-  return simd_binary_handles(kind) ? simd::binary_kernel_f32(kind) : nullptr;
-}
-template <>
-SimdBinaryFn<double> simd_binary_fn<double>(Binary kind) {
-  return simd_binary_handles(kind) ? simd::binary_kernel_f64(kind) : nullptr;
+SimdBinaryFn<double> simd_binary_fn<double>(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                            ScalarStep prologue_b) {
+  if (!simd_binary_handles(kind) || !prologues_ok(kind, prologue_a, prologue_b)) return nullptr;
+  return simd::binary_kernel_f64(kind, epilogue, prologue_a, prologue_b);
 }
 
 bool simd_binary(Binary kind, const float* a, const float* b, float* out, int64_t n) {

@@ -28,31 +28,47 @@ bool simd_unary_handles(Unary kind, double a);
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
 
-/// A vectorised kernel of one kind: out[i] = kind(in[i]) with the kind's parameters already
-/// rounded to T (as simd_unary rounds them), or out[i] = kind(a[i], b[i]); any n, out may
-/// equal an input.
-template <class T>
-using SimdUnaryFn = void (*)(const T* in, T* out, size_t n, T a, T b);
-template <class T>
-using SimdBinaryFn = void (*)(const T* a, const T* b, T* out, size_t n);
+/// A multiply (MulScalar) or add (AddScalar) by a constant that a kernel applies to each result
+/// before storing it (its epilogue) or to its first operand as it loads it (its prologue): one
+/// correctly rounded operation, so the bits are those of unary(MulScalar or AddScalar) run as
+/// a pass of its own. Compile's fused loop merges such passes into their neighbours this way:
+/// a simple pass costs its stores (Note [Epilogues] in fused_loop.cpp).
+enum class ScalarStep { None, MulScalar, AddScalar };
 
-/// The kernel simd_unary (simd_binary) runs for `kind` on the instruction set chosen now, or
-/// nullptr for a kind it does not handle. For a caller that runs the same kinds over many short
-/// blocks (compile's fused loop): calling it directly skips the checks and the dispatch of every
-/// call (about 7 ns of a 30 ns call on 512 floats). A kept pointer is stale once
-/// simd_target_generation() has changed.
+/// A vectorised kernel of one kind: out[i] = kind(in[i]) with the kind's parameters already
+/// rounded to T (as simd_unary rounds them), or out[i] = kind(pa(a[i]), pb(b[i])) with the
+/// prologues pa and pb by the constants `pa` and `pb`; then its epilogue by `e`. Constants of
+/// absent steps are ignored; any n, out may equal an input.
 template <class T>
-SimdUnaryFn<T> simd_unary_fn(Unary kind, double a = 0);
-template <>
-SimdUnaryFn<float> simd_unary_fn<float>(Unary kind, double a);
-template <>
-SimdUnaryFn<double> simd_unary_fn<double>(Unary kind, double a);
+using SimdUnaryFn = void (*)(const T* in, T* out, size_t n, T a, T b, T e);
 template <class T>
-SimdBinaryFn<T> simd_binary_fn(Binary kind);
+using SimdBinaryFn = void (*)(const T* a, const T* b, T* out, size_t n, T pa, T pb, T e);
+
+/// Whether simd_binary_fn has kernels of `kind` with a prologue (on one operand): Add and Mul.
+bool simd_binary_takes_prologue(Binary kind);
+
+/// The kernel simd_unary (simd_binary) runs for `kind` on the instruction set chosen now, with
+/// `epilogue` (and a prologue on operand a or b) added, or nullptr for a kind it does not handle
+/// (or prologues simd_binary_takes_prologue refuses, or two). For a caller that runs the same
+/// kinds over many short blocks (compile's fused loop): calling it directly skips the checks
+/// and the dispatch of every call (about 7 ns of a 30 ns call on 512 floats). A kept pointer is
+/// stale once simd_target_generation() has changed.
+template <class T>
+SimdUnaryFn<T> simd_unary_fn(Unary kind, double a = 0, ScalarStep epilogue = ScalarStep::None);
 template <>
-SimdBinaryFn<float> simd_binary_fn<float>(Binary kind);
+SimdUnaryFn<float> simd_unary_fn<float>(Unary kind, double a, ScalarStep epilogue);
 template <>
-SimdBinaryFn<double> simd_binary_fn<double>(Binary kind);
+SimdUnaryFn<double> simd_unary_fn<double>(Unary kind, double a, ScalarStep epilogue);
+template <class T>
+SimdBinaryFn<T> simd_binary_fn(Binary kind, ScalarStep epilogue = ScalarStep::None,
+                               ScalarStep prologue_a = ScalarStep::None,
+                               ScalarStep prologue_b = ScalarStep::None);
+template <>
+SimdBinaryFn<float> simd_binary_fn<float>(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                          ScalarStep prologue_b);
+template <>
+SimdBinaryFn<double> simd_binary_fn<double>(Binary kind, ScalarStep epilogue, ScalarStep prologue_a,
+                                            ScalarStep prologue_b);
 
 /// The kinds whose vectorised form is bitwise the scalar loop's (one rounding per
 /// operation): a caller may take either, as is faster for its length.
