@@ -509,9 +509,11 @@ class TypedTracedOp final : public TracedOp {
     }
   }
 
-  std::optional<ReductionKernel> reduction() const override {
+  std::optional<ReductionKernel> reduction(const Shape& input) const override {
     if constexpr (requires { op_.reduction(); }) {
       return op_.reduction();
+    } else if constexpr (requires { op_.reduction(input); }) {
+      return op_.reduction(input);
     } else {
       return std::nullopt;
     }

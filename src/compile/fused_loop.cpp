@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "adjoint/tensor_impl.h"
+#include "adjoint/threading.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -246,35 +247,36 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
                  std::vector<Tensor>& outs) {
   const int64_t numel = p.shape.numel();
   outs.clear();
+  for (std::size_t k = 0; k < p.output_register.size(); ++k)
+    outs.push_back(make_empty(p.shape, p.output_dtype[k]));
+  T* sum_out = nullptr;  // the ending sum's output, after the written ones
   if (p.sum_register >= 0) {
     outs.push_back(make_empty(p.reduced_shape, p.dtype));
-  } else {
-    for (std::size_t k = 0; k < p.output_register.size(); ++k)
-      outs.push_back(make_empty(p.shape, p.output_dtype[k]));
+    sum_out = static_cast<T*>(outs.back().impl()->data());
   }
-  if (numel == 0) {  // an empty sum is 0 (rows of 0 elements are never fused)
-    if (p.sum_register >= 0 && p.sum_inner == 0) *static_cast<T*>(outs[0].impl()->data()) = T(0);
+  if (numel == 0) {  // an empty sum is 0 (its rows or columns may be empty, not its outputs)
+    if (sum_out != nullptr) std::fill(sum_out, sum_out + p.reduced_shape.numel(), T(0));
     return;
   }
   std::vector<InputReader> readers;
   for (const Tensor& x : inputs) readers.push_back(reader_for<T>(x, p.shape));
   std::vector<char*> out_data;
-  if (p.sum_register < 0)
-    for (const Tensor& o : outs) out_data.push_back(static_cast<char*>(o.impl()->data()));
+  for (std::size_t k = 0; k < p.output_register.size(); ++k)
+    out_data.push_back(static_cast<char*>(outs[k].impl()->data()));
+  // (A sum over leading dims runs its blocks within a stripe of columns, below.)
   const int64_t block = std::min(p.sum_inner > 0 ? p.sum_inner : numel, block_elements<T>(p));
   const int64_t blocks = (numel + block - 1) / block;
   // The register of an output of the registers' dtype is that output's memory; a 16-bit output
   // is converted from its register once the block's code has run.
   std::vector<int> output_of(static_cast<std::size_t>(p.num_registers), -1);
   std::vector<std::size_t> narrowed;
-  if (p.sum_register < 0)
-    for (std::size_t k = 0; k < p.output_register.size(); ++k) {
-      if (p.output_dtype[k] == p.dtype) {
-        output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
-      } else {
-        narrowed.push_back(k);
-      }
+  for (std::size_t k = 0; k < p.output_register.size(); ++k) {
+    if (p.output_dtype[k] == p.dtype) {
+      output_of[static_cast<std::size_t>(p.output_register[k])] = static_cast<int>(k);
+    } else {
+      narrowed.push_back(k);
     }
+  }
   // A broadcast scalar input (the cotangent of a sum, expanded) is the same in every block, and
   // no instruction writes an input's register (make_fused never reuses them): its register is
   // filled once per thread and run, not once per block (a per-block fill was 3.5% of
@@ -368,12 +370,40 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
     return aligned;
   };
 
+  if (p.sum_columns > 0) {
+    // A sum over leading dims: each thread takes stripes of columns and runs them down the rows,
+    // one block per row, adding each column's value into its own double in row order, as the
+    // eager reduction's leading-rows loop does (run_leading in reduce.cpp): the same bits.
+    const int64_t columns = p.sum_columns, rows = numel / columns;
+    // Stripes of at least kMinBlock columns, one per thread where there are enough.
+    const int64_t threads = std::max(1, get_num_threads());
+    const int64_t stripe = std::min(block, std::max(kMinBlock, (columns + threads - 1) / threads));
+    const int64_t stripes = (columns + stripe - 1) / stripe;
+    const int64_t grain =
+        std::max<int64_t>(1, kParallelElements / std::max<int64_t>(rows * stripe, 1));
+    parallel_for(stripes, grain, [&](int64_t s0, int64_t s1) {
+      std::vector<T*> reg;
+      T* scratch = thread_registers(reg);
+      std::vector<double> acc(static_cast<std::size_t>(stripe));
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t c0 = s * stripe, n = std::min(stripe, columns - c0);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const T* v = run_block(r * columns + c0, n, reg, scratch);
+          for (int64_t k = 0; k < n; ++k) acc[static_cast<std::size_t>(k)] += v[k];
+        }
+        for (int64_t k = 0; k < n; ++k)
+          sum_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
+      }
+    });
+    return;
+  }
   if (p.sum_inner > 0) {
     // A sum over trailing dims: one output per row of `sum_inner` elements, each row run by one
     // thread in blocks that never cross a row and summed in the eager reduction's chunks (Note
     // [Floating sums in chunks] in reduce.cpp; blocks start on chunk boundaries): the same bits.
     const int64_t inner = p.sum_inner, rows = numel / inner;
-    T* out = static_cast<T*>(outs[0].impl()->data());
+    T* out = sum_out;
     parallel_for(
         rows, std::max<int64_t>(1, kParallelElements / inner), [&](int64_t r0, int64_t r1) {
           std::vector<T*> reg;
@@ -389,7 +419,8 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
         });
     return;
   }
-  // A full sum's chunks' sums, added in order at the end as the eager reduction adds them.
+  // A full sum's chunks' sums, added in order at the end as the eager reduction adds them
+  // (Note [Sums that end a fused loop]).
   std::vector<double> partial(
       p.sum_register >= 0
           ? static_cast<std::size_t>((numel + kernels::kSumChunk - 1) / kernels::kSumChunk)
@@ -411,9 +442,25 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   if (p.sum_register >= 0) {  // in chunk order: the same for any threads
     double total = 0;
     for (double v : partial) total += v;
-    *static_cast<T*>(outs[0].impl()->data()) = static_cast<T>(total);
+    *sum_out = static_cast<T>(total);
   }
 }
+
+// Note [Sums that end a fused loop]
+// A sum of one of the group's values ends the loop (fusion.cpp's summed_by), so the summed
+// value is read from registers, not written and read again; it is still written when something
+// else reads it (a softmax's exp, divided and summed; a layer's gradient, which the products
+// read and its bias's gradient sums). Every sum adds in eager code's order, so compiled sums
+// equal eager ones bit for bit, on any number of threads:
+// - over every dim: the blocks' chunks of 512 (16 interleaved double sums each, vectorised),
+//   then the chunks in order (Note [Floating sums in chunks] in reduce.cpp);
+// - over trailing dims, rows of 128 elements or more: each row by one thread, in blocks that
+//   never cross it, summed in the same chunks;
+// - over leading dims keeping 128 columns or more (a bias gradient; `sum_to`'s too): stripes of
+//   columns over threads, each run down the rows one block per row, each column added into its
+//   own double in row order, as the eager reduction's leading-rows loop (run_leading).
+// Shorter rows or fewer columns would make blocks too short for the interpreter; such sums, and
+// sums over other dims, stay on their own.
 
 /// A fused group as the graph keeps it.
 class FusedOp final : public TracedOp {

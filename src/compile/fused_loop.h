@@ -47,16 +47,17 @@ struct Program {
   std::vector<int> output_register;  // by fused output
   std::vector<DType> output_dtype;   // by fused output: `dtype` or a 16-bit float
   std::vector<Instr> code;
-  /// A full sum ends the group: its register is summed (in double, 16 interleaved running sums
-  /// per block, then the blocks in order: the same for any number of threads and on every
-  /// instruction set) into the one output,
-  /// of shape `reduced_shape`.
+  /// A sum ends the group: register `sum_register` is summed into one more output, after the
+  /// written ones, of shape `reduced_shape` (Note [Sums that end a fused loop] in
+  /// fused_loop.cpp). How, as eager code sums a contiguous tensor, bit for bit:
+  /// - over every dim (sum_inner and sum_columns 0): in chunks of 16 interleaved double sums,
+  ///   the chunks in order (Note [Floating sums in chunks] in src/backend/cpu/reduce.cpp);
+  /// - over trailing dims (sum_inner > 0 elements per output): each row in those chunks;
+  /// - over leading dims (sum_columns > 0 outputs): each column in one double, row by row.
   int sum_register = -1;
   Shape reduced_shape;
-  /// 0 for a full sum; else the sum runs over the trailing dims, `sum_inner` elements per
-  /// output, each row summed in the eager reduction's chunks (Note [Floating sums in chunks]
-  /// in src/backend/cpu/reduce.cpp).
   int64_t sum_inner = 0;
+  int64_t sum_columns = 0;
 };
 
 /// Merges each mul or add by a constant into the instruction that computes its operand, when

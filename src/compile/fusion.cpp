@@ -76,15 +76,27 @@ int64_t trailing_sum_size(const Shape& shape, std::vector<int64_t> dims) {
   return inner;
 }
 
-// A sum over trailing dims ends a group only when its rows are at least this long: shorter rows
-// make blocks too short for the interpreter to pay for itself.
+/// The same for leading dims: the product of the other dims' sizes (the columns summed), or -1.
+int64_t leading_sum_columns(const Shape& shape, std::vector<int64_t> dims) {
+  std::sort(dims.begin(), dims.end());
+  int64_t columns = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const bool summed = d < dims.size();
+    if (summed && dims[d] != static_cast<int64_t>(d)) return -1;
+    if (!summed) columns *= shape[d];
+  }
+  return columns;
+}
+
+// A sum over trailing (leading) dims ends a group only when its rows (the columns it keeps) are
+// at least this long: shorter ones make blocks too short for the interpreter to pay for itself.
 constexpr int64_t kMinFusedRow = 128;
 
 /// Builds the fused node for `members` (indices into g.nodes, in order), writing the values
-/// in `readers_outside`; or, given `sum` (a node summing one member's result over every dim or
-/// its trailing dims, as summed_by accepts), ending with that sum as its one output.
-GraphNode make_fused(Graph& g, const std::vector<int>& members,
-                     const std::vector<int>& readers_outside, const GraphNode* sum = nullptr) {
+/// in `written`; given `sum` (a node summing one member's result, as summed_by accepts), it
+/// ends with that sum too, as its last output.
+GraphNode make_fused(Graph& g, const std::vector<int>& members, const std::vector<int>& written,
+                     const GraphNode* sum = nullptr) {
   std::map<int, int> slot;  // value id -> slot (inputs first, then member results)
   std::vector<int> fused_inputs;
   for (int m : members)
@@ -118,12 +130,14 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
     p.input_dtype.push_back(
         g.values[static_cast<std::size_t>(fused_inputs[static_cast<std::size_t>(k)])].dtype);
   }
+  // Written values and the summed one keep their registers to the end.
   std::vector<int> outputs;
   std::vector<bool> is_output(slot.size(), false);
-  for (int v : readers_outside) {
+  for (int v : written) {
     outputs.push_back(v);
     is_output[static_cast<std::size_t>(slot[v])] = true;
   }
+  if (sum != nullptr) is_output[static_cast<std::size_t>(slot[sum->inputs[0]])] = true;
   std::vector<std::shared_ptr<const TracedOp>> ops;
   std::vector<std::vector<int>> member_inputs;
   std::vector<int> member_output;
@@ -168,14 +182,17 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
     const int summed = sum->inputs[0];
     p.sum_register = reg_of[static_cast<std::size_t>(slot[summed])];
     p.reduced_shape = g.values[static_cast<std::size_t>(sum->outputs[0])].shape;
-    const std::vector<int64_t> dims = sum->op->reduction()->dims;
     const Shape& shape = g.values[static_cast<std::size_t>(summed)].shape;
-    if (!dims.empty() && dims.size() != shape.size()) p.sum_inner = trailing_sum_size(shape, dims);
-    outputs = {sum->outputs[0]};
+    const std::vector<int64_t> dims = sum->op->reduction(shape)->dims;
+    if (!dims.empty() && dims.size() != shape.size()) {
+      p.sum_inner = std::max<int64_t>(trailing_sum_size(shape, dims), 0);
+      if (p.sum_inner == 0) p.sum_columns = leading_sum_columns(shape, dims);
+    }
+    outputs.push_back(sum->outputs[0]);
     ops.push_back(sum->op);
     member_inputs.push_back({slot[summed]});
     member_output.push_back(num_inputs + static_cast<int>(members.size()));
-    output_slot = {member_output.back()};
+    output_slot.push_back(member_output.back());
   }
   merge_scalar_steps(p);
   GraphNode fused;
@@ -187,31 +204,45 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members,
   return fused;
 }
 
-/// The node that sums a group's one written value over every dim, or over its trailing dims in
-/// rows of kMinFusedRow or more, when that sum is all that reads it outside the group (the
-/// group then ends with the sum and never writes the value), else -1.
-int summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
-              const std::vector<int>& group_of, int group, const std::vector<int>& outside) {
-  if (outside.size() != 1) return -1;
-  const int v = outside[0];
-  int sum = -1;
-  for (int reader : readers[static_cast<std::size_t>(v)]) {
-    if (reader < 0) return -1;  // an output or a gradient
-    if (group_of[static_cast<std::size_t>(reader)] == group) continue;
-    if (sum >= 0) return -1;  // a second reader outside
-    sum = reader;
-  }
-  if (sum < 0) return -1;
-  const GraphNode& n = g.nodes[static_cast<std::size_t>(sum)];
-  const std::optional<ReductionKernel> red = n.op->reduction();
+/// A sum that ends a group (Note [Sums that end a fused loop] in fused_loop.cpp).
+struct EndingSum {
+  int node = -1;  ///< the sum node, or -1 for none
+  /// The sum is all that reads the group from outside, so the fused node is the sum's: it runs
+  /// where the sum ran. Else it runs where the group's last member ran (the sum in its phase).
+  bool only_reader = false;
+};
+
+/// Whether node n sums value v in a way a fused loop can: over every dim, its trailing dims
+/// in rows of kMinFusedRow or more, or its leading dims keeping kMinFusedRow or more columns.
+bool sums_in_loop(const Graph& g, const GraphNode& n, int v) {
   const Value& in = g.values[static_cast<std::size_t>(v)];
-  if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.outputs.size() != 1 ||
-      is_reduced_float(in.dtype) ||
+  const std::optional<ReductionKernel> red = n.op->reduction(in.shape);
+  if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.inputs[0] != v ||
+      n.outputs.size() != 1 || is_reduced_float(in.dtype) ||
       g.values[static_cast<std::size_t>(n.outputs[0])].dtype != in.dtype)
-    return -1;
-  const bool full = red->dims.empty() || red->dims.size() == in.shape.size();
-  if (!full && trailing_sum_size(in.shape, red->dims) < kMinFusedRow) return -1;
-  return sum;
+    return false;
+  if (red->dims.empty() || red->dims.size() == in.shape.size()) return true;
+  return trailing_sum_size(in.shape, red->dims) >= kMinFusedRow ||
+         leading_sum_columns(in.shape, red->dims) >= kMinFusedRow;
+}
+
+/// The sum node that ends the group whose values read outside it are `outside`: one that sums
+/// one of them (sums_in_loop), all that reads the group from outside or in the group's phase.
+EndingSum summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
+                    const std::vector<int>& group_of, int group, const std::vector<int>& outside,
+                    bool backward) {
+  for (int v : outside) {
+    std::vector<int> others;  // v's readers outside the group (-1: an output or a gradient)
+    for (int reader : readers[static_cast<std::size_t>(v)])
+      if (reader < 0 || group_of[static_cast<std::size_t>(reader)] != group)
+        others.push_back(reader);
+    for (int reader : others) {
+      if (reader < 0 || !sums_in_loop(g, g.nodes[static_cast<std::size_t>(reader)], v)) continue;
+      if (outside.size() == 1 && others.size() == 1) return {reader, true};
+      if (g.nodes[static_cast<std::size_t>(reader)].backward == backward) return {reader, false};
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -338,7 +369,7 @@ int fuse_pointwise(Graph& g) {
 
   // Each group's outputs: member results read outside the group.
   std::vector<GraphNode> fused;
-  std::vector<int> epilogue;  // by group: the sum node folded into it, or -1
+  std::vector<EndingSum> ending;  // by group
   for (const std::vector<int>& members : groups) {
     std::vector<int> outside;
     for (int m : members) {
@@ -353,16 +384,35 @@ int fuse_pointwise(Graph& g) {
     // Nothing reads the group from outside only when dead code was kept: the last result.
     if (outside.empty())
       outside.push_back(g.nodes[static_cast<std::size_t>(members.back())].outputs[0]);
-    const int sum = summed_by(g, readers, group_of, static_cast<int>(fused.size()), outside);
-    epilogue.push_back(sum);
-    fused.push_back(make_fused(g, members, outside,
-                               sum >= 0 ? &g.nodes[static_cast<std::size_t>(sum)] : nullptr));
+    const bool backward = g.nodes[static_cast<std::size_t>(members[0])].backward;
+    const EndingSum sum =
+        summed_by(g, readers, group_of, static_cast<int>(fused.size()), outside, backward);
+    std::vector<int> written;  // all but a value that only the ending sum reads outside
+    for (int v : outside) {
+      bool only_summed = sum.node >= 0;
+      for (int r : readers[static_cast<std::size_t>(v)])
+        if (r != sum.node &&
+            (r < 0 || group_of[static_cast<std::size_t>(r)] != static_cast<int>(fused.size())))
+          only_summed = false;
+      if (!only_summed) written.push_back(v);
+    }
+    ending.push_back(sum);
+    fused.push_back(
+        make_fused(g, members, written,
+                   sum.node >= 0 ? &g.nodes[static_cast<std::size_t>(sum.node)] : nullptr));
   }
-  // The fused node takes the place of its last member (or of the sum that ends it); the
-  // other members go.
+  // The fused node takes the place of its last member, or of the sum that ends it when that
+  // sum is all that reads the group; the other members and the sum go.
   std::vector<int> folded_into(n_nodes, -1);
-  for (std::size_t k = 0; k < groups.size(); ++k)
-    if (epilogue[k] >= 0) folded_into[static_cast<std::size_t>(epilogue[k])] = static_cast<int>(k);
+  std::vector<bool> dropped(n_nodes, false);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (ending[k].node < 0) continue;
+    if (ending[k].only_reader) {
+      folded_into[static_cast<std::size_t>(ending[k].node)] = static_cast<int>(k);
+    } else {
+      dropped[static_cast<std::size_t>(ending[k].node)] = true;
+    }
+  }
   std::vector<GraphNode> nodes;
   int removed = 0;
   for (std::size_t i = 0; i < n_nodes; ++i) {
@@ -370,10 +420,12 @@ int fuse_pointwise(Graph& g) {
     if (folded_into[i] >= 0) {
       nodes.push_back(std::move(fused[static_cast<std::size_t>(folded_into[i])]));
       removed += static_cast<int>(groups[static_cast<std::size_t>(folded_into[i])].size());
+    } else if (dropped[i]) {
+      ++removed;
     } else if (grp < 0) {
       nodes.push_back(std::move(g.nodes[i]));
     } else if (static_cast<int>(i) == groups[static_cast<std::size_t>(grp)].back() &&
-               epilogue[static_cast<std::size_t>(grp)] < 0) {
+               !ending[static_cast<std::size_t>(grp)].only_reader) {
       nodes.push_back(std::move(fused[static_cast<std::size_t>(grp)]));
       removed += static_cast<int>(groups[static_cast<std::size_t>(grp)].size()) - 1;
     }

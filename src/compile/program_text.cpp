@@ -71,14 +71,14 @@ std::string program_text(const Program& p, const std::string& indent) {
     if (!k.is_cast && in.result != p.dtype) os << " (rounded to " << in.result << ")";
     os << "\n";
   }
+  for (std::size_t k = 0; k < p.output_register.size(); ++k)
+    os << indent << "  " << reg(p.output_register[k]) << " -> output " << k << " "
+       << p.output_dtype[k] << p.shape << "\n";
   if (p.sum_register >= 0) {
     os << indent << "  sum " << reg(p.sum_register);
     if (p.sum_inner > 0) os << " over rows of " << p.sum_inner;
-    os << " -> output 0 " << p.dtype << p.reduced_shape << "\n";
-  } else {
-    for (std::size_t k = 0; k < p.output_register.size(); ++k)
-      os << indent << "  " << reg(p.output_register[k]) << " -> output " << k << " "
-         << p.output_dtype[k] << p.shape << "\n";
+    if (p.sum_columns > 0) os << " down columns of " << p.shape.numel() / p.sum_columns;
+    os << " -> output " << p.output_register.size() << " " << p.dtype << p.reduced_shape << "\n";
   }
   return os.str();
 }

@@ -88,7 +88,9 @@ struct PointwiseKernel {
 };
 
 /// A reduction an op computes, for compile's fusion to end a pointwise group with it (an op
-/// says so with `ReductionKernel reduction() const`).
+/// says so with `ReductionKernel reduction() const`, or with
+/// `std::optional<ReductionKernel> reduction(const Shape& input) const` when its dims depend on
+/// its input's shape).
 struct ReductionKernel {
   kernels::Reduce kind = kernels::Reduce::Sum;
   std::vector<int64_t> dims;  ///< normalized
@@ -125,8 +127,10 @@ class TracedOp {
   /// What the op runs, as lines under its line in a graph dump (a fused group's program);
   /// empty for an op its name says all of.
   virtual std::string body_text(const std::string& /*indent*/) const { return {}; }
-  /// The op's reduction when it is one (its `reduction()` member).
-  virtual std::optional<ReductionKernel> reduction() const { return std::nullopt; }
+  /// The op's reduction on an input of shape `input` when it is one (its `reduction()` member).
+  virtual std::optional<ReductionKernel> reduction(const Shape& /*input*/) const {
+    return std::nullopt;
+  }
   /// Whether `other` is the same op with the same attributes, so that on the same inputs it
   /// computes the same values (common-subexpression elimination). False when unsure.
   virtual bool same_as(const TracedOp& other) const = 0;

@@ -58,15 +58,26 @@ struct SumTo {
   auto fields() { return std::tie(shape); }
   static constexpr Save save = Save::None;
   Shape shape;
-  Tensor forward(const Tensor& x) const {
-    const std::size_t lead = x.dim() - shape.size();
+  // The dims of an input of shape `in` that are summed: its leading extra dims, and those that
+  // `shape` has as 1.
+  std::vector<int64_t> summed_dims(const Shape& in) const {
+    const std::size_t lead = in.size() - shape.size();
     std::vector<int64_t> dims;
-    for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
-      if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
-        dims.push_back(static_cast<int64_t>(i));
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (i < lead || (shape[i - lead] == 1 && in[i] != 1)) dims.push_back(static_cast<int64_t>(i));
+    return dims;
+  }
+  Tensor forward(const Tensor& x) const {
+    const std::vector<int64_t> dims = summed_dims(x.shape());
     Tensor r = dims.empty() ? kernels::cast(x, x.dtype())
                             : kernels::reduce(kernels::Reduce::Sum, x, dims, true);
     return reshape_fresh(r, shape);
+  }
+  // A sum over those dims (compile's fusion ends a group with it), unless there are none.
+  std::optional<detail::ReductionKernel> reduction(const Shape& in) const {
+    std::vector<int64_t> dims = summed_dims(in);
+    if (dims.empty()) return std::nullopt;
+    return detail::ReductionKernel{kernels::Reduce::Sum, std::move(dims), true};
   }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return expand(gy, c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return sum_to(tx, shape); }

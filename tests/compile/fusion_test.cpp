@@ -486,6 +486,77 @@ TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
   EXPECT_NE(m.dump().find("fused[mul, add, sum]"), std::string::npos) << m.dump();
 }
 
+// A sum over leading dims (a bias gradient) ends the loop too, each column summed in one double
+// row by row as the eager reduction does, in stripes of columns over threads: the same bits.
+// Stripes of 512 columns leave a short last one at 1000 columns.
+TEST(Fusion, AColumnSumEndsTheFusedLoopAndEqualsEagerBitwise) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> dims;
+  };
+  for (DType dtype : {DType::Float32, DType::Float64})
+    for (const Case& k : {Case{{37, 300}, {0}}, Case{{5, 7, 1000}, {0, 1}},
+                          Case{{3, 2, 20, 10}, {0, 1}}, Case{{0, 300}, {0}}}) {
+      auto f = [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(tanh(in[0] * 0.5 + in[1]) * in[0]).sum(k.dims)};
+      };
+      const std::string what = std::string(to_string(dtype)) + " " + to_string(k.shape);
+      Generator gen(8);
+      const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
+      const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
+      CompiledFunction c = compile(f);
+      const Tensor got = c({x, w})[0];
+      EXPECT_NE(c.dump().find(" down columns of "), std::string::npos) << c.dump();
+      const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
+      const Tensor want = f({xe, we})[0];
+      expect_same(got, want, what + ": value");
+      const Tensor r = randn(want.shape(), dtype, &gen);
+      const auto gc = autograd::grad({(got * r).sum()}, {x, w});
+      const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
+      expect_same(gc[0], ge[0], what + ": gradient of x");
+      expect_same(gc[1], ge[1], what + ": gradient of w");
+    }
+}
+
+// A value that is written and also summed (an exp both divided and summed in a softmax written
+// with primitives; a layer's gradient that its bias's gradient sums) is written and summed in
+// the same pass. The network below has both; its loss and gradients equal eager's bit for bit.
+TEST(Fusion, AWrittenValueIsSummedInTheSamePass) {
+  auto f = [](const std::vector<Tensor>& v) {
+    const Tensor h = tanh(matmul(v[0], v[1]) + v[2]);
+    const Tensor e = exp(h - h.amax({-1}, true));
+    const Tensor y = e / e.sum({-1}, true);
+    return std::vector<Tensor>{(y * y).sum()};
+  };
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Generator gen(9);
+    std::vector<Tensor> in = {randn({64, 300}, dtype, &gen), randn({300, 200}, dtype, &gen) * 0.1,
+                              randn({200}, dtype, &gen)};
+    std::vector<Tensor> ine;
+    for (Tensor& t : in) {
+      t.requires_grad_(true);
+      ine.push_back(t.detach().requires_grad_(true));
+    }
+    CompiledFunction c = compile(f);
+    const Tensor got = c(in)[0], want = f(ine)[0];
+    expect_same(got, want, "loss");
+    const auto gc = autograd::grad({got}, in), ge = autograd::grad({want}, ine);
+    for (std::size_t i = 0; i < in.size(); ++i)
+      expect_same(gc[i], ge[i], "gradient " + std::to_string(i));
+    const std::string dump = c.dump();
+    // exp's value is written (the division reads it) and summed over rows; the bias gradient
+    // sums the tanh backward's value, which the products read too.
+    EXPECT_NE(dump.find("-> output 0 " + std::string(to_string(dtype)) +
+                        "[64, 200]\n        sum r3 over rows of 200 -> output 1"),
+              std::string::npos)
+        << dump;
+    EXPECT_NE(dump.find("sum r6 down columns of 64 -> output 1 " + std::string(to_string(dtype)) +
+                        "[200]"),
+              std::string::npos)
+        << dump;
+  }
+}
+
 TEST(Fusion, TheBackwardRecomputesPointwiseValuesInsteadOfKeepingThem) {
   auto f = [](const std::vector<Tensor>& in) {
     Tensor y = in[0];
