@@ -371,31 +371,63 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   };
 
   if (p.sum_columns > 0) {
-    // A sum over leading dims: each thread takes stripes of columns and runs them down the rows,
-    // one block per row, adding each column's value into its own double in row order, as the
-    // eager reduction's leading-rows loop does (run_leading in reduce.cpp): the same bits.
+    // A sum over leading dims, as the eager reduction adds it (run_leading_sum in reduce.cpp):
+    // each column into one double per chunk of kSumChunkRows rows, in row order, then the
+    // chunks' sums in order. Blocks hold as many whole rows as fit, or a piece of one row.
     const int64_t columns = p.sum_columns, rows = numel / columns;
-    // Stripes of at least kMinBlock columns, one per thread where there are enough.
-    const int64_t threads = std::max(1, get_num_threads());
-    const int64_t stripe = std::min(block, std::max(kMinBlock, (columns + threads - 1) / threads));
-    const int64_t stripes = (columns + stripe - 1) / stripe;
-    const int64_t grain =
-        std::max<int64_t>(1, kParallelElements / std::max<int64_t>(rows * stripe, 1));
-    parallel_for(stripes, grain, [&](int64_t s0, int64_t s1) {
-      std::vector<T*> reg;
-      T* scratch = thread_registers(reg);
-      std::vector<double> acc(static_cast<std::size_t>(stripe));
-      for (int64_t s = s0; s < s1; ++s) {
-        const int64_t c0 = s * stripe, n = std::min(stripe, columns - c0);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const T* v = run_block(r * columns + c0, n, reg, scratch);
-          for (int64_t k = 0; k < n; ++k) acc[static_cast<std::size_t>(k)] += v[k];
-        }
-        for (int64_t k = 0; k < n; ++k)
-          sum_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
+    const int64_t chunks = (rows + kernels::kSumChunkRows - 1) / kernels::kSumChunkRows;
+    // Adds rows [r0, r1) of columns [c0, c0 + n) (n <= block) into acc[0, n).
+    auto add_rows = [&](int64_t r0, int64_t r1, int64_t c0, int64_t n, double* acc,
+                        std::vector<T*>& reg, T* scratch) {
+      const int64_t per_block = n == columns ? std::max<int64_t>(1, block / columns) : 1;
+      for (int64_t r = r0; r < r1; r += per_block) {
+        const int64_t m = std::min(per_block, r1 - r);
+        const T* v = run_block(r * columns + c0, m * n, reg, scratch);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t k = 0; k < n; ++k) acc[k] += v[i * n + k];
       }
-    });
+    };
+    if (chunks <= 1) {
+      // One chunk (few rows): stripes of columns over threads, each run down all the rows.
+      const int64_t threads = std::max(1, get_num_threads());
+      const int64_t stripe =
+          std::min(block, std::max(kMinBlock, (columns + threads - 1) / threads));
+      const int64_t stripes = (columns + stripe - 1) / stripe;
+      const int64_t grain =
+          std::max<int64_t>(1, kParallelElements / std::max<int64_t>(rows * stripe, 1));
+      parallel_for(stripes, grain, [&](int64_t s0, int64_t s1) {
+        std::vector<T*> reg;
+        T* scratch = thread_registers(reg);
+        std::vector<double> acc(static_cast<std::size_t>(stripe));
+        for (int64_t s = s0; s < s1; ++s) {
+          const int64_t c0 = s * stripe, n = std::min(stripe, columns - c0);
+          std::fill(acc.begin(), acc.end(), 0.0);
+          add_rows(0, rows, c0, n, acc.data(), reg, scratch);
+          for (int64_t k = 0; k < n; ++k)
+            sum_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
+        }
+      });
+      return;
+    }
+    std::vector<double> partial(static_cast<std::size_t>(chunks * columns));
+    const int64_t chunk_elements = kernels::kSumChunkRows * columns;
+    parallel_for(chunks, std::max<int64_t>(1, kParallelElements / chunk_elements),
+                 [&](int64_t k0, int64_t k1) {
+                   std::vector<T*> reg;
+                   T* scratch = thread_registers(reg);
+                   for (int64_t k = k0; k < k1; ++k) {
+                     double* acc = partial.data() + k * columns;
+                     std::fill(acc, acc + columns, 0.0);
+                     const int64_t r0 = k * kernels::kSumChunkRows,
+                                   r1 = std::min(rows, r0 + kernels::kSumChunkRows);
+                     for (int64_t c0 = 0; c0 < columns; c0 += block)
+                       add_rows(r0, r1, c0, std::min(block, columns - c0), acc + c0, reg, scratch);
+                   }
+                 });
+    std::vector<double> total(static_cast<std::size_t>(columns));
+    kernels::add_chunk_rows(partial.data(), chunks, columns, total.data());
+    for (int64_t j = 0; j < columns; ++j)
+      sum_out[j] = static_cast<T>(total[static_cast<std::size_t>(j)]);
     return;
   }
   if (p.sum_inner > 0) {
@@ -456,9 +488,10 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
 //   then the chunks in order (Note [Floating sums in chunks] in reduce.cpp);
 // - over trailing dims, rows of 128 elements or more: each row by one thread, in blocks that
 //   never cross it, summed in the same chunks;
-// - over leading dims keeping 128 columns or more (a bias gradient; `sum_to`'s too): stripes of
-//   columns over threads, each run down the rows one block per row, each column added into its
-//   own double in row order, as the eager reduction's leading-rows loop (run_leading).
+// - over leading dims keeping 128 columns or more (a bias gradient; `sum_to`'s too): each
+//   column into one double per chunk of 256 rows, row by row, then the chunks' sums in order,
+//   as the eager reduction (run_leading_sum). The chunks run on all threads, in blocks of
+//   whole rows; a single chunk runs in stripes of columns over threads instead.
 // Shorter rows or fewer columns would make blocks too short for the interpreter; such sums, and
 // sums over other dims, stay on their own.
 

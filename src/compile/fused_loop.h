@@ -53,7 +53,8 @@ struct Program {
   /// - over every dim (sum_inner and sum_columns 0): in chunks of 16 interleaved double sums,
   ///   the chunks in order (Note [Floating sums in chunks] in src/backend/cpu/reduce.cpp);
   /// - over trailing dims (sum_inner > 0 elements per output): each row in those chunks;
-  /// - over leading dims (sum_columns > 0 outputs): each column in one double, row by row.
+  /// - over leading dims (sum_columns > 0 outputs): each column in one double per chunk of
+  ///   kSumChunkRows rows, row by row, then the chunks in order.
   int sum_register = -1;
   Shape reduced_shape;
   int64_t sum_inner = 0;

@@ -487,16 +487,19 @@ TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
 }
 
 // A sum over leading dims (a bias gradient) ends the loop too, each column summed in one double
-// row by row as the eager reduction does, in stripes of columns over threads: the same bits.
-// Stripes of 512 columns leave a short last one at 1000 columns.
+// per chunk of 256 rows, row by row, then the chunks in order, as the eager reduction does: the
+// same bits. One chunk runs in stripes of columns over threads (512 columns leave a short last
+// one at 1000); more chunks run over threads, as blocks of whole rows (900 rows of 130) or of
+// pieces of a row (2100 columns).
 TEST(Fusion, AColumnSumEndsTheFusedLoopAndEqualsEagerBitwise) {
   struct Case {
     Shape shape;
     std::vector<int64_t> dims;
   };
   for (DType dtype : {DType::Float32, DType::Float64})
-    for (const Case& k : {Case{{37, 300}, {0}}, Case{{5, 7, 1000}, {0, 1}},
-                          Case{{3, 2, 20, 10}, {0, 1}}, Case{{0, 300}, {0}}}) {
+    for (const Case& k :
+         {Case{{37, 300}, {0}}, Case{{5, 7, 1000}, {0, 1}}, Case{{3, 2, 20, 10}, {0, 1}},
+          Case{{0, 300}, {0}}, Case{{600, 2100}, {0}}, Case{{3, 300, 130}, {0, 1}}}) {
       auto f = [&](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{(tanh(in[0] * 0.5 + in[1]) * in[0]).sum(k.dims)};
       };

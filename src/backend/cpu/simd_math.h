@@ -111,6 +111,17 @@ double sum_widened_scalar(const T* x, int64_t n) {
 
 /// Elements per chunk of a floating-point sum (Note [Floating sums in chunks] in reduce.cpp).
 constexpr int64_t kSumChunk = 512;
+/// Rows per chunk of a floating-point sum over leading dims (the same note): each column is
+/// summed in one double per chunk of rows, the chunks' sums then added in order.
+constexpr int64_t kSumChunkRows = 256;
+
+/// out[j] = 0 + partial[0][j] + partial[1][j] + ..., in chunk order: a sum over leading dims
+/// from its chunks' sums (`chunks` rows of `cols` doubles).
+inline void add_chunk_rows(const double* partial, int64_t chunks, int64_t cols, double* out) {
+  std::fill(out, out + cols, 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t j = 0; j < cols; ++j) out[j] += partial[c * cols + j];
+}
 
 /// The sum of x[0, n) (float or double) by one chunk: simd_sum_widened's value.
 template <class T>
