@@ -1,5 +1,7 @@
 // View ops that only change shape and strides: view, reshape, permute, transpose, squeeze,
 // unsqueeze. Outputs share storage with the input; slicing and joining live in shape.cpp.
+#include <optional>
+
 #include "adjoint/error.h"
 #include "core/op_fields.h"
 #include "ops/common.h"
@@ -33,13 +35,50 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Tensor& x, const 
   return s;
 }
 
+// Strides that view `x` (of shape `from`, strides `strides`) as `to`, or nullopt when no view
+// can (PyTorch's computeStride): `to` must split or merge only runs of dims that are laid out
+// as one contiguous chunk of x.
+std::optional<Shape> view_strides(const Shape& from, const Shape& strides, const Shape& to) {
+  Shape out(to.size(), 1);
+  if (from.numel() == 0 || from.empty()) return from.numel() == 0 ? contiguous_strides(to) : out;
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t chunk_base = strides.back(), from_numel = 1, to_numel = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    from_numel *= from[d];
+    // A chunk ends where the next dim out is not laid out right after this one.
+    if (d == 0 || (from[d - 1] != 1 && strides[d - 1] != from_numel * chunk_base)) {
+      while (view_d >= 0 && (to_numel < from_numel || to[view_d] == 1)) {
+        out[view_d] = to_numel * chunk_base;
+        to_numel *= to[view_d];
+        --view_d;
+      }
+      if (to_numel != from_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base = strides[d - 1];
+        from_numel = to_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
 struct View {
   static constexpr const char* name = "view";
   auto fields() { return std::tie(shape); }
   static constexpr Save save = Save::None;
   Shape shape;
+  // Eager code views only contiguous tensors (view() checks). A compiled graph's replay may
+  // hand the traced view another layout than it was traced with (an expanded cotangent, a
+  // transposed argument of the same shape): its strides then come from x's own, or, where no
+  // view of x has this shape, the view is of a contiguous copy (as reshape() would make).
   Tensor forward(const Tensor& x) const {
-    return make_view(x, shape, contiguous_strides(shape), x.storage_offset());
+    if (x.is_contiguous())
+      return make_view(x, shape, contiguous_strides(shape), x.storage_offset());
+    if (const std::optional<Shape> strides = view_strides(x.shape(), x.strides(), shape))
+      return make_view(x, shape, *strides, x.storage_offset());
+    const Tensor c = kernels::cast(x, x.dtype());
+    return make_view(c, shape, contiguous_strides(shape), c.storage_offset());
   }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
@@ -82,7 +121,23 @@ struct Restride {
   auto fields() { return std::tie(shape, strides); }
   static constexpr Save save = Save::None;
   Shape shape, strides;
-  Tensor forward(const Tensor& x) const { return make_view(x, shape, strides, x.storage_offset()); }
+  // squeeze and unsqueeze add or drop size-1 dims only: the other dims take x's strides, in
+  // order, so that a compiled graph's replay on another layout than the traced one views x
+  // right; the size-1 dims keep the recorded strides (never used to address an element).
+  Tensor forward(const Tensor& x) const {
+    ADJOINT_CHECK(strides.size() == shape.size() && shape.numel() == x.numel(), Shape, "view",
+                  "cannot restride ", describe(x), " to shape ", shape, " with strides ", strides);
+    Shape s = strides;
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 1) continue;
+      while (from < static_cast<std::size_t>(x.dim()) && x.shape()[from] == 1) ++from;
+      ADJOINT_CHECK(from < static_cast<std::size_t>(x.dim()) && x.shape()[from] == shape[i], Shape,
+                    "view", "cannot restride ", describe(x), " to shape ", shape);
+      s[i] = x.strides()[from++];
+    }
+    return make_view(x, shape, s, x.storage_offset());
+  }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
   // Batching: squeeze and unsqueeze keep the order of elements, so a reshape of the batch.

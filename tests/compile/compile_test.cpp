@@ -4,6 +4,8 @@
 // with no pass that reassociates arithmetic, compiled results equal eager ones bit for bit.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "adjoint/adjoint.h"
 #include "support/expect.h"
 
@@ -277,6 +279,41 @@ TEST(Compile, AGraphBreakTheFunctionCatchesStillRunsEagerly) {
   EXPECT_EQ(c.stats().graph_breaks, 1);
   EXPECT_EQ(c.stats().eager_calls, 2);
   EXPECT_TRUE(contains(c.dump(), "the function caught that error and went on"));
+}
+
+// A traced view replays on whatever layout its input has then, which need not be the traced
+// one: the engine hands the backward the cotangent `y.sum()` makes, an expanded tensor whose
+// elements are all one element, where the trace had a contiguous one. View ops that took the
+// traced layout for granted read past that element: amin(x, {1})'s gradient was wrong at the
+// minima (the view of the cotangent to [4, 1]; found by a fusion test), and so was select's
+// (its backward unsqueezes the cotangent). (An argument's layout is part of the signature.)
+TEST(Compile, ATracedViewReplaysOnAnExpandedCotangent) {
+  Generator gen(12);
+  const Tensor x = randn({4, 300}, DType::Float32, &gen).requires_grad_(true);
+  const std::vector<std::function<Tensor(const Tensor&)>> fns = {
+      [](const Tensor& v) { return v.amin({1}); }, [](const Tensor& v) { return v.select(0, 1); },
+      [](const Tensor& v) {
+        return v.unsqueeze(0).reshape({2, 600});
+      }};
+  for (const auto& f : fns) {
+    CompiledFunction c = compile(f);
+    for (int call = 0; call < 2; ++call) {  // traced, then replayed
+      const Tensor gc = autograd::grad({c(x).sum()}, {x})[0];
+      const Tensor xe = x.detach().requires_grad_(true);
+      expect_same(gc, autograd::grad({f(xe).sum()}, {xe})[0]);
+    }
+    EXPECT_EQ(c.stats().traces, 1);
+  }
+  // A cotangent the caller gave transposed: no view of it has the input's shape, so the
+  // replayed view reads a contiguous copy.
+  auto regroup = [](const Tensor& v) { return v.unsqueeze(0).reshape({20, 60}); };
+  CompiledFunction c = compile(regroup);
+  const Tensor g = randn({60, 20}, DType::Float32, &gen).t();
+  for (int call = 0; call < 2; ++call) {
+    const Tensor gc = autograd::grad({c(x)}, {x}, {g})[0];
+    const Tensor xe = x.detach().requires_grad_(true);
+    expect_same(gc, autograd::grad({regroup(xe)}, {xe}, {g})[0]);
+  }
 }
 
 // A result the function detached from its argument (found by the ops fuzzer's compile check):
