@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "adjoint/tensor_impl.h"
@@ -242,15 +243,47 @@ void run_epilogue_pass(const Instr& in, T* dst, int64_t n) {
     kernels::unary_block<T>(kernels::Unary::AddScalar, dst, dst, n, in.epilogue_value);
 }
 
+/// How the program's ending reduction folds values into a double, as eager code does (Note
+/// [Sums that end a fused loop]): a sum adds chunks of kSumChunk elements, a max or min takes
+/// each element in order (max_step, min_step).
+struct Fold {
+  kernels::Reduce kind;
+  double init() const {
+    if (kind == kernels::Reduce::Sum) return 0.0;
+    const double inf = std::numeric_limits<double>::infinity();
+    return kind == kernels::Reduce::Max ? -inf : inf;
+  }
+  /// acc folded with v[0, n) (n a whole number of chunks, or the last, short one).
+  template <class T>
+  double add(double acc, const T* v, int64_t n) const {
+    if (kind == kernels::Reduce::Sum) return kernels::add_chunk_sums(acc, v, n);
+    for (int64_t k = 0; k < n; ++k)
+      acc = kind == kernels::Reduce::Max ? kernels::max_step(acc, v[k])
+                                         : kernels::min_step(acc, v[k]);
+    return acc;
+  }
+  /// One chunk's value, and the chunks' values combined in order: the same as folding them all.
+  template <class T>
+  double chunk(const T* v, int64_t n) const {
+    return kind == kernels::Reduce::Sum ? kernels::chunk_sum(v, n) : add(init(), v, n);
+  }
+  double combine(double acc, double chunk_value) const {
+    if (kind == kernels::Reduce::Sum) return acc + chunk_value;
+    return kind == kernels::Reduce::Max ? kernels::max_step(acc, chunk_value)
+                                        : kernels::min_step(acc, chunk_value);
+  }
+};
+
 template <class T>
 void run_program(const Program& p, const Prepared<T>& prepared, std::span<const Tensor> inputs,
                  std::vector<Tensor>& outs) {
   const int64_t numel = p.shape.numel();
+  const Fold fold{p.reduce_kind};
   outs.clear();
   for (std::size_t k = 0; k < p.output_register.size(); ++k)
     outs.push_back(make_empty(p.shape, p.output_dtype[k]));
   T* sum_out = nullptr;  // the ending sum's output, after the written ones
-  if (p.sum_register >= 0) {
+  if (p.reduced_register >= 0) {
     outs.push_back(make_empty(p.reduced_shape, p.dtype));
     sum_out = static_cast<T*>(outs.back().impl()->data());
   }
@@ -264,7 +297,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   for (std::size_t k = 0; k < p.output_register.size(); ++k)
     out_data.push_back(static_cast<char*>(outs[k].impl()->data()));
   // (A sum over leading dims runs its blocks within a stripe of columns, below.)
-  const int64_t block = std::min(p.sum_inner > 0 ? p.sum_inner : numel, block_elements<T>(p));
+  const int64_t block = std::min(p.reduce_inner > 0 ? p.reduce_inner : numel, block_elements<T>(p));
   const int64_t blocks = (numel + block - 1) / block;
   // The register of an output of the registers' dtype is that output's memory; a 16-bit output
   // is converted from its register once the block's code has run.
@@ -350,7 +383,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
                           reinterpret_cast<H*>(out_data[k]) + start, n);
         });
     }
-    return p.sum_register >= 0 ? reg[static_cast<std::size_t>(p.sum_register)] : nullptr;
+    return p.reduced_register >= 0 ? reg[static_cast<std::size_t>(p.reduced_register)] : nullptr;
   };
   // Each thread's registers, one block each, from a cache line's start: the kernels' vector
   // loads and stores then never straddle two lines. (Left to malloc's 16-byte alignment, the
@@ -370,11 +403,11 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
     return aligned;
   };
 
-  if (p.sum_columns > 0) {
+  if (p.reduce_columns > 0) {
     // A sum over leading dims, as the eager reduction adds it (run_leading_sum in reduce.cpp):
     // each column into one double per chunk of kSumChunkRows rows, in row order, then the
     // chunks' sums in order. Blocks hold as many whole rows as fit, or a piece of one row.
-    const int64_t columns = p.sum_columns, rows = numel / columns;
+    const int64_t columns = p.reduce_columns, rows = numel / columns;
     const int64_t chunks = (rows + kernels::kSumChunkRows - 1) / kernels::kSumChunkRows;
     // Adds rows [r0, r1) of columns [c0, c0 + n) (n <= block) into acc[0, n).
     auto add_rows = [&](int64_t r0, int64_t r1, int64_t c0, int64_t n, double* acc,
@@ -430,31 +463,31 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
       sum_out[j] = static_cast<T>(total[static_cast<std::size_t>(j)]);
     return;
   }
-  if (p.sum_inner > 0) {
-    // A sum over trailing dims: one output per row of `sum_inner` elements, each row run by one
+  if (p.reduce_inner > 0) {
+    // A sum over trailing dims: one output per row of `reduce_inner` elements, each row run by one
     // thread in blocks that never cross a row and summed in the eager reduction's chunks (Note
     // [Floating sums in chunks] in reduce.cpp; blocks start on chunk boundaries): the same bits.
-    const int64_t inner = p.sum_inner, rows = numel / inner;
+    const int64_t inner = p.reduce_inner, rows = numel / inner;
     T* out = sum_out;
-    parallel_for(
-        rows, std::max<int64_t>(1, kParallelElements / inner), [&](int64_t r0, int64_t r1) {
-          std::vector<T*> reg;
-          T* scratch = thread_registers(reg);
-          for (int64_t r = r0; r < r1; ++r) {
-            double acc = 0;
-            for (int64_t c = 0; c < inner; c += block) {
-              const int64_t n = std::min(block, inner - c);
-              acc = kernels::add_chunk_sums(acc, run_block(r * inner + c, n, reg, scratch), n);
-            }
-            out[r] = static_cast<T>(acc);
-          }
-        });
+    parallel_for(rows, std::max<int64_t>(1, kParallelElements / inner),
+                 [&](int64_t r0, int64_t r1) {
+                   std::vector<T*> reg;
+                   T* scratch = thread_registers(reg);
+                   for (int64_t r = r0; r < r1; ++r) {
+                     double acc = fold.init();
+                     for (int64_t c = 0; c < inner; c += block) {
+                       const int64_t n = std::min(block, inner - c);
+                       acc = fold.add(acc, run_block(r * inner + c, n, reg, scratch), n);
+                     }
+                     out[r] = static_cast<T>(acc);
+                   }
+                 });
     return;
   }
   // A full sum's chunks' sums, added in order at the end as the eager reduction adds them
   // (Note [Sums that end a fused loop]).
   std::vector<double> partial(
-      p.sum_register >= 0
+      p.reduced_register >= 0
           ? static_cast<std::size_t>((numel + kernels::kSumChunk - 1) / kernels::kSumChunk)
           : 0);
   auto run_blocks = [&](int64_t first, int64_t last) {
@@ -463,17 +496,17 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
     for (int64_t b = first; b < last; ++b) {
       const int64_t start = b * block, n = std::min(block, numel - start);
       const T* v = run_block(start, n, reg, scratch);
-      if (p.sum_register >= 0)  // (a block is whole chunks, or the last, short one)
+      if (p.reduced_register >= 0)  // (a block is whole chunks, or the last, short one)
         for (int64_t c = 0; c < n; c += kernels::kSumChunk)
           partial[static_cast<std::size_t>((start + c) / kernels::kSumChunk)] =
-              kernels::chunk_sum(v + c, std::min(kernels::kSumChunk, n - c));
+              fold.chunk(v + c, std::min(kernels::kSumChunk, n - c));
     }
   };
   const int64_t grain = std::max<int64_t>(1, kParallelElements / block);
   parallel_for(blocks, grain, run_blocks);
-  if (p.sum_register >= 0) {  // in chunk order: the same for any threads
-    double total = 0;
-    for (double v : partial) total += v;
+  if (p.reduced_register >= 0) {  // in chunk order: the same for any threads
+    double total = fold.init();
+    for (double v : partial) total = fold.combine(total, v);
     *sum_out = static_cast<T>(total);
   }
 }

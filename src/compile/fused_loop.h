@@ -47,18 +47,21 @@ struct Program {
   std::vector<int> output_register;  // by fused output
   std::vector<DType> output_dtype;   // by fused output: `dtype` or a 16-bit float
   std::vector<Instr> code;
-  /// A sum ends the group: register `sum_register` is summed into one more output, after the
+  /// A sum, max or min ends the group: register `reduced_register` is reduced into one more
+  /// output (below, "summed"; a max or min folds element by element where a sum adds), after the
   /// written ones, of shape `reduced_shape` (Note [Sums that end a fused loop] in
   /// fused_loop.cpp). How, as eager code sums a contiguous tensor, bit for bit:
-  /// - over every dim (sum_inner and sum_columns 0): in chunks of 16 interleaved double sums,
+  /// - over every dim (reduce_inner and reduce_columns 0): in chunks of 16 interleaved double sums,
   ///   the chunks in order (Note [Floating sums in chunks] in src/backend/cpu/reduce.cpp);
-  /// - over trailing dims (sum_inner > 0 elements per output): each row in those chunks;
-  /// - over leading dims (sum_columns > 0 outputs): each column in one double per chunk of
+  /// - over trailing dims (reduce_inner > 0 elements per output): each row in those chunks;
+  /// - over leading dims (reduce_columns > 0 outputs): each column in one double per chunk of
   ///   kSumChunkRows rows, row by row, then the chunks in order.
-  int sum_register = -1;
+  int reduced_register = -1;
+  kernels::Reduce reduce_kind =
+      kernels::Reduce::Sum;  ///< Sum, or Max or Min (not over leading dims)
   Shape reduced_shape;
-  int64_t sum_inner = 0;
-  int64_t sum_columns = 0;
+  int64_t reduce_inner = 0;
+  int64_t reduce_columns = 0;
 };
 
 /// Merges each mul or add by a constant into the instruction that computes its operand, when

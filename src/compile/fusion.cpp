@@ -180,13 +180,15 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members, const std::vecto
   }
   if (sum != nullptr) {
     const int summed = sum->inputs[0];
-    p.sum_register = reg_of[static_cast<std::size_t>(slot[summed])];
+    p.reduced_register = reg_of[static_cast<std::size_t>(slot[summed])];
     p.reduced_shape = g.values[static_cast<std::size_t>(sum->outputs[0])].shape;
     const Shape& shape = g.values[static_cast<std::size_t>(summed)].shape;
-    const std::vector<int64_t> dims = sum->op->reduction(shape)->dims;
+    const ReductionKernel red = *sum->op->reduction(shape);
+    const std::vector<int64_t>& dims = red.dims;
+    p.reduce_kind = red.kind;
     if (!dims.empty() && dims.size() != shape.size()) {
-      p.sum_inner = std::max<int64_t>(trailing_sum_size(shape, dims), 0);
-      if (p.sum_inner == 0) p.sum_columns = leading_sum_columns(shape, dims);
+      p.reduce_inner = std::max<int64_t>(trailing_sum_size(shape, dims), 0);
+      if (p.reduce_inner == 0) p.reduce_columns = leading_sum_columns(shape, dims);
     }
     outputs.push_back(sum->outputs[0]);
     ops.push_back(sum->op);
@@ -212,18 +214,20 @@ struct EndingSum {
   bool only_reader = false;
 };
 
-/// Whether node n sums value v in a way a fused loop can: over every dim, its trailing dims
-/// in rows of kMinFusedRow or more, or its leading dims keeping kMinFusedRow or more columns.
-bool sums_in_loop(const Graph& g, const GraphNode& n, int v) {
+/// Whether node n reduces value v in a way a fused loop can: a sum, max or min over every dim
+/// or its trailing dims in rows of kMinFusedRow or more, or a sum over its leading dims keeping
+/// kMinFusedRow or more columns.
+bool reduces_in_loop(const Graph& g, const GraphNode& n, int v) {
   const Value& in = g.values[static_cast<std::size_t>(v)];
   const std::optional<ReductionKernel> red = n.op->reduction(in.shape);
-  if (!red || red->kind != kernels::Reduce::Sum || n.inputs.size() != 1 || n.inputs[0] != v ||
+  if (!red || red->kind == kernels::Reduce::Prod || n.inputs.size() != 1 || n.inputs[0] != v ||
       n.outputs.size() != 1 || is_reduced_float(in.dtype) ||
       g.values[static_cast<std::size_t>(n.outputs[0])].dtype != in.dtype)
     return false;
   if (red->dims.empty() || red->dims.size() == in.shape.size()) return true;
   return trailing_sum_size(in.shape, red->dims) >= kMinFusedRow ||
-         leading_sum_columns(in.shape, red->dims) >= kMinFusedRow;
+         (red->kind == kernels::Reduce::Sum &&
+          leading_sum_columns(in.shape, red->dims) >= kMinFusedRow);
 }
 
 /// The sum node that ends the group whose values read outside it are `outside`: one that sums
@@ -237,7 +241,7 @@ EndingSum summed_by(const Graph& g, const std::vector<std::vector<int>>& readers
       if (reader < 0 || group_of[static_cast<std::size_t>(reader)] != group)
         others.push_back(reader);
     for (int reader : others) {
-      if (reader < 0 || !sums_in_loop(g, g.nodes[static_cast<std::size_t>(reader)], v)) continue;
+      if (reader < 0 || !reduces_in_loop(g, g.nodes[static_cast<std::size_t>(reader)], v)) continue;
       if (outside.size() == 1 && others.size() == 1) return {reader, true};
       if (g.nodes[static_cast<std::size_t>(reader)].backward == backward) return {reader, false};
     }

@@ -52,8 +52,8 @@ bool dead_after(const Program& p, int r, std::size_t j) {
     if (reads(p.code[k], r)) return false;
     if (p.code[k].dst == r) return true;
   }
-  return r != p.sum_register && std::find(p.output_register.begin(), p.output_register.end(), r) ==
-                                    p.output_register.end();
+  return r != p.reduced_register && std::find(p.output_register.begin(), p.output_register.end(),
+                                              r) == p.output_register.end();
 }
 
 // Merges the steps that follow an instruction as epilogues.

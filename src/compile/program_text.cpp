@@ -74,10 +74,13 @@ std::string program_text(const Program& p, const std::string& indent) {
   for (std::size_t k = 0; k < p.output_register.size(); ++k)
     os << indent << "  " << reg(p.output_register[k]) << " -> output " << k << " "
        << p.output_dtype[k] << p.shape << "\n";
-  if (p.sum_register >= 0) {
-    os << indent << "  sum " << reg(p.sum_register);
-    if (p.sum_inner > 0) os << " over rows of " << p.sum_inner;
-    if (p.sum_columns > 0) os << " down columns of " << p.shape.numel() / p.sum_columns;
+  if (p.reduced_register >= 0) {
+    const char* kind = p.reduce_kind == kernels::Reduce::Max   ? "max"
+                       : p.reduce_kind == kernels::Reduce::Min ? "min"
+                                                               : "sum";
+    os << indent << "  " << kind << " " << reg(p.reduced_register);
+    if (p.reduce_inner > 0) os << " over rows of " << p.reduce_inner;
+    if (p.reduce_columns > 0) os << " down columns of " << p.shape.numel() / p.reduce_columns;
     os << " -> output " << p.output_register.size() << " " << p.dtype << p.reduced_shape << "\n";
   }
   return os.str();

@@ -33,6 +33,9 @@ struct Extremum {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kMax ? Reduce::Max : Reduce::Min, x, dims, keepdim);
   }
+  detail::ReductionKernel reduction() const {
+    return {kMax ? Reduce::Max : Reduce::Min, dims, keepdim};
+  }
   // d amax(x)/dx_i = [x_i == amax] / (number of ties): split evenly among tied extrema. A NaN
   // extremum matches nothing, so amax's gradient is NaN there (0 / 0), as PyTorch's; max()
   // over all elements instead splits it among the NaNs, as PyTorch's evenly_distribute_backward.

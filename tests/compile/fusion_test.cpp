@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <random>
 
 #include "adjoint/adjoint.h"
@@ -553,11 +555,59 @@ TEST(Fusion, AWrittenValueIsSummedInTheSamePass) {
                         "[64, 200]\n        sum r3 over rows of 200 -> output 1"),
               std::string::npos)
         << dump;
+    EXPECT_NE(dump.find("max r3 over rows of 200 -> output 1"), std::string::npos) << dump;
     EXPECT_NE(dump.find("sum r6 down columns of 64 -> output 1 " + std::string(to_string(dtype)) +
                         "[200]"),
               std::string::npos)
         << dump;
   }
+}
+
+// A max or min (amax, amin, max(), min()) ends the loop too, over every dim or over rows, with
+// eager code's rules bit for bit: the first NaN met stays (payload and sign included), and of
+// -0 and +0 the first met stays, also when a full max or min runs in chunks over threads.
+TEST(Fusion, AMaxOrMinEndsTheFusedLoopWithEagersNaNAndZeroRules) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Generator gen(10);
+  std::vector<float> v = randn({700, 300}, DType::Float32, &gen).to_vector<float>();
+  v[3 * 300 + 7] = -nan, v[3 * 300 + 9] = nan;                          // row 3: a NaN of each sign
+  for (int j = 0; j < 300; ++j) v[5 * 300 + j] = j % 2 ? 0.0f : -0.0f;  // row 5: -0 first
+  v[650 * 300 + 1] = -nan;  // a late NaN for the full max
+  const Tensor x = tensor(v, Shape{700, 300});
+  const Tensor w = ones({300});
+  auto bits = [](const Tensor& t) {
+    const std::vector<float> f = t.to_vector<float>();
+    std::vector<uint32_t> b(f.size());
+    std::memcpy(b.data(), f.data(), f.size() * sizeof(float));
+    return b;
+  };
+  using Fn = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> reductions = {
+      {"amax rows", [](const Tensor& y) { return y.amax({-1}, true); }},
+      {"amin rows", [](const Tensor& y) { return y.amin({1}); }},
+      {"max", [](const Tensor& y) { return y.max(); }},
+      {"min", [](const Tensor& y) { return y.min(); }}};
+  for (const auto& [name, reduce] : reductions) {
+    auto f = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{reduce(in[0] * in[1] * 1.0)};  // (a group of two ops)
+    };
+    CompiledFunction c = compile(f);
+    const Tensor got = c({x, w})[0], want = f({x, w})[0];
+    EXPECT_EQ(bits(got), bits(want)) << name;
+    const std::string tag = name.find("max") != std::string::npos ? "max r" : "min r";
+    EXPECT_NE(c.dump().find(tag), std::string::npos) << name << c.dump();
+    // And with a row of ties and no NaN, the gradients (split among ties) as eager's.
+    const Tensor xs = where(eq(x, x), x, 0.0).requires_grad_(true);
+    const Tensor xe = xs.detach().requires_grad_(true);
+    const Tensor gc = autograd::grad({c({xs, w})[0].sum()}, {xs})[0];
+    const Tensor ge = autograd::grad({f({xe, w})[0].sum()}, {xe})[0];
+    expect_same(gc, ge, name + ": gradient");
+  }
+  // The first NaN's bits, and -0 from the row that starts with it.
+  const Tensor rows = compile([](const Tensor& y) { return (y * 1.0).amax({-1}); })(x);
+  const std::vector<uint32_t> r = bits(rows);
+  EXPECT_EQ(r[3], bits(tensor(std::vector<float>{-nan}))[0]);
+  EXPECT_EQ(r[5], 0x80000000u);
 }
 
 TEST(Fusion, TheBackwardRecomputesPointwiseValuesInsteadOfKeepingThem) {

@@ -285,15 +285,11 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
           break;
         case Reduce::Max:
           run_plan<T, double>(p, xs, acc.data(), -std::numeric_limits<double>::infinity(),
-                              [](double a, T v) {
-                                return (v > a || v != v || a != a) ? (a != a ? a : double(v)) : a;
-                              });
+                              [](double a, T v) { return max_step(a, v); });
           break;
         case Reduce::Min:
           run_plan<T, double>(p, xs, acc.data(), std::numeric_limits<double>::infinity(),
-                              [](double a, T v) {
-                                return (v < a || v != v || a != a) ? (a != a ? a : double(v)) : a;
-                              });
+                              [](double a, T v) { return min_step(a, v); });
           break;
       }
       if (p.repeats > 1)

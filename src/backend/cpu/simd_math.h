@@ -115,6 +115,16 @@ constexpr int64_t kSumChunk = 512;
 /// summed in one double per chunk of rows, the chunks' sums then added in order.
 constexpr int64_t kSumChunkRows = 256;
 
+/// The step of a max (min) reduction in double, element by element as eager code folds: the
+/// first NaN met stays, and of equal values (-0 and +0) the first met stays. So folding chunks
+/// and then their results in order gives the same bits as folding every element in order.
+inline double max_step(double a, double v) {
+  return (v > a || v != v || a != a) ? (a != a ? a : v) : a;
+}
+inline double min_step(double a, double v) {
+  return (v < a || v != v || a != a) ? (a != a ? a : v) : a;
+}
+
 /// out[j] = 0 + partial[0][j] + partial[1][j] + ..., in chunk order: a sum over leading dims
 /// from its chunks' sums (`chunks` rows of `cols` doubles).
 inline void add_chunk_rows(const double* partial, int64_t chunks, int64_t cols, double* out) {
