@@ -443,8 +443,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
       return;
     }
     std::vector<double> partial(static_cast<std::size_t>(chunks * columns));
-    const int64_t chunk_elements = kernels::kSumChunkRows * columns;
-    parallel_for(chunks, std::max<int64_t>(1, kParallelElements / chunk_elements),
+    parallel_for(chunks, std::max<int64_t>(1, kParallelElements / kernels::kSumChunkRows / columns),
                  [&](int64_t k0, int64_t k1) {
                    std::vector<T*> reg;
                    T* scratch = thread_registers(reg);

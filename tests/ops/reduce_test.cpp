@@ -296,6 +296,19 @@ TEST(SumMean, OverLeadingRowsOfWideMatricesMatchNaiveLoop) {
   set_num_threads(saved_threads);
 }
 
+// Sums over leading rows add each column per chunk of 256 rows, then the chunks in order: with
+// no columns there is nothing to add (the ops fuzzer found a division by zero here), and with
+// no rows the sums are 0.
+TEST(SumMean, OverLeadingRowsWithNoColumnsOrNoRows) {
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor no_columns = sum(zeros({600, 0}, dtype), {0});
+    EXPECT_EQ(no_columns.shape(), Shape{0});
+    const Tensor no_rows = sum(zeros({0, 700}, dtype), {0});
+    ASSERT_EQ(no_rows.shape(), Shape{700});
+    for (double v : no_rows.to_vector<double>()) EXPECT_EQ(v, 0.0);
+  }
+}
+
 TEST(SumMean, ContiguousSumsAddChunksAndMatchAnExactSum) {
   // Full sums and sums over trailing dims add contiguous elements in chunks of 512, each as 16
   // interleaved double sums (Note [Floating sums in chunks]). Oracles: a long double sum of the

@@ -181,10 +181,10 @@ void add_rows_in_order(const T* x, int64_t rows, int64_t cols, double* acc) {
 template <class T>
 void run_leading_sum(int64_t rows, int64_t cols, const T* x, double* out) {
   const int64_t chunks = (rows + kSumChunkRows - 1) / kSumChunkRows;
-  if (chunks <= 1)  // one chunk: the column-blocked loop, which splits columns over threads
+  if (chunks <= 1 || cols == 0)  // one chunk: the column-blocked loop, which splits columns
     return run_leading<T, double>(rows, cols, x, out, 0.0, [](double a, T v) { return a + v; });
   std::vector<double> partial(static_cast<std::size_t>(chunks * cols));
-  const int64_t grain = std::max<int64_t>(1, 131072 / (kSumChunkRows * cols));
+  const int64_t grain = std::max<int64_t>(1, 131072 / kSumChunkRows / cols);
   parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t r0 = c * kSumChunkRows, r1 = std::min(rows, r0 + kSumChunkRows);
