@@ -35,7 +35,7 @@ namespace adjoint::detail {
 // exactly. A cast between these dtypes is then a copy, with the rounding its result dtype
 // asks. So an autocast region's casts and 16-bit ops fuse with the float32 ops beside them, bit
 // for bit as eager. A cast to or from float64 changes the registers' dtype and stays out, and a
-// sum does not end a 16-bit group (eager reduces 16-bit values its own way).
+// reduction does not end a 16-bit group (eager reduces 16-bit values its own way).
 
 bool fusible(const Graph& g, const GraphNode& n) {
   if (n.random || n.outputs.size() != 1) return false;
@@ -93,8 +93,8 @@ int64_t leading_sum_columns(const Shape& shape, std::vector<int64_t> dims) {
 constexpr int64_t kMinFusedRow = 128;
 
 /// Builds the fused node for `members` (indices into g.nodes, in order), writing the values
-/// in `written`; given `sum` (a node summing one member's result, as summed_by accepts), it
-/// ends with that sum too, as its last output.
+/// in `written`; given `sum` (a node reducing one member's result, as reduced_by accepts), it
+/// ends with that reduction too, as its last output.
 GraphNode make_fused(Graph& g, const std::vector<int>& members, const std::vector<int>& written,
                      const GraphNode* sum = nullptr) {
   std::map<int, int> slot;  // value id -> slot (inputs first, then member results)
@@ -206,11 +206,12 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members, const std::vecto
   return fused;
 }
 
-/// A sum that ends a group (Note [Sums that end a fused loop] in fused_loop.cpp).
-struct EndingSum {
-  int node = -1;  ///< the sum node, or -1 for none
-  /// The sum is all that reads the group from outside, so the fused node is the sum's: it runs
-  /// where the sum ran. Else it runs where the group's last member ran (the sum in its phase).
+/// A sum, max or min that ends a group (Note [Sums that end a fused loop] in fused_loop.cpp).
+struct EndingReduction {
+  int node = -1;  ///< the reduction node, or -1 for none
+  /// It is all that reads the group from outside, so the fused node takes its place: it runs
+  /// where the reduction ran. Else the fused node runs where the group's last member ran (the
+  /// reduction being in the group's phase, and after that member: it closed the group).
   bool only_reader = false;
 };
 
@@ -230,11 +231,12 @@ bool reduces_in_loop(const Graph& g, const GraphNode& n, int v) {
           leading_sum_columns(in.shape, red->dims) >= kMinFusedRow);
 }
 
-/// The sum node that ends the group whose values read outside it are `outside`: one that sums
-/// one of them (sums_in_loop), all that reads the group from outside or in the group's phase.
-EndingSum summed_by(const Graph& g, const std::vector<std::vector<int>>& readers,
-                    const std::vector<int>& group_of, int group, const std::vector<int>& outside,
-                    bool backward) {
+/// The reduction node that ends the group whose values read outside it are `outside`: one that
+/// reduces one of them (reduces_in_loop), all that reads the group from outside or in the
+/// group's phase.
+EndingReduction reduced_by(const Graph& g, const std::vector<std::vector<int>>& readers,
+                           const std::vector<int>& group_of, int group,
+                           const std::vector<int>& outside, bool backward) {
   for (int v : outside) {
     std::vector<int> others;  // v's readers outside the group (-1: an output or a gradient)
     for (int reader : readers[static_cast<std::size_t>(v)])
@@ -373,7 +375,7 @@ int fuse_pointwise(Graph& g) {
 
   // Each group's outputs: member results read outside the group.
   std::vector<GraphNode> fused;
-  std::vector<EndingSum> ending;  // by group
+  std::vector<EndingReduction> ending;  // by group
   for (const std::vector<int>& members : groups) {
     std::vector<int> outside;
     for (int m : members) {
@@ -389,9 +391,9 @@ int fuse_pointwise(Graph& g) {
     if (outside.empty())
       outside.push_back(g.nodes[static_cast<std::size_t>(members.back())].outputs[0]);
     const bool backward = g.nodes[static_cast<std::size_t>(members[0])].backward;
-    const EndingSum sum =
-        summed_by(g, readers, group_of, static_cast<int>(fused.size()), outside, backward);
-    std::vector<int> written;  // all but a value that only the ending sum reads outside
+    const EndingReduction sum =
+        reduced_by(g, readers, group_of, static_cast<int>(fused.size()), outside, backward);
+    std::vector<int> written;  // all but a value that only the ending reduction reads outside
     for (int v : outside) {
       bool only_summed = sum.node >= 0;
       for (int r : readers[static_cast<std::size_t>(v)])
@@ -405,8 +407,8 @@ int fuse_pointwise(Graph& g) {
         make_fused(g, members, written,
                    sum.node >= 0 ? &g.nodes[static_cast<std::size_t>(sum.node)] : nullptr));
   }
-  // The fused node takes the place of its last member, or of the sum that ends it when that
-  // sum is all that reads the group; the other members and the sum go.
+  // The fused node takes the place of its last member, or of the reduction that ends it when
+  // that is all that reads the group; the other members and the reduction go.
   std::vector<int> folded_into(n_nodes, -1);
   std::vector<bool> dropped(n_nodes, false);
   for (std::size_t k = 0; k < groups.size(); ++k) {
