@@ -404,20 +404,27 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   };
 
   if (p.reduce_columns > 0) {
-    // A sum over leading dims, as the eager reduction adds it (run_leading_sum in reduce.cpp):
-    // each column into one double per chunk of kSumChunkRows rows, in row order, then the
-    // chunks' sums in order. Blocks hold as many whole rows as fit, or a piece of one row.
+    // A reduction over leading dims. A sum adds as the eager reduction does (run_leading_sum in
+    // reduce.cpp): each column into one double per chunk of kSumChunkRows rows, in row order,
+    // then the chunks' sums in order. A max or min folds the same chunks, which gives the bits
+    // of eager code's single pass down each column (Fold::combine). Blocks hold as many whole
+    // rows as fit, or a piece of one row.
     const int64_t columns = p.reduce_columns, rows = numel / columns;
     const int64_t chunks = (rows + kernels::kSumChunkRows - 1) / kernels::kSumChunkRows;
-    // Adds rows [r0, r1) of columns [c0, c0 + n) (n <= block) into acc[0, n).
+    // Folds rows [r0, r1) of columns [c0, c0 + n) (n <= block) into acc[0, n).
     auto add_rows = [&](int64_t r0, int64_t r1, int64_t c0, int64_t n, double* acc,
                         std::vector<T*>& reg, T* scratch) {
       const int64_t per_block = n == columns ? std::max<int64_t>(1, block / columns) : 1;
       for (int64_t r = r0; r < r1; r += per_block) {
         const int64_t m = std::min(per_block, r1 - r);
         const T* v = run_block(r * columns + c0, m * n, reg, scratch);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t k = 0; k < n; ++k) acc[k] += v[i * n + k];
+        for (int64_t i = 0; i < m; ++i) {
+          if (fold.kind == kernels::Reduce::Sum) {
+            for (int64_t k = 0; k < n; ++k) acc[k] += v[i * n + k];
+          } else {
+            for (int64_t k = 0; k < n; ++k) acc[k] = fold.combine(acc[k], v[i * n + k]);
+          }
+        }
       }
     };
     if (chunks <= 1) {
@@ -434,7 +441,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
         std::vector<double> acc(static_cast<std::size_t>(stripe));
         for (int64_t s = s0; s < s1; ++s) {
           const int64_t c0 = s * stripe, n = std::min(stripe, columns - c0);
-          std::fill(acc.begin(), acc.end(), 0.0);
+          std::fill(acc.begin(), acc.end(), fold.init());
           add_rows(0, rows, c0, n, acc.data(), reg, scratch);
           for (int64_t k = 0; k < n; ++k)
             sum_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
@@ -449,15 +456,18 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
                    T* scratch = thread_registers(reg);
                    for (int64_t k = k0; k < k1; ++k) {
                      double* acc = partial.data() + k * columns;
-                     std::fill(acc, acc + columns, 0.0);
+                     std::fill(acc, acc + columns, fold.init());
                      const int64_t r0 = k * kernels::kSumChunkRows,
                                    r1 = std::min(rows, r0 + kernels::kSumChunkRows);
                      for (int64_t c0 = 0; c0 < columns; c0 += block)
                        add_rows(r0, r1, c0, std::min(block, columns - c0), acc + c0, reg, scratch);
                    }
                  });
-    std::vector<double> total(static_cast<std::size_t>(columns));
-    kernels::add_chunk_rows(partial.data(), chunks, columns, total.data());
+    std::vector<double> total(static_cast<std::size_t>(columns), fold.init());
+    for (int64_t k = 0; k < chunks; ++k)  // in chunk order (a sum: reduce.cpp's add_chunk_rows)
+      for (int64_t j = 0; j < columns; ++j)
+        total[static_cast<std::size_t>(j)] =
+            fold.combine(total[static_cast<std::size_t>(j)], partial[k * columns + j]);
     for (int64_t j = 0; j < columns; ++j)
       sum_out[j] = static_cast<T>(total[static_cast<std::size_t>(j)]);
     return;

@@ -57,8 +57,7 @@ struct Program {
   /// - over leading dims (reduce_columns > 0 outputs): each column in one double per chunk of
   ///   kSumChunkRows rows, row by row, then the chunks in order.
   int reduced_register = -1;
-  kernels::Reduce reduce_kind =
-      kernels::Reduce::Sum;  ///< Sum, or Max or Min (not over leading dims)
+  kernels::Reduce reduce_kind = kernels::Reduce::Sum;  ///< Sum, Max or Min
   Shape reduced_shape;
   int64_t reduce_inner = 0;
   int64_t reduce_columns = 0;

@@ -215,9 +215,9 @@ struct EndingReduction {
   bool only_reader = false;
 };
 
-/// Whether node n reduces value v in a way a fused loop can: a sum, max or min over every dim
-/// or its trailing dims in rows of kMinFusedRow or more, or a sum over its leading dims keeping
-/// kMinFusedRow or more columns.
+/// Whether node n reduces value v in a way a fused loop can: a sum, max or min over every dim,
+/// its trailing dims in rows of kMinFusedRow or more, or its leading dims keeping kMinFusedRow
+/// or more columns.
 bool reduces_in_loop(const Graph& g, const GraphNode& n, int v) {
   const Value& in = g.values[static_cast<std::size_t>(v)];
   const std::optional<ReductionKernel> red = n.op->reduction(in.shape);
@@ -227,8 +227,7 @@ bool reduces_in_loop(const Graph& g, const GraphNode& n, int v) {
     return false;
   if (red->dims.empty() || red->dims.size() == in.shape.size()) return true;
   return trailing_sum_size(in.shape, red->dims) >= kMinFusedRow ||
-         (red->kind == kernels::Reduce::Sum &&
-          leading_sum_columns(in.shape, red->dims) >= kMinFusedRow);
+         leading_sum_columns(in.shape, red->dims) >= kMinFusedRow;
 }
 
 /// The reduction node that ends the group whose values read outside it are `outside`: one that

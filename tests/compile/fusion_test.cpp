@@ -563,16 +563,19 @@ TEST(Fusion, AWrittenValueIsSummedInTheSamePass) {
   }
 }
 
-// A max or min (amax, amin, max(), min()) ends the loop too, over every dim or over rows, with
-// eager code's rules bit for bit: the first NaN met stays (payload and sign included), and of
-// -0 and +0 the first met stays, also when a full max or min runs in chunks over threads.
+// A max or min (amax, amin, max(), min()) ends the loop too, over every dim, rows or columns,
+// with eager code's rules bit for bit: the first NaN met stays (payload and sign included), and
+// of -0 and +0 the first met stays, also when a full max or min, or one down columns of 700
+// rows, runs in chunks over threads.
 TEST(Fusion, AMaxOrMinEndsTheFusedLoopWithEagersNaNAndZeroRules) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Generator gen(10);
   std::vector<float> v = randn({700, 300}, DType::Float32, &gen).to_vector<float>();
   v[3 * 300 + 7] = -nan, v[3 * 300 + 9] = nan;                          // row 3: a NaN of each sign
   for (int j = 0; j < 300; ++j) v[5 * 300 + j] = j % 2 ? 0.0f : -0.0f;  // row 5: -0 first
-  v[650 * 300 + 1] = -nan;  // a late NaN for the full max
+  for (int i = 0; i < 700; ++i) v[i * 300 + 20] = i % 3 ? 0.0f : -0.0f;  // column 20: -0 first
+  v[400 * 300 + 30] = nan, v[600 * 300 + 30] = -nan;  // column 30: NaNs in later chunks
+  v[650 * 300 + 1] = -nan;                            // a late NaN for the full max
   const Tensor x = tensor(v, Shape{700, 300});
   const Tensor w = ones({300});
   auto bits = [](const Tensor& t) {
@@ -582,14 +585,22 @@ TEST(Fusion, AMaxOrMinEndsTheFusedLoopWithEagersNaNAndZeroRules) {
     return b;
   };
   using Fn = std::function<Tensor(const Tensor&)>;
-  const std::vector<std::pair<std::string, Fn>> reductions = {
-      {"amax rows", [](const Tensor& y) { return y.amax({-1}, true); }},
-      {"amin rows", [](const Tensor& y) { return y.amin({1}); }},
-      {"max", [](const Tensor& y) { return y.max(); }},
-      {"min", [](const Tensor& y) { return y.min(); }}};
-  for (const auto& [name, reduce] : reductions) {
+  struct Case {
+    std::string name;
+    Shape shape;  // x viewed as
+    Fn reduce;
+  };
+  const std::vector<Case> cases = {
+      {"amax rows", {700, 300}, [](const Tensor& y) { return y.amax({-1}, true); }},
+      {"amin rows", {700, 300}, [](const Tensor& y) { return y.amin({1}); }},
+      {"amax columns", {700, 300}, [](const Tensor& y) { return y.amax({0}); }},
+      {"amin columns of 7 rows", {7, 100, 300}, [](const Tensor& y) { return y.amin({0}, true); }},
+      {"max", {700, 300}, [](const Tensor& y) { return y.max(); }},
+      {"min", {700, 300}, [](const Tensor& y) { return y.min(); }}};
+  for (const auto& [name, shape, reduce] : cases) {
     auto f = [&](const std::vector<Tensor>& in) {
-      return std::vector<Tensor>{reduce(in[0] * in[1] * 1.0)};  // (a group of two ops)
+      // (two ops, so that they make a group)
+      return std::vector<Tensor>{reduce(in[0].reshape(shape) * in[1] * 1.0)};
     };
     CompiledFunction c = compile(f);
     const Tensor got = c({x, w})[0], want = f({x, w})[0];

@@ -178,6 +178,14 @@ void add_rows_in_order(const T* x, int64_t rows, int64_t cols, double* acc) {
     for (int64_t j = 0; j < cols; ++j) acc[j] += x[r * cols + j];
 }
 
+/// out[j] = 0 + partial[0][j] + partial[1][j] + ..., in chunk order: a sum over leading dims
+/// from its chunks' sums (`chunks` rows of `cols` doubles).
+void add_chunk_rows(const double* partial, int64_t chunks, int64_t cols, double* out) {
+  std::fill(out, out + cols, 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t j = 0; j < cols; ++j) out[j] += partial[c * cols + j];
+}
+
 template <class T>
 void run_leading_sum(int64_t rows, int64_t cols, const T* x, double* out) {
   const int64_t chunks = (rows + kSumChunkRows - 1) / kSumChunkRows;

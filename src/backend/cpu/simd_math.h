@@ -125,14 +125,6 @@ inline double min_step(double a, double v) {
   return (v < a || v != v || a != a) ? (a != a ? a : v) : a;
 }
 
-/// out[j] = 0 + partial[0][j] + partial[1][j] + ..., in chunk order: a sum over leading dims
-/// from its chunks' sums (`chunks` rows of `cols` doubles).
-inline void add_chunk_rows(const double* partial, int64_t chunks, int64_t cols, double* out) {
-  std::fill(out, out + cols, 0.0);
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t j = 0; j < cols; ++j) out[j] += partial[c * cols + j];
-}
-
 /// The sum of x[0, n) (float or double) by one chunk: simd_sum_widened's value.
 template <class T>
 double chunk_sum(const T* x, int64_t n) {
