@@ -56,6 +56,12 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   }
   ADJOINT_CHECK(!requires_grad || is_floating(dtype()), DType, "requires_grad_",
                 "only floating-point tensors can require gradients, got ", describe(*this));
+  // Inside a compiled function the flag is state the graph does not hold: a replay would leave
+  // an argument as the caller passed it (a graph break, as in torch.compile).
+  if (requires_grad != (m && m->requires_grad))
+    detail::check_traceable("requires_grad_",
+                            "it changes whether a tensor requires grad, which a replay would not "
+                            "do again (set it before calling the function)");
   impl()->meta().requires_grad = requires_grad;
   // A view made a leaf stops following its base (Note [Views and in-place ops]): a history
   // regenerated from the base could reach the leaf's own AccumulateGrad, a reference cycle.

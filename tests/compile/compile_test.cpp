@@ -281,6 +281,41 @@ TEST(Compile, AGraphBreakTheFunctionCatchesStillRunsEagerly) {
   EXPECT_TRUE(contains(c.dump(), "the function caught that error and went on"));
 }
 
+// requires_grad_ inside the function changes a flag the graph does not hold: a replay would
+// leave the argument as the caller passed it, so the argument would get no gradient (found by
+// the ops fuzzer's compile check). It is a graph break: every call runs eagerly and sets it.
+TEST(Compile, RequiresGradInsideTheFunctionIsAGraphBreak) {
+  CompileOptions o;
+  o.warn = false;
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor x = in[0];
+    x.requires_grad_(true);
+    return std::vector<Tensor>{(x * x).sum()};
+  };
+  CompiledFunction c = compile(f, o);
+  for (int call = 0; call < 2; ++call) {
+    const Tensor x = full({3}, 2.0);  // a fresh argument that does not require grad
+    const Tensor y = c({x})[0];
+    ASSERT_TRUE(x.requires_grad());
+    y.backward();
+    expect_same(x.grad(), full({3}, 4.0));
+  }
+  EXPECT_EQ(c.stats().graph_breaks, 1);
+  EXPECT_EQ(c.stats().eager_calls, 2);
+  EXPECT_TRUE(contains(c.dump(), "requires_grad_ inside a compiled function"));
+  // Setting it to what it is already changes nothing, and traces.
+  CompiledFunction same = compile([](const std::vector<Tensor>& in) {
+    Tensor x = in[0];
+    x.requires_grad_(x.requires_grad());
+    return std::vector<Tensor>{x * 2.0};
+  });
+  same({full({3}, 1.0)});
+  same({full({3}, 1.0)});
+  EXPECT_EQ(same.stats().graph_breaks, 0);
+  EXPECT_EQ(same.stats().traces, 1);
+  EXPECT_EQ(same.stats().eager_calls, 0);
+}
+
 // A traced view replays on whatever layout its input has then, which need not be the traced
 // one: the engine hands the backward the cotangent `y.sum()` makes, an expanded tensor whose
 // elements are all one element, where the trace had a contiguous one. View ops that took the
