@@ -234,7 +234,7 @@ Prepared<T> prepare(const Program& p) {
 }
 
 /// An instruction's epilogue as a pass of its own, for a kind without a vectorised kernel
-/// (merge_epilogues merges only into kinds that have one; this keeps any program right).
+/// (merge_scalar_steps merges only into kinds that have one; this keeps any program right).
 template <class T>
 void run_epilogue_pass(const Instr& in, T* dst, int64_t n) {
   if (in.epilogue == kernels::ScalarStep::MulScalar)
@@ -282,13 +282,13 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   outs.clear();
   for (std::size_t k = 0; k < p.output_register.size(); ++k)
     outs.push_back(make_empty(p.shape, p.output_dtype[k]));
-  T* sum_out = nullptr;  // the ending sum's output, after the written ones
+  T* reduced_out = nullptr;  // the ending reduction's output, after the written ones
   if (p.reduced_register >= 0) {
     outs.push_back(make_empty(p.reduced_shape, p.dtype));
-    sum_out = static_cast<T*>(outs.back().impl()->data());
+    reduced_out = static_cast<T*>(outs.back().impl()->data());
   }
   if (numel == 0) {  // an empty sum is 0 (its rows or columns may be empty, not its outputs)
-    if (sum_out != nullptr) std::fill(sum_out, sum_out + p.reduced_shape.numel(), T(0));
+    if (reduced_out != nullptr) std::fill(reduced_out, reduced_out + p.reduced_shape.numel(), T(0));
     return;
   }
   std::vector<InputReader> readers;
@@ -296,7 +296,6 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   std::vector<char*> out_data;
   for (std::size_t k = 0; k < p.output_register.size(); ++k)
     out_data.push_back(static_cast<char*>(outs[k].impl()->data()));
-  // (A sum over leading dims runs its blocks within a stripe of columns, below.)
   const int64_t block = std::min(p.reduce_inner > 0 ? p.reduce_inner : numel, block_elements<T>(p));
   const int64_t blocks = (numel + block - 1) / block;
   // The register of an output of the registers' dtype is that output's memory; a 16-bit output
@@ -444,7 +443,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
           std::fill(acc.begin(), acc.end(), fold.init());
           add_rows(0, rows, c0, n, acc.data(), reg, scratch);
           for (int64_t k = 0; k < n; ++k)
-            sum_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
+            reduced_out[c0 + k] = static_cast<T>(acc[static_cast<std::size_t>(k)]);
         }
       });
       return;
@@ -469,15 +468,16 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
         total[static_cast<std::size_t>(j)] =
             fold.combine(total[static_cast<std::size_t>(j)], partial[k * columns + j]);
     for (int64_t j = 0; j < columns; ++j)
-      sum_out[j] = static_cast<T>(total[static_cast<std::size_t>(j)]);
+      reduced_out[j] = static_cast<T>(total[static_cast<std::size_t>(j)]);
     return;
   }
   if (p.reduce_inner > 0) {
-    // A sum over trailing dims: one output per row of `reduce_inner` elements, each row run by one
-    // thread in blocks that never cross a row and summed in the eager reduction's chunks (Note
-    // [Floating sums in chunks] in reduce.cpp; blocks start on chunk boundaries): the same bits.
+    // A reduction over trailing dims: one output per row of `reduce_inner` elements, each row run
+    // by one thread in blocks that never cross a row; a sum adds in the eager reduction's chunks
+    // (Note [Floating sums in chunks] in reduce.cpp; blocks start on chunk boundaries), a max or
+    // min folds element by element: the same bits.
     const int64_t inner = p.reduce_inner, rows = numel / inner;
-    T* out = sum_out;
+    T* out = reduced_out;
     parallel_for(rows, std::max<int64_t>(1, kParallelElements / inner),
                  [&](int64_t r0, int64_t r1) {
                    std::vector<T*> reg;
@@ -493,8 +493,8 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
                  });
     return;
   }
-  // A full sum's chunks' sums, added in order at the end as the eager reduction adds them
-  // (Note [Sums that end a fused loop]).
+  // A full reduction's chunks' values, combined in order at the end as the eager reduction
+  // combines them (Note [Sums that end a fused loop]).
   std::vector<double> partial(
       p.reduced_register >= 0
           ? static_cast<std::size_t>((numel + kernels::kSumChunk - 1) / kernels::kSumChunk)
@@ -516,7 +516,7 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
   if (p.reduced_register >= 0) {  // in chunk order: the same for any threads
     double total = fold.init();
     for (double v : partial) total = fold.combine(total, v);
-    *sum_out = static_cast<T>(total);
+    *reduced_out = static_cast<T>(total);
   }
 }
 

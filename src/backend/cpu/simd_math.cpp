@@ -45,7 +45,7 @@ namespace adjoint::kernels::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// An ScalarStep (simd_math.h) as a function of a vector; `s` holds its scalar in every lane.
+// A ScalarStep (simd_math.h) as a function of a vector; `s` holds its scalar in every lane.
 template <ScalarStep E, class V>
 struct StepOf {
   V s;
@@ -59,6 +59,7 @@ struct StepOf {
     }
   }
 };
+// No step: what the kernels that are not fused loops pass.
 struct NoStep {
   template <class V>
   HWY_INLINE HWY_ATTR V operator()(V v) const {
