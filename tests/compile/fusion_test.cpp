@@ -439,6 +439,25 @@ TEST(Fusion, ASumEndsTheFusedLoopWithoutWritingWhatItSums) {
 // A sum over the trailing dims (rows of 128 elements or more) ends the loop too: each row is
 // summed in element order in one double, as the eager reduction sums a contiguous row, so values
 // equal eager code bit for bit in float32 and float64.
+// Compiles f({x, w}), whose one result is a reduction, and expects its value and the gradients
+// of (result * r).sum() with respect to x and w to be eager code's bits; returns the compiled
+// function, for its dump.
+CompiledFunction expect_reduction_as_eager(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const Tensor& x,
+    const Tensor& w, Generator& gen, const std::string& what) {
+  CompiledFunction c = compile(f);
+  const Tensor got = c({x, w})[0];
+  const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
+  const Tensor want = f({xe, we})[0];
+  expect_same(got, want, what + ": value");
+  const Tensor r = randn(want.shape(), want.dtype(), &gen);
+  const auto gc = autograd::grad({(got * r).sum()}, {x, w});
+  const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
+  expect_same(gc[0], ge[0], what + ": gradient of x");
+  expect_same(gc[1], ge[1], what + ": gradient of w");
+  return c;
+}
+
 TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
   struct Case {
     Shape shape;
@@ -456,17 +475,8 @@ TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
       Generator gen(7);
       const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
       const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
-      CompiledFunction c = compile(f);
-      const Tensor got = c({x, w})[0];
+      CompiledFunction c = expect_reduction_as_eager(f, x, w, gen, what);
       EXPECT_NE(c.dump().find("mul, add, tanh, mul, sum]"), std::string::npos) << c.dump();
-      const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
-      const Tensor want = f({xe, we})[0];
-      expect_same(got, want, what + ": value");
-      const Tensor r = randn(want.shape(), dtype, &gen);
-      const auto gc = autograd::grad({(got * r).sum()}, {x, w});
-      const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
-      expect_same(gc[0], ge[0], what + ": gradient of x");
-      expect_same(gc[1], ge[1], what + ": gradient of w");
       // Without grad the loop writes only the sums.
       NoGradGuard no_grad;
       c({x, w});
@@ -509,17 +519,8 @@ TEST(Fusion, AColumnSumEndsTheFusedLoopAndEqualsEagerBitwise) {
       Generator gen(8);
       const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
       const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
-      CompiledFunction c = compile(f);
-      const Tensor got = c({x, w})[0];
+      CompiledFunction c = expect_reduction_as_eager(f, x, w, gen, what);
       EXPECT_NE(c.dump().find(" down columns of "), std::string::npos) << c.dump();
-      const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
-      const Tensor want = f({xe, we})[0];
-      expect_same(got, want, what + ": value");
-      const Tensor r = randn(want.shape(), dtype, &gen);
-      const auto gc = autograd::grad({(got * r).sum()}, {x, w});
-      const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
-      expect_same(gc[0], ge[0], what + ": gradient of x");
-      expect_same(gc[1], ge[1], what + ": gradient of w");
     }
 }
 
