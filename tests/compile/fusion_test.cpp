@@ -622,6 +622,27 @@ TEST(Fusion, AMaxOrMinEndsTheFusedLoopWithEagersNaNAndZeroRules) {
   EXPECT_EQ(r[5], 0x80000000u);
 }
 
+// Under vmap or jvp a fused node runs its members one by one through the stack, the reductions
+// that end it and its written values included: the same values as eager code.
+TEST(Fusion, FusedReductionsComposeWithVmapAndJvp) {
+  auto f = [](const Tensor& x) {
+    const Tensor h = tanh(x * 0.5 + 1.0);
+    const Tensor e = exp(h - h.amax({-1}, true));
+    return (e / e.sum({-1}, true)).sum({0}) * 2.0;
+  };
+  CompiledFunction c = compile(f);
+  Generator gen(13);
+  const Tensor x = randn({4, 200}, DType::Float64, &gen), t = randn({4, 200}, DType::Float64, &gen);
+  expect_same(c(x), f(x), "value");
+  EXPECT_NE(c.dump().find("max r2 over rows of 200"), std::string::npos) << c.dump();
+  const Tensor xs = randn({3, 4, 200}, DType::Float64, &gen);
+  expect_same(vmap([&](const Tensor& v) { return c(v); })(xs), vmap(f)(xs), "vmap");
+  const auto jc = jvp([&](const Tensor& v) { return c(v); }, x, t);
+  const auto je = jvp(f, x, t);
+  expect_same(jc.outputs, je.outputs, "jvp value");
+  expect_same(jc.tangents, je.tangents, "jvp tangent");
+}
+
 TEST(Fusion, TheBackwardRecomputesPointwiseValuesInsteadOfKeepingThem) {
   auto f = [](const std::vector<Tensor>& in) {
     Tensor y = in[0];
