@@ -23,8 +23,8 @@ struct Instr {
   /// kernel rounds its float32 result (Note [Fusing 16-bit values and casts] in fusion.cpp).
   DType result = DType::Float32;
   /// A mul or add by a constant merged into this instruction (Note [Epilogues] in
-  /// fused_loop.cpp): dst = op(...) then dst = dst * epilogue_value (or + epilogue_value), in
-  /// one pass.
+  /// merge_scalar_steps.cpp): dst = op(...) then dst = dst * epilogue_value (or +
+  /// epilogue_value), in one pass.
   kernels::ScalarStep epilogue = kernels::ScalarStep::None;
   double epilogue_value = 0;
   /// A mul or add by a constant merged into the operand it computes, of a binary instruction
@@ -65,8 +65,8 @@ struct Program {
 
 /// Merges each mul or add by a constant into the instruction that computes its operand, when
 /// nothing else reads that operand (an epilogue), or else into the one binary instruction
-/// that reads its result (a prologue) (Note [Epilogues] in fused_loop.cpp); returns how many
-/// were merged.
+/// that reads its result (a prologue) (Note [Epilogues] in src/compile/merge_scalar_steps.cpp);
+/// returns how many were merged.
 int merge_scalar_steps(Program& p);
 
 /// The program as text, one line per instruction, each line starting with `indent` (the

@@ -32,7 +32,7 @@ bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a =
 /// before storing it (its epilogue) or to its first operand as it loads it (its prologue): one
 /// correctly rounded operation, so the bits are those of unary(MulScalar or AddScalar) run as
 /// a pass of its own. Compile's fused loop merges such passes into their neighbours this way:
-/// a simple pass costs its stores (Note [Epilogues] in fused_loop.cpp).
+/// a simple pass costs its stores (Note [Epilogues] in src/compile/merge_scalar_steps.cpp).
 enum class ScalarStep { None, MulScalar, AddScalar };
 
 /// A vectorised kernel of one kind: out[i] = kind(in[i]) with the kind's parameters already
