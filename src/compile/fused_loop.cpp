@@ -220,27 +220,20 @@ Prepared<T> prepare(const Program& p) {
       r.kernels[i].binary = kernels::simd_binary_fn<T>(
           k.binary, in.epilogue, on_a ? in.prologue : none, on_a ? none : in.prologue);
       (on_a ? r.kernels[i].pa : r.kernels[i].pb) = static_cast<T>(in.prologue_value);
-      // merge_scalar_steps makes prologues only for the kinds that always have kernels
-      ADJOINT_CHECK(in.prologue == none || r.kernels[i].binary, Internal, "fused pointwise",
-                    "no kernel for a binary instruction with a prologue");
     } else {
       r.kernels[i].unary = kernels::simd_unary_fn<T>(k.unary, k.a, in.epilogue);
       r.kernels[i].a = static_cast<T>(k.a);
       r.kernels[i].b = static_cast<T>(k.b);
     }
     r.kernels[i].e = static_cast<T>(in.epilogue_value);
+    // merge_scalar_steps merges steps only into kinds that have vectorised kernels: the block
+    // kernels (run_block's fallback) run the instruction alone.
+    ADJOINT_CHECK(
+        (in.prologue == kernels::ScalarStep::None && in.epilogue == kernels::ScalarStep::None) ||
+            r.kernels[i].unary || r.kernels[i].binary,
+        Internal, "fused pointwise", "no kernel for an instruction with a merged step");
   }
   return r;
-}
-
-/// An instruction's epilogue as a pass of its own, for a kind without a vectorised kernel
-/// (merge_scalar_steps merges only into kinds that have one; this keeps any program right).
-template <class T>
-void run_epilogue_pass(const Instr& in, T* dst, int64_t n) {
-  if (in.epilogue == kernels::ScalarStep::MulScalar)
-    kernels::unary_block<T>(kernels::Unary::MulScalar, dst, dst, n, in.epilogue_value);
-  if (in.epilogue == kernels::ScalarStep::AddScalar)
-    kernels::unary_block<T>(kernels::Unary::AddScalar, dst, dst, n, in.epilogue_value);
 }
 
 /// How the program's ending reduction folds values into a double, as eager code does (Note
@@ -361,7 +354,6 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
           fn.binary(x, y, dst, static_cast<std::size_t>(n), fn.pa, fn.pb, fn.e);
         } else {
           kernels::binary_block<T>(in.kernel.binary, x, y, dst, n);
-          run_epilogue_pass(in, dst, n);
         }
       } else {
         const T* x = reg[static_cast<std::size_t>(in.src0)];
@@ -369,7 +361,6 @@ void run_program(const Program& p, const Prepared<T>& prepared, std::span<const 
           fn.unary(x, dst, static_cast<std::size_t>(n), fn.a, fn.b, fn.e);
         } else {
           kernels::unary_block<T>(in.kernel.unary, x, dst, n, in.kernel.a, in.kernel.b);
-          run_epilogue_pass(in, dst, n);
         }
       }
       if constexpr (std::is_same_v<T, float>)

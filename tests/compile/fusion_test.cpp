@@ -439,12 +439,21 @@ TEST(Fusion, ASumEndsTheFusedLoopWithoutWritingWhatItSums) {
 // A sum over the trailing dims (rows of 128 elements or more) ends the loop too: each row is
 // summed in element order in one double, as the eager reduction sums a contiguous row, so values
 // equal eager code bit for bit in float32 and float64.
-// Compiles f({x, w}), whose one result is a reduction, and expects its value and the gradients
-// of (result * r).sum() with respect to x and w to be eager code's bits; returns the compiled
-// function, for its dump.
-CompiledFunction expect_reduction_as_eager(
-    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const Tensor& x,
-    const Tensor& w, Generator& gen, const std::string& what) {
+// A reduction f({x, w}) compiled, on x of `shape` and a row w (random, requiring grad).
+struct CompiledReduction {
+  CompiledFunction c;
+  Tensor x, w;
+};
+
+// Compiles f, whose one result is a reduction, and expects its value and the gradients of
+// (result * r).sum() with respect to x and w to be eager code's bits.
+CompiledReduction expect_reduction_as_eager(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f, const Shape& shape,
+    DType dtype, uint64_t seed) {
+  const std::string what = std::string(to_string(dtype)) + " " + to_string(shape);
+  Generator gen(seed);
+  const Tensor x = randn(shape, dtype, &gen).requires_grad_(true);
+  const Tensor w = randn({shape.back()}, dtype, &gen).requires_grad_(true);
   CompiledFunction c = compile(f);
   const Tensor got = c({x, w})[0];
   const Tensor xe = x.detach().requires_grad_(true), we = w.detach().requires_grad_(true);
@@ -455,7 +464,7 @@ CompiledFunction expect_reduction_as_eager(
   const auto ge = autograd::grad({(want * r).sum()}, {xe, we});
   expect_same(gc[0], ge[0], what + ": gradient of x");
   expect_same(gc[1], ge[1], what + ": gradient of w");
-  return c;
+  return {std::move(c), x, w};
 }
 
 TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
@@ -471,18 +480,14 @@ TEST(Fusion, ARowSumEndsTheFusedLoopAndEqualsEagerBitwise) {
       auto f = [&](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{(tanh(in[0] * in[1] + 1.0) * in[0]).sum(k.dims, k.keepdim)};
       };
-      const std::string what = std::string(to_string(dtype)) + " " + to_string(k.shape);
-      Generator gen(7);
-      const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
-      const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
-      CompiledFunction c = expect_reduction_as_eager(f, x, w, gen, what);
+      auto [c, x, w] = expect_reduction_as_eager(f, k.shape, dtype, 7);
       EXPECT_NE(c.dump().find("mul, add, tanh, mul, sum]"), std::string::npos) << c.dump();
       // Without grad the loop writes only the sums.
       NoGradGuard no_grad;
       c({x, w});
       const uint64_t before = memory_stats().allocations;
       c({x, w});
-      EXPECT_EQ(memory_stats().allocations - before, 1u) << what;
+      EXPECT_EQ(memory_stats().allocations - before, 1u) << to_string(k.shape);
     }
   // Rows shorter than 128 elements leave the sum on its own, and a mean is a fused sum and a
   // division.
@@ -515,11 +520,7 @@ TEST(Fusion, AColumnSumEndsTheFusedLoopAndEqualsEagerBitwise) {
       auto f = [&](const std::vector<Tensor>& in) {
         return std::vector<Tensor>{(tanh(in[0] * 0.5 + in[1]) * in[0]).sum(k.dims)};
       };
-      const std::string what = std::string(to_string(dtype)) + " " + to_string(k.shape);
-      Generator gen(8);
-      const Tensor x = randn(k.shape, dtype, &gen).requires_grad_(true);
-      const Tensor w = randn({k.shape.back()}, dtype, &gen).requires_grad_(true);
-      CompiledFunction c = expect_reduction_as_eager(f, x, w, gen, what);
+      const CompiledFunction c = expect_reduction_as_eager(f, k.shape, dtype, 8).c;
       EXPECT_NE(c.dump().find(" down columns of "), std::string::npos) << c.dump();
     }
 }

@@ -273,18 +273,26 @@ HWY_INLINE Vec<D> ErfV(D d, Vec<D> x) {
   return KeepNaN<D>(x, hn::CopySignToAbs(erf, x));
 }
 
-// 0.5 x (1 + erf(x / sqrt 2)), with 1 + erf(-a) taken as erfc(a) so the negative tail keeps
-// its relative precision (the scalar formula cancels there; both agree to about eps |x|).
+// 1 + erf(x / sqrt 2) (x2 = x x), with 1 + erf(-a) taken as erfc(a) so the negative tail keeps
+// its relative precision (the scalar formula cancels there; both agree to about eps |x|): the
+// normal CDF doubled, for the erf gelu and its gradient.
 template <class D>
-HWY_INLINE Vec<D> GeluErfV(D d, Vec<D> x) {
+HWY_INLINE Vec<D> OnePlusErfOverRoot2V(D d, Vec<D> x, Vec<D> x2) {
   using T = hn::TFromD<D>;
   const Vec<D> one = hn::Set(d, T(1)), half = hn::Set(d, T(0.5));
-  const Vec<D> a = hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2)))), x2 = hn::Mul(x, x);
+  const Vec<D> a = hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2))));
   // (x / sqrt 2)^2 from x itself (halving is exact), not from the rounded a.
   Vec<D> erf, erfc;
   ErfParts(d, a, hn::Mul(half, x2), hn::Mul(half, hn::MulSub(x, x, x2)), erf, erfc);
-  const Vec<D> one_plus_erf = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Add(one, erf));
-  return hn::Mul(hn::Mul(half, x), one_plus_erf);  // NaN x gives NaN
+  return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Add(one, erf));
+}
+
+// 0.5 x (1 + erf(x / sqrt 2)).
+template <class D>
+HWY_INLINE Vec<D> GeluErfV(D d, Vec<D> x) {
+  using T = hn::TFromD<D>;
+  const Vec<D> half = hn::Set(d, T(0.5));
+  return hn::Mul(hn::Mul(half, x), OnePlusErfOverRoot2V(d, x, hn::Mul(x, x)));  // NaN x gives NaN
 }
 
 // 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x sigmoid(2u): the same
@@ -317,15 +325,12 @@ HWY_INLINE Vec<D> GeluTanhGradV(D d, Vec<D> x) {
   return hn::Mul(s, hn::MulAdd(hn::Mul(x, sc), dv, one));
 }
 
-// d/dx x Phi(x) = Phi(x) + x phi(x), with Phi from ErfParts as in GeluErfV.
+// d/dx x Phi(x) = Phi(x) + x phi(x), with Phi as in GeluErfV.
 template <class D>
 HWY_INLINE Vec<D> GeluErfGradV(D d, Vec<D> x) {
   using T = hn::TFromD<D>;
-  const Vec<D> one = hn::Set(d, T(1)), half = hn::Set(d, T(0.5));
-  const Vec<D> a = hn::Abs(hn::Mul(x, hn::Set(d, T(M_SQRT1_2)))), x2 = hn::Mul(x, x);
-  Vec<D> erf, erfc;
-  ErfParts(d, a, hn::Mul(half, x2), hn::Mul(half, hn::MulSub(x, x, x2)), erf, erfc);
-  const Vec<D> cdf = hn::Mul(half, hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, hn::Add(one, erf)));
+  const Vec<D> half = hn::Set(d, T(0.5)), x2 = hn::Mul(x, x);
+  const Vec<D> cdf = hn::Mul(half, OnePlusErfOverRoot2V(d, x, x2));
   const Vec<D> pdf =
       hn::Mul(ExpV(d, hn::Mul(hn::Neg(half), x2)), hn::Set(d, T(0.3989422804014327)));
   return hn::MulAdd(x, pdf, cdf);  // NaN x gives NaN through pdf
