@@ -41,6 +41,13 @@ enum class OnGraphBreak {
   Throw   ///< throw an Error naming the reason
 };
 
+/// A size that may change between calls without tracing again: dim `dim` (negative counts
+/// from the end) of argument `input` (docs/compile.md, "Dynamic sizes").
+struct DynamicDim {
+  int input = 0;
+  int64_t dim = 0;
+};
+
 struct CompileOptions {
   /// Passes, each switchable (docs/compile.md, "Passes").
   bool eliminate_dead_code = true;
@@ -54,6 +61,13 @@ struct CompileOptions {
   /// run eagerly, with a warning printed once.
   std::size_t cache_limit = 8;
   OnGraphBreak on_graph_break = OnGraphBreak::Eager;
+  /// Dims of the arguments whose size may change without a new trace, all of them one size
+  /// (a batch that the inputs and the targets share). The first two sizes are traced, a third
+  /// small one is traced to check how the graph depends on the size, and later sizes (2 or
+  /// more) get the graph built from that, without running the function. The function must not
+  /// branch on this size (docs/compile.md, "Dynamic sizes"). Empty: every size is a new
+  /// signature.
+  std::vector<DynamicDim> dynamic;
   /// Prints warnings (graph breaks, the cache limit) to stderr.
   bool warn = true;
 };
@@ -68,6 +82,9 @@ struct CompileStats {
   int64_t graph_breaks = 0;      ///< signatures that could not be traced
   int64_t guard_failures = 0;    ///< retraces because a captured tensor changed shape or dtype
   int64_t cache_limit_hits = 0;  ///< calls beyond cache_limit
+  int64_t probes = 0;            ///< traces at a made-up dynamic size, to fit the graph's sizes
+  int64_t instantiations = 0;    ///< signatures whose graph was built for a new dynamic size
+                                 ///< without a trace
 };
 
 /// The memory plan of a traced graph (docs/compile.md, "Memory planning"): values are let go

@@ -1,7 +1,9 @@
 // CompiledFunction: the cache of traced graphs by signature, graph breaks, and the choice
 // between the kernel replay and the op-by-op replay (docs/compile.md).
+#include <algorithm>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -10,6 +12,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "autograd/forward_ad.h"
+#include "compile/dynamic_sizes.h"
 #include "compile/run_plan.h"
 #include "compile/trace.h"
 #include "core/op_tracer.h"
@@ -25,6 +28,18 @@ struct CompiledEntry {
   std::string graph_break;                        ///< why it could not be traced
   std::vector<bool> capture_requires_grad;
   std::vector<Shape> capture_strides;
+  bool instance = false;  ///< built for a dynamic size from the fitted graph, not traced
+};
+
+/// The signatures that differ only in the dynamic size (Note [Dynamic sizes] in
+/// dynamic_sizes.cpp): the first one traced, then the graph fitted from three traces, or why
+/// it could not be.
+struct DynamicFamily {
+  std::string key;  ///< the signature with the dynamic size left out
+  int64_t first_size = 0;
+  std::shared_ptr<const TracedSignature> first;
+  std::shared_ptr<const DynamicTemplate> fitted;
+  bool refused = false;
 };
 
 struct CompiledState {
@@ -32,6 +47,7 @@ struct CompiledState {
   CompileOptions options;
   mutable std::mutex mutex;
   std::vector<std::shared_ptr<const CompiledEntry>> entries;
+  std::vector<std::shared_ptr<DynamicFamily>> families;
   std::shared_ptr<const CompiledEntry> last;
   CompileStats stats;
   std::unordered_set<std::string> warned;
@@ -50,18 +66,32 @@ void append(std::ostringstream& os, const Shape& s) {
 
 /// Everything a trace depended on besides the values: the inputs' shapes, dtypes, strides
 /// and requires-grad flags, grad and inference mode, autocast, and the static arguments.
-std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics) {
+/// `dynamic`: dims written as `*`, of inputs that are contiguous (their strides follow).
+std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics,
+                      const std::vector<std::vector<int64_t>>* dynamic = nullptr) {
   std::ostringstream os;
   os << tls_mode.grad_enabled << tls_mode.inference << int(tls_mode.autocast) << '|';
-  for (const Tensor& x : inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
     if (!x.defined()) {
       os << "u|";
       continue;
     }
     os << static_cast<int>(x.dtype()) << ':';
-    append(os, x.shape());
-    os << ':';
-    append(os, x.strides());  // ops decide by layout (reshape views or copies)
+    if (dynamic && !(*dynamic)[i].empty()) {
+      for (int64_t d = 0; d < x.dim(); ++d) {
+        const bool star = std::ranges::find((*dynamic)[i], d) != (*dynamic)[i].end();
+        if (star)
+          os << "*,";
+        else
+          os << x.shape()[d] << ',';
+      }
+      os << ":c";
+    } else {
+      append(os, x.shape());
+      os << ':';
+      append(os, x.strides());  // ops decide by layout (reshape views or copies)
+    }
     os << x.requires_grad() << '|';
   }
   for (const StaticArg& a : statics) {
@@ -86,6 +116,135 @@ Tensor stand_in(const Tensor& x) {
   if (x.requires_grad()) s.requires_grad_(true);
   return s;
 }
+
+/// A call whose dynamic dims (CompileOptions::dynamic) all have one size of 2 or more, on
+/// contiguous inputs: the size, the dims by input, and the signature with the size left out.
+struct DynamicCall {
+  int64_t size = -1;
+  std::vector<std::vector<int64_t>> dims;
+  std::string key;
+};
+
+std::optional<DynamicCall> dynamic_call(CompiledState& s, const std::vector<Tensor>& inputs,
+                                        const StaticArgs& statics) {
+  if (s.options.dynamic.empty()) return std::nullopt;
+  DynamicCall call;
+  call.dims.resize(inputs.size());
+  for (const DynamicDim& d : s.options.dynamic) {
+    const auto i = static_cast<std::size_t>(d.input);
+    ADJOINT_CHECK(d.input >= 0 && i < inputs.size() && inputs[i].defined(), Value, "compile",
+                  "CompileOptions::dynamic names argument ", d.input, " of a call with ",
+                  inputs.size(), " arguments", i < inputs.size() ? " (it is undefined)" : "");
+    const Tensor& x = inputs[i];
+    ADJOINT_CHECK(d.dim >= -x.dim() && d.dim < x.dim(), Value, "compile",
+                  "CompileOptions::dynamic names dim ", d.dim, " of argument ", d.input,
+                  ", which is ", describe(x));
+    const int64_t dim = d.dim < 0 ? d.dim + x.dim() : d.dim;
+    const int64_t n = x.shape()[dim];
+    if (call.size >= 0 && n != call.size) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.warn_once(str("the dynamic dims have different sizes (", call.size, " and ", n,
+                      " in argument ", d.input, "); such calls are traced size by size"));
+      return std::nullopt;
+    }
+    call.size = n;
+    call.dims[i].push_back(dim);
+  }
+  if (call.size < 2) return std::nullopt;  // 0 and 1 are never dynamic (broadcasting)
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!call.dims[i].empty() && !inputs[i].is_contiguous()) return std::nullopt;
+  call.key = signature(inputs, statics, &call.dims);
+  return call;
+}
+
+/// The arguments at the probe size p: each one's rows along its dynamic dims, taken in turn
+/// (repeated when it has fewer than p), so an index stays an index (embedding's tokens).
+std::vector<Tensor> probe_inputs(const std::vector<Tensor>& stand_ins, const DynamicCall& call,
+                                 int64_t p) {
+  std::vector<int64_t> rows(static_cast<std::size_t>(p));
+  for (int64_t r = 0; r < p; ++r) rows[static_cast<std::size_t>(r)] = r % call.size;
+  std::vector<Tensor> out;
+  NoGradGuard no_grad;
+  const Tensor index = tensor(rows);
+  for (std::size_t i = 0; i < stand_ins.size(); ++i) {
+    Tensor x = stand_ins[i];
+    if (call.dims[i].empty()) {
+      out.push_back(x);
+      continue;
+    }
+    for (int64_t d : call.dims[i]) x = index_select(x, d, index);
+    x = x.contiguous().detach();
+    if (stand_ins[i].requires_grad()) x.requires_grad_(true);
+    out.push_back(x);
+  }
+  return out;
+}
+
+/// Fills e from a graph traced (or built for a dynamic size) on `inputs`.
+void finish_entry(CompiledEntry& e, Graph g, const std::vector<Tensor>& inputs,
+                  const CompileOptions& options) {
+  auto traced = std::make_shared<TracedSignature>();
+  traced->graph = g;
+  for (const Tensor& x : inputs)
+    traced->input_strides.push_back(x.defined() ? x.strides() : Shape{});
+  traced->grad_enabled = is_grad_enabled();
+  e.traced = std::move(traced);
+  for (const Tensor& c : g.captures) {
+    e.capture_requires_grad.push_back(c.requires_grad());
+    e.capture_strides.push_back(c.strides());
+  }
+  e.plan = std::make_shared<const Plan>(make_plan(std::move(g), options));
+}
+
+/// Makes room for a graph built for a dynamic size by dropping the oldest such graph; false
+/// when the cache holds none.
+bool evict_instance(CompiledState& s) {
+  for (auto it = s.entries.begin(); it != s.entries.end(); ++it)
+    if ((*it)->instance) {
+      s.entries.erase(it);
+      return true;
+    }
+  return false;
+}
+
+/// A second size of a family was traced (e): trace a third, small one, and fit the graph's
+/// sizes from the three (Note [Dynamic sizes]), or note why they do not fit.
+void fit_family(CompiledState& s, DynamicFamily& family, const CompiledEntry& e,
+                const DynamicCall& call, const std::vector<Tensor>& stand_ins,
+                const StaticArgs& statics) {
+  std::string refused;
+  std::shared_ptr<const DynamicTemplate> fitted;
+  bool probed = false;
+  if (!e.plan) {
+    refused = "size " + std::to_string(call.size) + " could not be traced: " + e.graph_break;
+  } else {
+    int64_t p = 2;
+    while (p == family.first_size || p == call.size) ++p;
+    try {
+      probed = true;
+      const Graph probe = trace_function(s.f, probe_inputs(stand_ins, call, p), statics);
+      auto fit = DynamicTemplate::fit({&family.first->graph, &e.traced->graph, &probe},
+                                      {family.first_size, call.size, p});
+      if (auto* t = std::get_if<DynamicTemplate>(&fit)) {
+        fitted = std::make_shared<const DynamicTemplate>(std::move(*t));
+      } else {
+        refused = std::get<std::string>(fit);
+      }
+    } catch (const GraphBreak& b) {
+      refused = str("the function cannot be traced at size ", p, ": ", b.reason());
+    } catch (const Error& err) {
+      refused = str("the function fails at size ", p, ": ", err.what());
+    }
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (probed) ++s.stats.probes;
+  family.fitted = fitted;
+  family.refused = !fitted;
+  if (!fitted)
+    s.warn_once("the dynamic size cannot be symbolic, so each size is traced: " + refused);
+}
+
+thread_local bool tls_retrying = false;  // tracing again after TracedStateChanged
 
 bool guards_hold(const CompiledEntry& e) {
   if (!e.plan) return true;
@@ -126,8 +285,23 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       ++s.stats.guard_failures;
       retrace = true;
       entry = nullptr;
+      s.families.clear();  // fitted on captured tensors that changed
     }
-    if (!entry && !retrace && s.entries.size() >= s.options.cache_limit) {
+  }
+  // A new size of a dynamic dim: the family of signatures that differ only in it.
+  std::optional<detail::DynamicCall> dynamic;
+  std::shared_ptr<detail::DynamicFamily> family;
+  std::shared_ptr<const detail::DynamicTemplate> fitted;
+  if (!entry) dynamic = detail::dynamic_call(s, inputs, statics);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (dynamic) {
+      for (const auto& f : s.families)
+        if (f->key == dynamic->key) family = f;
+      if (family && !retrace && !detail::tls_retrying) fitted = family->fitted;
+    }
+    if (!entry && !retrace && s.entries.size() >= s.options.cache_limit &&
+        !(fitted && detail::evict_instance(s))) {
       ++s.stats.cache_limit_hits;
       ++s.stats.eager_calls;
       s.warn_once(detail::str("more than cache_limit = ", s.options.cache_limit,
@@ -143,28 +317,41 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     e->key = key;
     std::vector<Tensor> stand_ins;
     for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
-    try {
-      detail::Graph g = detail::trace_function(s.f, stand_ins, statics);
-      auto traced = std::make_shared<detail::TracedSignature>();
-      traced->graph = g;
-      for (const Tensor& x : inputs)
-        traced->input_strides.push_back(x.defined() ? x.strides() : Shape{});
-      traced->grad_enabled = is_grad_enabled();
-      e->traced = std::move(traced);
-      for (const Tensor& c : g.captures) {
-        e->capture_requires_grad.push_back(c.requires_grad());
-        e->capture_strides.push_back(c.strides());
+    if (fitted) {
+      try {
+        detail::finish_entry(*e, fitted->at(dynamic->size), inputs, s.options);
+        e->instance = true;
+      } catch (const Error&) {  // a size the formulas cannot take (a negative dim): trace it
+        *e = detail::CompiledEntry();
+        e->key = key;
       }
-      e->plan = std::make_shared<const detail::Plan>(detail::make_plan(std::move(g), s.options));
-    } catch (const detail::GraphBreak& b) {
-      if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
-      e->graph_break = b.reason();
     }
-    std::lock_guard<std::mutex> lock(s.mutex);
-    ++s.stats.traces;
-    if (!e->plan) ++s.stats.graph_breaks;
-    std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
-    s.entries.push_back(e);
+    if (!e->instance) {
+      try {
+        detail::finish_entry(*e, detail::trace_function(s.f, stand_ins, statics), inputs,
+                             s.options);
+      } catch (const detail::GraphBreak& b) {
+        if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
+        e->graph_break = b.reason();
+      }
+    }
+    bool fit = false;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      ++(e->instance ? s.stats.instantiations : s.stats.traces);
+      if (!e->plan) ++s.stats.graph_breaks;
+      std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
+      s.entries.push_back(e);
+      if (dynamic && !family && e->plan) {
+        family = std::make_shared<detail::DynamicFamily>(
+            detail::DynamicFamily{dynamic->key, dynamic->size, e->traced, nullptr, false});
+        s.families.push_back(family);
+      } else if (dynamic && family && !family->fitted && !family->refused &&
+                 dynamic->size != family->first_size) {
+        fit = true;
+      }
+    }
+    if (fit) detail::fit_family(s, *family, *e, *dynamic, stand_ins, statics);
     entry = e;
   }
 
@@ -206,12 +393,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       ++s.stats.guard_failures;
       std::erase(s.entries, entry);
     }
-    // A state that differs even from a trace of these very inputs (a NaN) runs eagerly.
-    thread_local bool retrying = false;
-    if (retrying) return s.f(inputs, statics);
-    retrying = true;
+    // A state that differs even from a trace of these very inputs (a NaN) runs eagerly. The
+    // retry traces: a graph built for a dynamic size holds the state fitted from other sizes.
+    if (detail::tls_retrying) return s.f(inputs, statics);
+    detail::tls_retrying = true;
     struct Reset {
-      ~Reset() { retrying = false; }
+      ~Reset() { detail::tls_retrying = false; }
     } reset;
     return (*this)(inputs, statics);
   }

@@ -1,0 +1,262 @@
+// compile's dynamic sizes (CompileOptions::dynamic, Note [Dynamic sizes] in
+// src/compile/dynamic_sizes.cpp): two sizes traced and a third probed, then graphs built for
+// new sizes without running the function. Eager code at each size is the oracle: the built
+// graph must give its values and gradients bit for bit, as a trace at that size would.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "adjoint/adjoint.h"
+#include "adjoint/nn.h"
+#include "support/expect.h"
+
+namespace {
+
+using namespace adjoint;
+using adjoint::testing::expect_error;
+
+void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_TRUE(want.defined()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>()) << what;
+}
+
+CompileOptions batch_dynamic(std::vector<DynamicDim> dims = {{0, 0}}) {
+  CompileOptions o;
+  o.dynamic = std::move(dims);
+  o.warn = false;
+  return o;
+}
+
+// Ops whose attributes hold the batch: a reshape merging it (B * 3), an expand to it, a mean
+// over it (scale 1 / (12 B)), a sum_to in the backward, a transpose and matmul around them.
+struct BatchModel {
+  Tensor w, b;
+  BatchModel() {
+    Generator g(3);
+    w = randn({4, 4}, DType::Float64, &g).requires_grad_(true);
+    b = randn({1, 4}, DType::Float64, &g).requires_grad_(true);
+  }
+  std::vector<Tensor> operator()(const std::vector<Tensor>& in) const {
+    const Tensor& x = in[0];  // [B, 3, 4]
+    const int64_t batch = x.size(0);
+    Tensor rows = x.reshape({batch * 3, 4});
+    Tensor h = tanh(matmul(rows, w) + b.expand({batch * 3, 4}));
+    Tensor per_example = h.reshape({batch, 12}).sum({1});
+    Tensor loss = (h * h).mean() + per_example.mean();
+    return {loss, per_example};
+  }
+};
+
+Tensor batch_of(int64_t n, uint64_t seed) {
+  Generator g(seed);
+  return randn({n, 3, 4}, DType::Float64, &g).requires_grad_(true);
+}
+
+void expect_as_eager(const CompiledFunction& c, const BatchModel& model, int64_t n) {
+  const std::string at = "batch " + std::to_string(n);
+  Tensor xc = batch_of(n, 10 + n), xe = batch_of(n, 10 + n);
+  model.w.zero_grad();
+  model.b.zero_grad();
+  std::vector<Tensor> got = c({xc});
+  got[0].backward();
+  const Tensor gw = model.w.grad().clone(), gb = model.b.grad().clone();
+  model.w.zero_grad();
+  model.b.zero_grad();
+  std::vector<Tensor> want = model({xe});
+  want[0].backward();
+  expect_same(got[0], want[0], "loss, " + at);
+  expect_same(got[1], want[1], "per-example values, " + at);
+  expect_same(xc.grad(), xe.grad(), "input gradient, " + at);
+  expect_same(gw, model.w.grad(), "weight gradient, " + at);
+  expect_same(gb, model.b.grad(), "bias gradient, " + at);
+}
+
+TEST(CompileDynamic, NewBatchSizesAreBuiltWithoutRunningTheFunction) {
+  BatchModel model;
+  int runs = 0;
+  CompiledFunction c = compile(
+      [&](const std::vector<Tensor>& in) {
+        ++runs;
+        return model(in);
+      },
+      batch_dynamic());
+  for (int64_t n : {8, 12}) expect_as_eager(c, model, n);
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(runs, 3);  // the two traces and the probe
+  for (int64_t n : {5, 20, 3, 64, 12, 5}) expect_as_eager(c, model, n);
+  EXPECT_EQ(runs, 3);
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 4);  // 5, 20, 3 and 64; 12 and 5 again are cached
+  EXPECT_EQ(c.stats().eager_calls, 0);
+}
+
+TEST(CompileDynamic, OneSizeSharedByTheInputsAndTheTargets) {
+  Generator g(4);
+  nn::Linear layer(6, 5, true, &g);
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{cross_entropy(layer.forward(in[0]), in[1])};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0}, {1, -1}}));
+  for (int64_t n : {6, 9, 4, 17}) {
+    Generator d(static_cast<uint64_t>(n));
+    const Tensor x = randn({n, 6}, DType::Float32, &d);
+    const Tensor t = randint(0, 5, {n}, &d);
+    layer.zero_grad();
+    const Tensor got = c({x, t})[0];
+    got.backward();
+    const Tensor gw = layer.weight.grad().clone();
+    layer.zero_grad();
+    const Tensor want = f({x, t})[0];
+    want.backward();
+    expect_same(got, want, "loss at batch " + std::to_string(n));
+    expect_same(gw, layer.weight.grad(), "weight gradient at batch " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 2);
+}
+
+TEST(CompileDynamic, AnIgnoredTargetTheFormulasDidNotSeeTracesThatSize) {
+  // cross_entropy keeps 1 / (rows not ignored) for its backward. With no row ignored in the
+  // first sizes it fits 1 / s; a batch with ignored rows must not take that value.
+  Generator g(6);
+  const Tensor w = randn({4, 3}, DType::Float64, &g).requires_grad_(true);
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{cross_entropy(matmul(in[0], w), in[1])};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0}, {1, 0}}));
+  for (int64_t n : {5, 7, 6, 9}) {
+    Generator d(static_cast<uint64_t>(n));
+    const Tensor x = randn({n, 4}, DType::Float64, &d);
+    std::vector<int64_t> targets = randint(0, 3, {n}, &d).to_vector<int64_t>();
+    if (n == 6 || n == 9)  // after the two traces and the probe
+      for (int64_t i = 0; i < n; i += 3) targets[static_cast<std::size_t>(i)] = -100;
+    const Tensor t = tensor(targets);
+    w.zero_grad();
+    const Tensor got = c({x, t})[0];
+    got.backward();
+    const Tensor gw = w.grad().clone();
+    w.zero_grad();
+    const Tensor want = f({x, t})[0];
+    want.backward();
+    expect_same(got, want, "loss at batch " + std::to_string(n));
+    expect_same(gw, w.grad(), "gradient at batch " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().traces, 4);  // 5, 7, then 6 and 9 again after their built graphs failed
+  EXPECT_EQ(c.stats().instantiations, 2);
+}
+
+TEST(CompileDynamic, AGptLossTakesAnyBatch) {
+  const nn::GPTConfig config{16, 8, 16, 2, 1, 0.0};
+  Generator gm(7);
+  nn::GPT model(config, &gm);
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{model.loss(in[0], in[1])};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0}, {1, 0}}));
+  for (int64_t n : {3, 5, 2, 9}) {
+    Generator d(static_cast<uint64_t>(100 + n));
+    const Tensor tokens = randint(0, 16, {n, 9}, &d);
+    const Tensor in = tokens.slice(1, 0, 8).contiguous(),
+                 target = tokens.slice(1, 1, 9).contiguous();
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor got = c({in, target})[0];
+    got.backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor want = f({in, target})[0];
+    want.backward();
+    const std::string at = " at batch " + std::to_string(n);
+    expect_same(got, want, "loss" + at);
+    const std::vector<Tensor> params = model.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
+  }
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().instantiations, 2);
+}
+
+TEST(CompileDynamic, RandomDrawsOfTheBatchsShapeReplayAsEager) {
+  auto f = [](Generator* g) {
+    return [g](const Tensor& x) { return dropout(x, 0.5, true, g) * 3.0; };
+  };
+  Generator gc(11), ge(11);
+  CompiledFunction c = compile(f(&gc), batch_dynamic());
+  for (int64_t n : {4, 6, 10, 3}) {
+    const Tensor x = randn({n, 5});
+    expect_same(c(x), f(&ge)(x), "batch " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().instantiations, 2);
+}
+
+TEST(CompileDynamic, AGraphThatDependsOnTheSizeOtherwiseTracesEverySize) {
+  // arange(n) is a constant of the trace, made from the size: no formula holds it.
+  auto f = [](const Tensor& x) { return x * arange(x.size(0), DType::Float32); };
+  CompiledFunction c = compile(f, batch_dynamic());
+  for (int64_t n : {4, 6, 9}) {
+    const Tensor x = randn({n});
+    expect_same(c(x), f(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 3);
+  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().instantiations, 0);
+
+  // Another op at another size: the branch shows between the traced sizes.
+  auto g = [](const Tensor& x) { return x.size(0) > 5 ? exp(x) : sin(x); };
+  CompiledFunction cg = compile(g, batch_dynamic());
+  for (int64_t n : {4, 6, 9, 3}) {
+    const Tensor x = randn({n});
+    expect_same(cg(x), g(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(cg.stats().instantiations, 0);
+}
+
+TEST(CompileDynamic, SizesZeroAndOneAreTracedOnTheirOwn) {
+  CompiledFunction c = compile([](const Tensor& x) { return (x * 2.0).sum({0}); }, batch_dynamic());
+  for (int64_t n : {4, 6, 1, 0, 7}) {
+    const Tensor x = randn({n, 3});
+    expect_same(c(x), (x * 2.0).sum({0}), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 4);  // 4, 6, 1 and 0
+  EXPECT_EQ(c.stats().instantiations, 1);
+}
+
+TEST(CompileDynamic, NewSizesNeverRunEagerlyForTheCacheLimit) {
+  CompileOptions o = batch_dynamic();
+  o.cache_limit = 3;
+  CompiledFunction c = compile([](const Tensor& x) { return exp(x).mean({0}); }, o);
+  for (int64_t n = 2; n < 12; ++n) {
+    const Tensor x = randn({n, 2});
+    expect_same(c(x), exp(x).mean({0}), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().eager_calls, 0);
+  EXPECT_EQ(c.stats().cache_limit_hits, 0);
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 8);
+}
+
+TEST(CompileDynamic, ANonContiguousInputIsTracedAtEachSize) {
+  CompiledFunction c =
+      compile([](const Tensor& x) { return x.reshape({-1}) * 2.0; }, batch_dynamic());
+  for (int64_t n : {3, 5, 7}) {
+    const Tensor x = randn({4, n}).t();  // [n, 4], transposed
+    expect_same(c(x), x.reshape({-1}) * 2.0, "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 3);
+  EXPECT_EQ(c.stats().instantiations, 0);
+}
+
+TEST(CompileDynamic, DimsThatDoNotExistAreErrors) {
+  CompiledFunction c = compile([](const Tensor& x) { return x * 2.0; }, batch_dynamic({{1, 0}}));
+  expect_error([&] { c(randn({3})); }, ErrorKind::Value, {"compile", "argument 1"});
+  CompiledFunction d = compile([](const Tensor& x) { return x * 2.0; }, batch_dynamic({{0, 2}}));
+  expect_error([&] { d(randn({3, 2})); }, ErrorKind::Value, {"compile", "dim 2", "[3, 2]"});
+}
+
+}  // namespace
