@@ -182,6 +182,57 @@ TEST(CompileDynamic, AGptLossTakesAnyBatch) {
   EXPECT_EQ(c.stats().instantiations, 2);
 }
 
+TEST(CompileDynamic, AGptLossTakesAnySequenceLength) {
+  // Positions are a view of the position table and the causal mask a buffer sliced to T, so
+  // the graph's sizes are formulas in T; at T = context the model takes the whole mask and
+  // table instead of slices, the same values.
+  const nn::GPTConfig config{16, 12, 16, 2, 1, 0.0};
+  Generator gm(8);
+  nn::GPT model(config, &gm);
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{model.loss(in[0], in[1])};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 1}, {1, 1}}));
+  for (int64_t t : {5, 7, 3, 9, 12}) {
+    Generator d(static_cast<uint64_t>(200 + t));
+    const Tensor tokens = randint(0, 16, {2, t + 1}, &d);
+    const Tensor in = tokens.slice(1, 0, t).contiguous(),
+                 target = tokens.slice(1, 1, t + 1).contiguous();
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor got = c({in, target})[0];
+    got.backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor want = f({in, target})[0];
+    want.backward();
+    const std::string at = " at length " + std::to_string(t);
+    expect_same(got, want, "loss" + at);
+    const std::vector<Tensor> params = model.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
+  }
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 3);
+}
+
+TEST(CompileDynamic, BuiltGraphsComposeWithJvpAndVmap) {
+  auto f = [](const Tensor& x) { return (tanh(x) * x).sum({1}) / static_cast<double>(x.size(0)); };
+  CompiledFunction c = compile(f, batch_dynamic());
+  for (int64_t n : {4, 6}) c(randn({n, 3}, DType::Float64));
+  for (int64_t n : {5, 9}) {
+    const std::string at = "size " + std::to_string(n);
+    const Tensor x = randn({n, 3}, DType::Float64), t = randn({n, 3}, DType::Float64);
+    auto want = jvp(f, x, t);
+    auto got = jvp([&](const Tensor& v) { return c(v); }, x, t);
+    expect_same(got.outputs, want.outputs, "jvp value, " + at);
+    expect_same(got.tangents, want.tangents, "jvp tangent, " + at);
+    const Tensor xs = randn({3, n, 3}, DType::Float64);  // vmap over a leading dim of 3
+    expect_same(vmap([&](const Tensor& v) { return c(v); })(xs), vmap(f)(xs), "vmap, " + at);
+  }
+  EXPECT_GE(c.stats().instantiations, 2);
+}
+
 TEST(CompileDynamic, RandomDrawsOfTheBatchsShapeReplayAsEager) {
   auto f = [](Generator* g) {
     return [g](const Tensor& x) { return dropout(x, 0.5, true, g) * 3.0; };
