@@ -29,6 +29,7 @@ struct CompiledEntry {
   std::vector<bool> capture_requires_grad;
   std::vector<Shape> capture_strides;
   bool instance = false;  ///< built for a dynamic size from the fitted graph, not traced
+  std::string family;     ///< DynamicFamily::key for a call with a dynamic size, else empty
 };
 
 /// The signatures that differ only in the dynamic size (Note [Dynamic sizes] in
@@ -196,11 +197,11 @@ void finish_entry(CompiledEntry& e, Graph g, const std::vector<Tensor>& inputs,
   e.plan = std::make_shared<const Plan>(make_plan(std::move(g), options));
 }
 
-/// Makes room for a graph built for a dynamic size by dropping the oldest such graph; false
-/// when the cache holds none.
-bool evict_instance(CompiledState& s) {
+/// Makes room for a graph built for a dynamic size by dropping the oldest graph of its family
+/// (any of them can be built again without a trace); false when the cache holds none.
+bool evict_from_family(CompiledState& s, const std::string& family) {
   for (auto it = s.entries.begin(); it != s.entries.end(); ++it)
-    if ((*it)->instance) {
+    if ((*it)->family == family) {
       s.entries.erase(it);
       return true;
     }
@@ -301,7 +302,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       if (family && !retrace && !detail::tls_retrying) fitted = family->fitted;
     }
     if (!entry && !retrace && s.entries.size() >= s.options.cache_limit &&
-        !(fitted && detail::evict_instance(s))) {
+        !(fitted && detail::evict_from_family(s, dynamic->key))) {
       ++s.stats.cache_limit_hits;
       ++s.stats.eager_calls;
       s.warn_once(detail::str("more than cache_limit = ", s.options.cache_limit,
@@ -315,6 +316,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (!entry) {
     auto e = std::make_shared<detail::CompiledEntry>();
     e->key = key;
+    if (dynamic) e->family = dynamic->key;
     std::vector<Tensor> stand_ins;
     for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
     if (fitted) {
@@ -324,6 +326,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       } catch (const Error&) {  // a size the formulas cannot take (a negative dim): trace it
         *e = detail::CompiledEntry();
         e->key = key;
+        e->family = dynamic->key;
       }
     }
     if (!e->instance) {
