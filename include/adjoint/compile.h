@@ -42,10 +42,13 @@ enum class OnGraphBreak {
 };
 
 /// A size that may change between calls without tracing again: dim `dim` (negative counts
-/// from the end) of argument `input` (docs/compile.md, "Dynamic sizes").
+/// from the end) of argument `input`. Dims with the same `symbol` share one size (a batch that
+/// the inputs and the targets share); up to 3 symbols (a batch and a sequence length: 0 and 1).
+/// docs/compile.md, "Dynamic sizes".
 struct DynamicDim {
   int input = 0;
   int64_t dim = 0;
+  int symbol = 0;
 };
 
 struct CompileOptions {
@@ -61,12 +64,11 @@ struct CompileOptions {
   /// run eagerly, with a warning printed once.
   std::size_t cache_limit = 8;
   OnGraphBreak on_graph_break = OnGraphBreak::Eager;
-  /// Dims of the arguments whose size may change without a new trace, all of them one size
-  /// (a batch that the inputs and the targets share). The first two sizes are traced, a third
-  /// small one is traced to check how the graph depends on the size, and later sizes (2 or
-  /// more) get the graph built from that, without running the function. The function must not
-  /// branch on this size (docs/compile.md, "Dynamic sizes"). Empty: every size is a new
-  /// signature.
+  /// Dims of the arguments whose sizes may change without a new trace. Once two calls with
+  /// different sizes were traced, the function is traced at small sizes (2 and 3 for each
+  /// symbol) to learn how the graph depends on them, and later sizes (2 or more) get the graph
+  /// built from that, without running the function. The function must not branch on these
+  /// sizes (docs/compile.md, "Dynamic sizes"). Empty: every size is a new signature.
   std::vector<DynamicDim> dynamic;
   /// Prints warnings (graph breaks, the cache limit) to stderr.
   bool warn = true;
@@ -82,8 +84,8 @@ struct CompileStats {
   int64_t graph_breaks = 0;      ///< signatures that could not be traced
   int64_t guard_failures = 0;    ///< retraces because a captured tensor changed shape or dtype
   int64_t cache_limit_hits = 0;  ///< calls beyond cache_limit
-  int64_t probes = 0;            ///< traces at a made-up dynamic size, to fit the graph's sizes
-  int64_t instantiations = 0;    ///< signatures whose graph was built for a new dynamic size
+  int64_t probes = 0;            ///< traces at made-up dynamic sizes, to fit the graph's sizes
+  int64_t instantiations = 0;    ///< signatures whose graph was built for new dynamic sizes
                                  ///< without a trace
 };
 

@@ -32,12 +32,12 @@ struct CompiledEntry {
   std::string family;     ///< DynamicFamily::key for a call with a dynamic size, else empty
 };
 
-/// The signatures that differ only in the dynamic size (Note [Dynamic sizes] in
-/// dynamic_sizes.cpp): the first one traced, then the graph fitted from three traces, or why
-/// it could not be.
+/// The signatures that differ only in their dynamic sizes (Note [Dynamic sizes] in
+/// dynamic_sizes.cpp): the first one traced, then the graph fitted from traces at more sizes,
+/// or why it could not be.
 struct DynamicFamily {
-  std::string key;  ///< the signature with the dynamic size left out
-  int64_t first_size = 0;
+  std::string key;  ///< the signature with the dynamic sizes left out
+  SymbolSizes first_sizes;
   std::shared_ptr<const TracedSignature> first;
   std::shared_ptr<const DynamicTemplate> fitted;
   bool refused = false;
@@ -67,9 +67,11 @@ void append(std::ostringstream& os, const Shape& s) {
 
 /// Everything a trace depended on besides the values: the inputs' shapes, dtypes, strides
 /// and requires-grad flags, grad and inference mode, autocast, and the static arguments.
-/// `dynamic`: dims written as `*`, of inputs that are contiguous (their strides follow).
+/// `dynamic`: by input, (dim, symbol) pairs written as `*symbol`, of inputs that are contiguous
+/// (their strides follow from their shapes).
+using DynamicDims = std::vector<std::vector<std::pair<int64_t, std::size_t>>>;
 std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics,
-                      const std::vector<std::vector<int64_t>>* dynamic = nullptr) {
+                      const DynamicDims* dynamic = nullptr) {
   std::ostringstream os;
   os << tls_mode.grad_enabled << tls_mode.inference << int(tls_mode.autocast) << '|';
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -80,12 +82,14 @@ std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& stati
     }
     os << static_cast<int>(x.dtype()) << ':';
     if (dynamic && !(*dynamic)[i].empty()) {
+      const auto& dims = (*dynamic)[i];
       for (int64_t d = 0; d < x.dim(); ++d) {
-        const bool star = std::ranges::find((*dynamic)[i], d) != (*dynamic)[i].end();
-        if (star)
-          os << "*,";
-        else
+        const auto star = std::ranges::find(dims, d, &std::pair<int64_t, std::size_t>::first);
+        if (star != dims.end()) {
+          os << '*' << star->second << ',';
+        } else {
           os << x.shape()[d] << ',';
+        }
       }
       os << ":c";
     } else {
@@ -118,19 +122,23 @@ Tensor stand_in(const Tensor& x) {
   return s;
 }
 
-/// A call whose dynamic dims (CompileOptions::dynamic) all have one size of 2 or more, on
-/// contiguous inputs: the size, the dims by input, and the signature with the size left out.
+/// A call with dynamic dims (CompileOptions::dynamic): the sizes of its active symbols (those
+/// of size 2 or more; 0 and 1 are never dynamic, as broadcasting and squeeze treat 1 apart),
+/// the dims of each input that take them, and the signature with those sizes left out. The
+/// inputs with such dims must be contiguous.
 struct DynamicCall {
-  int64_t size = -1;
-  std::vector<std::vector<int64_t>> dims;
+  SymbolSizes sizes;  ///< by active symbol
+  DynamicDims dims;   ///< by input: (dim, active symbol)
   std::string key;
 };
+
+constexpr int kMaxSymbols = 3;  // 2^3 probes
 
 std::optional<DynamicCall> dynamic_call(CompiledState& s, const std::vector<Tensor>& inputs,
                                         const StaticArgs& statics) {
   if (s.options.dynamic.empty()) return std::nullopt;
-  DynamicCall call;
-  call.dims.resize(inputs.size());
+  std::vector<int64_t> symbol_size(kMaxSymbols, -1);
+  std::vector<std::pair<std::size_t, int64_t>> dims;  // (input, dim), by entry of the option
   for (const DynamicDim& d : s.options.dynamic) {
     const auto i = static_cast<std::size_t>(d.input);
     ADJOINT_CHECK(d.input >= 0 && i < inputs.size() && inputs[i].defined(), Value, "compile",
@@ -140,40 +148,58 @@ std::optional<DynamicCall> dynamic_call(CompiledState& s, const std::vector<Tens
     ADJOINT_CHECK(d.dim >= -x.dim() && d.dim < x.dim(), Value, "compile",
                   "CompileOptions::dynamic names dim ", d.dim, " of argument ", d.input,
                   ", which is ", describe(x));
+    ADJOINT_CHECK(d.symbol >= 0 && d.symbol < kMaxSymbols, Value, "compile",
+                  "CompileOptions::dynamic: symbol ", d.symbol, " of dim ", d.dim, " of argument ",
+                  d.input, " is not in [0, ", kMaxSymbols, ")");
     const int64_t dim = d.dim < 0 ? d.dim + x.dim() : d.dim;
     const int64_t n = x.shape()[dim];
-    if (call.size >= 0 && n != call.size) {
+    int64_t& size = symbol_size[static_cast<std::size_t>(d.symbol)];
+    if (size >= 0 && n != size) {
       std::lock_guard<std::mutex> lock(s.mutex);
-      s.warn_once(str("the dynamic dims have different sizes (", call.size, " and ", n,
-                      " in argument ", d.input, "); such calls are traced size by size"));
+      s.warn_once(str("the dims of dynamic symbol ", d.symbol, " have different sizes (", size,
+                      " and ", n, " in argument ", d.input,
+                      "); such calls are traced size by size"));
       return std::nullopt;
     }
-    call.size = n;
-    call.dims[i].push_back(dim);
+    size = n;
+    dims.emplace_back(i, dim);
   }
-  if (call.size < 2) return std::nullopt;  // 0 and 1 are never dynamic (broadcasting)
+  DynamicCall call;
+  std::vector<std::size_t> active(kMaxSymbols);
+  for (std::size_t sym = 0; sym < static_cast<std::size_t>(kMaxSymbols); ++sym)
+    if (symbol_size[sym] >= 2) {
+      active[sym] = call.sizes.size();
+      call.sizes.push_back(symbol_size[sym]);
+    }
+  if (call.sizes.empty()) return std::nullopt;
+  call.dims.resize(inputs.size());
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    const auto sym = static_cast<std::size_t>(s.options.dynamic[k].symbol);
+    if (symbol_size[sym] >= 2) call.dims[dims[k].first].emplace_back(dims[k].second, active[sym]);
+  }
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!call.dims[i].empty() && !inputs[i].is_contiguous()) return std::nullopt;
   call.key = signature(inputs, statics, &call.dims);
   return call;
 }
 
-/// The arguments at the probe size p: each one's rows along its dynamic dims, taken in turn
-/// (repeated when it has fewer than p), so an index stays an index (embedding's tokens).
+/// The arguments at sizes `at`: each one's rows along its dynamic dims taken in turn
+/// (repeated when it has fewer), so that an index stays an index (embedding's tokens).
 std::vector<Tensor> probe_inputs(const std::vector<Tensor>& stand_ins, const DynamicCall& call,
-                                 int64_t p) {
-  std::vector<int64_t> rows(static_cast<std::size_t>(p));
-  for (int64_t r = 0; r < p; ++r) rows[static_cast<std::size_t>(r)] = r % call.size;
+                                 const SymbolSizes& at) {
   std::vector<Tensor> out;
   NoGradGuard no_grad;
-  const Tensor index = tensor(rows);
   for (std::size_t i = 0; i < stand_ins.size(); ++i) {
     Tensor x = stand_ins[i];
     if (call.dims[i].empty()) {
       out.push_back(x);
       continue;
     }
-    for (int64_t d : call.dims[i]) x = index_select(x, d, index);
+    for (const auto& [d, sym] : call.dims[i]) {
+      std::vector<int64_t> rows(static_cast<std::size_t>(at[sym]));
+      for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r) % x.size(d);
+      x = index_select(x, d, tensor(rows));
+    }
     x = x.contiguous().detach();
     if (stand_ins[i].requires_grad()) x.requires_grad_(true);
     out.push_back(x);
@@ -208,41 +234,85 @@ bool evict_from_family(CompiledState& s, const std::string& family) {
   return false;
 }
 
-/// A second size of a family was traced (e): trace a third, small one, and fit the graph's
-/// sizes from the three (Note [Dynamic sizes]), or note why they do not fit.
+/// A family's second sizes were traced (e): trace the function at the other corners of the
+/// box the two calls span, and at two checks off the corners (between or just past them, and
+/// twice as far out), and fit the graph's sizes from those traces
+/// (Note [Dynamic sizes]); or note why they do not fit.
 void fit_family(CompiledState& s, DynamicFamily& family, const CompiledEntry& e,
                 const DynamicCall& call, const std::vector<Tensor>& stand_ins,
                 const StaticArgs& statics) {
   std::string refused;
   std::shared_ptr<const DynamicTemplate> fitted;
-  bool probed = false;
+  int64_t probes = 0;
   if (!e.plan) {
-    refused = "size " + std::to_string(call.size) + " could not be traced: " + e.graph_break;
+    refused = "the second sizes could not be traced: " + e.graph_break;
   } else {
-    int64_t p = 2;
-    while (p == family.first_size || p == call.size) ++p;
+    const std::size_t k = call.sizes.size();
+    SymbolSizes lo(k), hi(k), near(k), far(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      lo[i] = std::min(family.first_sizes[i], call.sizes[i]);
+      hi[i] = std::max(family.first_sizes[i], call.sizes[i]);
+      if (hi[i] == lo[i]) ++hi[i];
+      near[i] = hi[i] - lo[i] >= 2 ? (lo[i] + hi[i]) / 2 : hi[i] + 1;
+      far[i] = 2 * hi[i] + 1;
+    }
+    // No check below lo: a function may not run at sizes smaller than its callers' (x.split(8)[1]
+    // has no second piece at 4), and reading past a vector there is no Error to catch.
+    std::vector<SymbolSizes> sizes = DynamicTemplate::corners(lo, hi);
+    sizes.push_back(near);
+    std::vector<Graph> traced;  // the probes, reserved so that pointers into it stay valid
+    traced.reserve(sizes.size() + 1);
+    std::vector<const Graph*> graphs;
+    std::size_t base = 0;
+    auto probe = [&](const SymbolSizes& at) {
+      ++probes;
+      traced.push_back(trace_function(s.f, probe_inputs(stand_ins, call, at), statics));
+      graphs.push_back(&traced.back());
+    };
     try {
-      probed = true;
-      const Graph probe = trace_function(s.f, probe_inputs(stand_ins, call, p), statics);
-      auto fit = DynamicTemplate::fit({&family.first->graph, &e.traced->graph, &probe},
-                                      {family.first_size, call.size, p});
+      for (std::size_t j = 0; j < sizes.size(); ++j) {
+        if (sizes[j] == family.first_sizes) {
+          base = j;
+          graphs.push_back(&family.first->graph);
+        } else if (sizes[j] == call.sizes) {
+          graphs.push_back(&e.traced->graph);
+        } else {
+          probe(sizes[j]);
+        }
+      }
+      // The far check moves halfway back towards `near` while the function refuses its sizes
+      // (a length past the context it checks); when it refuses them all, near is the only one.
+      for (SymbolSizes at = far; at != near;) {
+        try {
+          probe(at);
+          sizes.push_back(at);
+          break;
+        } catch (const GraphBreak&) {
+          throw;
+        } catch (const Error&) {
+          const SymbolSizes was = at;
+          for (std::size_t i = 0; i < k; ++i) at[i] = near[i] + (at[i] - near[i]) / 2;
+          if (at == was) break;
+        }
+      }
+      auto fit = DynamicTemplate::fit(graphs, sizes, lo, hi, base);
       if (auto* t = std::get_if<DynamicTemplate>(&fit)) {
         fitted = std::make_shared<const DynamicTemplate>(std::move(*t));
       } else {
         refused = std::get<std::string>(fit);
       }
     } catch (const GraphBreak& b) {
-      refused = str("the function cannot be traced at size ", p, ": ", b.reason());
+      refused = "the function cannot be traced at other sizes: " + b.reason();
     } catch (const Error& err) {
-      refused = str("the function fails at size ", p, ": ", err.what());
+      refused = str("the function fails at other sizes: ", err.what());
     }
   }
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (probed) ++s.stats.probes;
+  s.stats.probes += probes;
   family.fitted = fitted;
   family.refused = !fitted;
   if (!fitted)
-    s.warn_once("the dynamic size cannot be symbolic, so each size is traced: " + refused);
+    s.warn_once("the dynamic sizes cannot be symbolic, so each size is traced: " + refused);
 }
 
 thread_local bool tls_retrying = false;  // tracing again after TracedStateChanged
@@ -321,7 +391,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
     if (fitted) {
       try {
-        detail::finish_entry(*e, fitted->at(dynamic->size), inputs, s.options);
+        detail::finish_entry(*e, fitted->at(dynamic->sizes), inputs, s.options);
         e->instance = true;
       } catch (const Error&) {  // a size the formulas cannot take (a negative dim): trace it
         *e = detail::CompiledEntry();
@@ -347,10 +417,10 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       s.entries.push_back(e);
       if (dynamic && !family && e->plan) {
         family = std::make_shared<detail::DynamicFamily>(
-            detail::DynamicFamily{dynamic->key, dynamic->size, e->traced, nullptr, false});
+            detail::DynamicFamily{dynamic->key, dynamic->sizes, e->traced, nullptr, false});
         s.families.push_back(family);
       } else if (dynamic && family && !family->fitted && !family->refused &&
-                 dynamic->size != family->first_size) {
+                 dynamic->sizes != family->first_sizes) {
         fit = true;
       }
     }

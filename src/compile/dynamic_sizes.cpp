@@ -1,9 +1,10 @@
-// Fitting a traced graph's sizes as formulas in one dynamic size, and the graph at a new size.
+// Fitting a traced graph's sizes as formulas in the dynamic sizes, and the graph at new sizes.
 #include "compile/dynamic_sizes.h"
 
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "adjoint/error.h"
 #include "core/op_fields.h"
@@ -14,27 +15,37 @@ namespace adjoint::detail {
 // C++ hands the traced function its sizes as plain integers (x.size(0) is an int64_t), so the
 // tracer cannot see how the function computes with them, as torch.compile's symbolic ints do:
 // reshape(x, {B * T, C}) reaches the graph as a number. compile learns the formulas from
-// traces instead. The first two sizes a call brings are traced as usual; a third trace runs at
-// a small size made up for it (a probe, on the arguments' first rows repeated). The three graphs
-// must be the same op for op; every number that differs between them (a dim of a value's
-// shape, an entry of an op's attributes: a view's shape, a random draw's shape, a mean's scale)
-// must fit one formula at all three sizes:
-// - a + b s, integers (dims, a reshape's B T, an expand to the batch); three points rule out
-//   any other polynomial;
-// - 1 / (a + b s) with integers a and b, a double (the scale of a mean over the dynamic dim, an
-//   unbiased variance's 1 / (s - 1)), checked to the bit, so the graph at a new size holds the
-//   double eager code computes.
-// Anything else refuses the size: a constant that differs (arange(T) made from the size), an op
-// that cannot be rebuilt from its attributes (Note [Exporting ops]) whose attributes differ, a
-// different op. A refused compiled function traces each size as before, with a warning
-// naming why. A fitted one makes the graph of a new size from the formulas: the ops whose
-// attributes hold the size are rebuilt by their export factories, the others shared, and the
-// passes (fusion, the memory plan) run on it as on a trace.
+// traces instead. Each dynamic size is a symbol. When a call brings a second set of sizes,
+// compile takes the box [lo, hi] the two calls span (a symbol that did not change spans
+// [n, n + 1]), traces the function at the box's corners that no call was traced at (probes,
+// on the arguments' rows repeated), and at two checks off the corners: near (between lo and
+// hi where there is room, else just past hi) and far (2 hi + 1). With k symbols that is 2^k
+// corners (two of them the calls') and the checks. All the graphs must be the same op for op; every
+// number that differs between them (a dim of a value's shape, an entry of an op's attributes: a
+// view's shape, a random draw's shape, a mean's scale) must be given at every point by one formula:
+// - a multilinear polynomial in the sizes with integer coefficients (dims, B T in a reshape,
+//   an expand to the batch), which the corners determine (solved one symbol at a time); the
+//   checks rule out the rest: s^2, and the piecewise-linear sizes a library computes (chunk(3)
+//   cuts pieces of ceil(n / 3), linear between multiples of 3; a slice clamps its end), which
+//   a check far from the corners lands on another piece of;
+// - its reciprocal, a double (the scale of a mean over the dynamic dims, an unbiased variance's
+//   1 / (n - 1)), to the bit, so the graph at a new size holds the double eager code computes;
+// - the same polynomial with double coefficients, to the bit, for any other double.
+// The probes run at sizes from the callers' up, not at made-up small ones: a function may
+// assume more rows than 2 (x.split(64)[1]), and small sizes are where code takes special
+// paths. The far check costs the most: a trace at about twice the largest size seen.
+// Anything else refuses the sizes: a constant that differs (arange(T) made from the size), an
+// op that cannot be rebuilt from its attributes (Note [Exporting ops]) whose attributes
+// differ, a different op. A refused compiled function traces each size as before, with a
+// warning naming why. A fitted one makes the graph at new sizes from the formulas: the ops
+// whose attributes hold a size are rebuilt by their export factories, the others shared, and
+// the passes (fusion, the memory plan) run on it as on a trace.
 //
-// What three traces cannot show is a branch on the size that the three sizes fall on the same
-// side of (`if (x.size(0) > 64)` traced at 8, 16 and 2): the graph at 100 would be the wrong
-// one. Such a size must not be marked dynamic (docs/compile.md, "Dynamic sizes"). Sizes 0 and 1
-// are never dynamic (broadcasting and squeeze treat 1 differently), as in torch.compile.
+// What the traces cannot show is a branch on a size that they all fall on the same side of
+// (`if (x.size(0) > 64)` traced at 16 and 8, checked at 12 and 33): the graph at 100 would be
+// the wrong one; and a piecewise size whose breakpoints all lie outside the checked range. Such a
+// size must not be marked dynamic (docs/compile.md, "Dynamic sizes"). Sizes 0 and 1 are never
+// dynamic (broadcasting and squeeze treat 1 differently), as in torch.compile.
 
 namespace {
 
@@ -46,43 +57,108 @@ bool same_bits(double x, double y) {
   return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
 }
 
-/// The formula of an integer from its values at the three sizes, or nullopt when none fits.
-std::optional<SizeFormula> fit_integer(std::array<int64_t, 3> v, std::array<int64_t, 3> s) {
-  const int64_t rise = v[1] - v[0], run = s[1] - s[0];
-  if (rise % run != 0) return std::nullopt;
-  const int64_t b = rise / run, a = v[0] - b * s[0];
-  if (a + b * s[2] != v[2]) return std::nullopt;
-  return SizeFormula{SizeFormula::Kind::Affine, static_cast<double>(a), static_cast<double>(b)};
+/// prod_{i in subset} s_i, the monomial of subset `subset` at s.
+int64_t monomial(std::size_t subset, const SymbolSizes& s) {
+  int64_t t = 1;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (subset >> i & 1) t *= s[i];
+  return t;
 }
 
-bool fits(const SizeFormula& f, std::array<double, 3> v, std::array<int64_t, 3> s) {
-  for (std::size_t i = 0; i < 3; ++i)
-    if (!same_bits(f.at(s[i]), v[i])) return false;
+/// The coefficients c_S from the values at the corners of [lo, hi], one symbol at a time: along
+/// symbol i, the values v_lo, v_hi of each pair of corners become a + b s_i through both, with
+/// b = (v_hi - v_lo) / (hi_i - lo_i), a = v_lo - b lo_i. Integers must divide exactly.
+template <class V>
+std::optional<std::vector<V>> coefficients(std::vector<V> v, const SymbolSizes& lo,
+                                           const SymbolSizes& hi) {
+  for (std::size_t i = 0; i < lo.size(); ++i) {
+    const std::size_t bit = std::size_t{1} << i;
+    const auto run = static_cast<V>(hi[i] - lo[i]);
+    for (std::size_t m = 0; m < v.size(); ++m) {
+      if (m & bit) continue;
+      const V rise = v[m | bit] - v[m];
+      if constexpr (std::is_integral_v<V>) {
+        if (rise % run != 0) return std::nullopt;
+      }
+      const V b = rise / run;
+      v[m] -= b * static_cast<V>(lo[i]);
+      v[m | bit] = b;
+    }
+  }
+  return v;
+}
+
+int64_t integer_at(const std::vector<int64_t>& c, const SymbolSizes& s) {
+  int64_t v = 0;
+  for (std::size_t subset = 0; subset < c.size(); ++subset) v += c[subset] * monomial(subset, s);
+  return v;
+}
+
+std::vector<double> as_doubles(const std::vector<int64_t>& c) { return {c.begin(), c.end()}; }
+
+/// The points to fit from: `corners` of them at the box's corners, then the checks.
+struct Points {
+  const std::vector<SymbolSizes>& sizes;
+  const SymbolSizes& lo;
+  const SymbolSizes& hi;
+  std::size_t corners;
+};
+
+std::optional<SizeFormula> fit_integer(const std::vector<int64_t>& v, const Points& at) {
+  const auto c = coefficients(
+      std::vector<int64_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at.corners)), at.lo,
+      at.hi);
+  if (!c) return std::nullopt;
+  for (std::size_t j = 0; j < v.size(); ++j)
+    if (integer_at(*c, at.sizes[j]) != v[j]) return std::nullopt;
+  return SizeFormula{SizeFormula::Kind::Integer, as_doubles(*c)};
+}
+
+bool fits(const SizeFormula& f, const std::vector<double>& v, const Points& at) {
+  for (std::size_t j = 0; j < v.size(); ++j)
+    if (!same_bits(f.at(at.sizes[j]), v[j])) return false;
   return true;
 }
 
-std::optional<SizeFormula> fit_double(std::array<double, 3> v, std::array<int64_t, 3> s) {
-  const double b = (v[1] - v[0]) / static_cast<double>(s[1] - s[0]);
-  const SizeFormula affine{SizeFormula::Kind::Affine, v[0] - b * static_cast<double>(s[0]), b};
-  if (std::isfinite(affine.a) && std::isfinite(b) && fits(affine, v, s)) return affine;
-  // 1 / (a + b s): the reciprocal of an integer count (a mean's 1 / (c s), an unbiased
-  // variance's 1 / (s - 1)), checked to the bit at the three sizes.
-  std::array<int64_t, 3> counts{};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const double count = 1.0 / v[i];
-    if (!(std::abs(count) < 0x1p52)) return std::nullopt;
-    counts[i] = std::llround(count);
+std::optional<SizeFormula> fit_double(const std::vector<double>& v, const Points& at) {
+  // The reciprocal of an integer count first: 1 / (B T) is no polynomial.
+  std::vector<int64_t> counts(v.size());
+  bool integral = true;
+  for (std::size_t j = 0; j < v.size() && integral; ++j) {
+    const double count = 1.0 / v[j];
+    integral = std::abs(count) < 0x1p52;
+    if (integral) counts[j] = std::llround(count);
   }
-  const auto line = fit_integer(counts, s);
-  if (!line) return std::nullopt;
-  const SizeFormula reciprocal{SizeFormula::Kind::Reciprocal, line->a, line->b};
-  if (fits(reciprocal, v, s)) return reciprocal;
+  if (integral) {
+    if (const auto p = fit_integer(counts, at)) {
+      const SizeFormula reciprocal{SizeFormula::Kind::Reciprocal, p->c};
+      if (fits(reciprocal, v, at)) return reciprocal;
+    }
+  }
+  const auto c = coefficients(
+      std::vector<double>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at.corners)), at.lo,
+      at.hi);
+  const SizeFormula real{SizeFormula::Kind::Real, *c};
+  if (fits(real, v, at)) return real;
   return std::nullopt;
 }
 
 std::string describe_node(const Graph& g, std::size_t n) {
   return str("op ", n, " (", g.nodes[n].op->name(), g.nodes[n].backward ? ", in the backward" : "",
              ")");
+}
+
+/// "8x16, 2x2": the sizes of each point, by symbol.
+std::string describe_sizes(const std::vector<SymbolSizes>& sizes) {
+  std::string out;
+  for (const SymbolSizes& s : sizes) {
+    if (!out.empty()) out.append(", ");
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (i > 0) out.push_back('x');
+      out.append(std::to_string(s[i]));
+    }
+  }
+  return out;
 }
 
 bool same_constant(const Tensor& a, const Tensor& b) {
@@ -96,114 +172,148 @@ void require(bool ok, const std::string& why) {
   if (!ok) throw Refused{why};
 }
 
-}  // namespace
-
-double SizeFormula::at(int64_t s) const {
-  if (kind == Kind::Affine) return a + b * static_cast<double>(s);
-  return 1.0 / static_cast<double>(static_cast<int64_t>(a) + static_cast<int64_t>(b) * s);
-}
-
-std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(std::array<const Graph*, 3> gs,
-                                                                std::array<int64_t, 3> sizes) {
-  const Graph& g0 = *gs[0];
-  DynamicTemplate t;
-  try {
-    for (const Graph* g : gs) {
-      require(
-          g->values.size() == g0.values.size() && g->nodes.size() == g0.nodes.size(),
-          str("the graphs differ in size (", g0.nodes.size(), " and ", g->nodes.size(), " ops)"));
-      require(g->inputs == g0.inputs && g->outputs == g0.outputs &&
-                  g->output_detached == g0.output_detached && g->cotangents == g0.cotangents &&
-                  g->grad_leaves == g0.grad_leaves && g->grads == g0.grads &&
-                  g->generators == g0.generators,
-              "the graphs' inputs, outputs or gradients differ");
-      require(
-          g->captures.size() == g0.captures.size() && g->constants.size() == g0.constants.size(),
-          "the graphs read different tensors from outside");
-      for (std::size_t i = 0; i < g0.captures.size(); ++i)
-        require(g->captures[i].impl() == g0.captures[i].impl(),
-                str("captured tensor ", i, " differs between the sizes"));
-      for (std::size_t i = 0; i < g0.constants.size(); ++i)
-        require(same_constant(g->constants[i], g0.constants[i]),
-                str("constant ", i, " (", g0.constants[i].shape(), " at size ", sizes[0], ", ",
-                    g->constants[i].shape(),
-                    " at another) depends on the size; a tensor made "
-                    "from C++ values (arange(n)) is a constant of the trace"));
-    }
+/// Every graph against the base: the same values, ops, inputs, outputs, captures and
+/// constants, but for the numbers fitted afterwards.
+void check_same_structure(const std::vector<const Graph*>& gs, const Graph& g0,
+                          const std::vector<SymbolSizes>& sizes) {
+  for (std::size_t k = 0; k < gs.size(); ++k) {
+    const Graph& g = *gs[k];
+    require(g.values.size() == g0.values.size() && g.nodes.size() == g0.nodes.size(),
+            str("the graphs differ in size (", g0.nodes.size(), " and ", g.nodes.size(),
+                " ops at sizes ", describe_sizes({sizes[k]}), ")"));
+    require(g.inputs == g0.inputs && g.outputs == g0.outputs &&
+                g.output_detached == g0.output_detached && g.cotangents == g0.cotangents &&
+                g.grad_leaves == g0.grad_leaves && g.grads == g0.grads &&
+                g.generators == g0.generators,
+            "the graphs' inputs, outputs or gradients differ");
+    require(g.captures.size() == g0.captures.size() && g.constants.size() == g0.constants.size(),
+            "the graphs read different tensors from outside");
+    for (std::size_t i = 0; i < g0.captures.size(); ++i)
+      require(g.captures[i].impl() == g0.captures[i].impl(),
+              str("captured tensor ", i, " differs between the sizes"));
+    for (std::size_t i = 0; i < g0.constants.size(); ++i)
+      require(same_constant(g.constants[i], g0.constants[i]),
+              str("constant ", i, " (", g0.constants[i].shape(), " at one size, ",
+                  g.constants[i].shape(), " at ", describe_sizes({sizes[k]}),
+                  ") depends on the sizes; a tensor made from C++ values (arange(n)) is a "
+                  "constant of the trace"));
     for (std::size_t v = 0; v < g0.values.size(); ++v) {
       const Value& a = g0.values[v];
-      for (const Graph* g : gs) {
-        const Value& b = g->values[v];
-        require(b.kind == a.kind && b.index == a.index && b.node == a.node && b.dtype == a.dtype &&
-                    b.alias_of == a.alias_of && b.shape.size() == a.shape.size(),
-                str("value ", v, " differs between the sizes"));
-      }
-      for (std::size_t d = 0; d < a.shape.size(); ++d) {
-        const std::array<int64_t, 3> dims{a.shape[d], gs[1]->values[v].shape[d],
-                                          gs[2]->values[v].shape[d]};
-        if (dims[0] == dims[1] && dims[1] == dims[2]) continue;
-        const auto f = fit_integer(dims, sizes);
-        require(f.has_value(), str("dim ", d, " of value ", v, " is ", dims[0], ", ", dims[1],
-                                   " and ", dims[2], " at sizes ", sizes[0], ", ", sizes[1],
-                                   " and ", sizes[2], ": no formula a + b s fits"));
+      const Value& b = g.values[v];
+      require(b.kind == a.kind && b.index == a.index && b.node == a.node && b.dtype == a.dtype &&
+                  b.alias_of == a.alias_of && b.shape.size() == a.shape.size(),
+              str("value ", v, " differs between the sizes"));
+    }
+    for (std::size_t n = 0; n < g0.nodes.size(); ++n) {
+      const GraphNode& a = g0.nodes[n];
+      const GraphNode& b = g.nodes[n];
+      const char* key = a.op->export_key();
+      const char* other_key = b.op->export_key();
+      require(std::strcmp(b.op->name(), a.op->name()) == 0 && b.inputs == a.inputs &&
+                  b.outputs == a.outputs && b.backward == a.backward && b.random == a.random &&
+                  (key == nullptr) == (other_key == nullptr) &&
+                  (key == nullptr || std::strcmp(key, other_key) == 0),
+              describe_node(g0, n) + " differs between the sizes");
+      require(key != nullptr || &g == &g0 || a.op->same_as(*b.op),
+              describe_node(g0, n) +
+                  " cannot be rebuilt at other sizes (it cannot be exported), and its "
+                  "attributes differ between the sizes or cannot be compared");
+    }
+  }
+}
+
+}  // namespace
+
+double SizeFormula::at(const SymbolSizes& s) const {
+  if (kind == Kind::Real) {
+    double v = 0;
+    for (std::size_t subset = 0; subset < c.size(); ++subset)
+      v += c[subset] * static_cast<double>(monomial(subset, s));
+    return v;
+  }
+  int64_t v = 0;
+  for (std::size_t subset = 0; subset < c.size(); ++subset)
+    v += static_cast<int64_t>(c[subset]) * monomial(subset, s);
+  return kind == Kind::Integer ? static_cast<double>(v) : 1.0 / static_cast<double>(v);
+}
+
+std::vector<SymbolSizes> DynamicTemplate::corners(const SymbolSizes& lo, const SymbolSizes& hi) {
+  std::vector<SymbolSizes> points(std::size_t{1} << lo.size(), lo);
+  for (std::size_t m = 0; m < points.size(); ++m)
+    for (std::size_t i = 0; i < lo.size(); ++i)
+      if (m >> i & 1) points[m][i] = hi[i];
+  return points;
+}
+
+std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(
+    const std::vector<const Graph*>& gs, const std::vector<SymbolSizes>& sizes,
+    const SymbolSizes& lo, const SymbolSizes& hi, std::size_t base) {
+  const std::size_t corners = std::size_t{1} << lo.size();
+  const Points points{sizes, lo, hi, corners};
+  ADJOINT_CHECK(gs.size() == sizes.size() && gs.size() > corners && base < gs.size(), Internal,
+                "compile", "fitting dynamic sizes from ", gs.size(), " graphs at ", sizes.size(),
+                " sizes (", corners, " corners)");
+  const Graph& g0 = *gs[base];
+  DynamicTemplate t;
+  try {
+    check_same_structure(gs, g0, sizes);
+    const std::string at_sizes = " at sizes " + describe_sizes(sizes);
+    for (std::size_t v = 0; v < g0.values.size(); ++v) {
+      for (std::size_t d = 0; d < g0.values[v].shape.size(); ++d) {
+        std::vector<int64_t> dims;
+        for (const Graph* g : gs) dims.push_back(g->values[v].shape[d]);
+        if (std::ranges::all_of(dims, [&](int64_t x) { return x == dims[0]; })) continue;
+        const auto f = fit_integer(dims, points);
+        require(f.has_value(),
+                str("dim ", d, " of value ", v, " fits no polynomial in the sizes", at_sizes));
         t.dims_.push_back({v, d, *f});
       }
     }
     t.nodes_.resize(g0.nodes.size());
     for (std::size_t n = 0; n < g0.nodes.size(); ++n) {
-      const GraphNode& a = g0.nodes[n];
-      const char* key = a.op->export_key();
-      std::array<FieldList, 3> fields;
-      for (std::size_t k = 0; k < 3; ++k) {
-        const GraphNode& b = gs[k]->nodes[n];
-        const char* other_key = b.op->export_key();
-        require(std::strcmp(b.op->name(), a.op->name()) == 0 && b.inputs == a.inputs &&
-                    b.outputs == a.outputs && b.backward == a.backward && b.random == a.random &&
-                    (key == nullptr) == (other_key == nullptr) &&
-                    (key == nullptr || std::strcmp(key, other_key) == 0),
-                describe_node(g0, n) + " differs between the sizes");
-        if (key == nullptr) {
-          require(k == 0 || a.op->same_as(*b.op),
-                  describe_node(g0, n) +
-                      " cannot be rebuilt at another size (it cannot be exported), and its "
-                      "attributes differ between the sizes or cannot be compared");
-        } else {
-          fields[k] = b.op->export_fields();
-        }
-      }
-      if (key == nullptr) continue;
-      require(fields[1].size() == fields[0].size() && fields[2].size() == fields[0].size(),
-              describe_node(g0, n) + " has other attributes at another size");
-      std::vector<FieldHole>& holes = t.nodes_[n].holes;
+      if (g0.nodes[n].op->export_key() == nullptr) continue;  // the same everywhere (checked)
+      std::vector<FieldList> fields;
+      for (const Graph* g : gs) fields.push_back(g->nodes[n].op->export_fields());
+      const std::string where = describe_node(g0, n);
+      for (const FieldList& f : fields)
+        require(f.size() == fields[0].size(), where + " has other attributes at other sizes");
       for (std::size_t i = 0; i < fields[0].size(); ++i) {
-        const Field& f0 = fields[0][i];
-        const Field& f1 = fields[1][i];
-        const Field& f2 = fields[2][i];
-        require(f0.index() == f1.index() && f0.index() == f2.index(),
-                describe_node(g0, n) + " has other attributes at another size");
-        if (f0 == f1 && f0 == f2) continue;
-        const std::string where = str(describe_node(g0, n), ": attribute ", i);
-        if (const auto* x = std::get_if<int64_t>(&f0)) {
-          const auto f = fit_integer({*x, std::get<int64_t>(f1), std::get<int64_t>(f2)}, sizes);
-          require(f.has_value(), where + " fits no formula a + b s in the size");
-          holes.push_back({i, -1, *f});
-        } else if (const auto* x = std::get_if<double>(&f0)) {
-          const auto f = fit_double({*x, std::get<double>(f1), std::get<double>(f2)}, sizes);
-          require(f.has_value(), where + " fits neither a + b s nor 1 / (a + b s) in the size");
-          holes.push_back({i, -1, *f});
-        } else if (const auto* x = std::get_if<std::vector<int64_t>>(&f0)) {
-          const auto& y = std::get<std::vector<int64_t>>(f1);
-          const auto& z = std::get<std::vector<int64_t>>(f2);
-          require(y.size() == x->size() && z.size() == x->size(),
-                  where + " has another length at another size");
-          for (std::size_t e = 0; e < x->size(); ++e) {
-            if ((*x)[e] == y[e] && y[e] == z[e]) continue;
-            const auto f = fit_integer({(*x)[e], y[e], z[e]}, sizes);
-            require(f.has_value(), where + " fits no formula a + b s in the size");
-            holes.push_back({i, static_cast<std::ptrdiff_t>(e), *f});
+        std::vector<const Field*> values;
+        for (const FieldList& f : fields) {
+          require(f[i].index() == fields[0][i].index(),
+                  where + " has other attributes at other sizes");
+          values.push_back(&f[i]);
+        }
+        if (std::ranges::all_of(values, [&](const Field* x) { return *x == fields[0][i]; }))
+          continue;
+        const std::string attribute = str(where, ": attribute ", i);
+        if (std::holds_alternative<int64_t>(fields[0][i])) {
+          std::vector<int64_t> v;
+          for (const Field* x : values) v.push_back(std::get<int64_t>(*x));
+          const auto f = fit_integer(v, points);
+          require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
+          t.nodes_[n].push_back({i, -1, *f});
+        } else if (std::holds_alternative<double>(fields[0][i])) {
+          std::vector<double> v;
+          for (const Field* x : values) v.push_back(std::get<double>(*x));
+          const auto f = fit_double(v, points);
+          require(f.has_value(),
+                  attribute + " fits no polynomial in the sizes, nor its reciprocal" + at_sizes);
+          t.nodes_[n].push_back({i, -1, *f});
+        } else if (const auto* list = std::get_if<std::vector<int64_t>>(&fields[0][i])) {
+          for (const Field* x : values)
+            require(std::get<std::vector<int64_t>>(*x).size() == list->size(),
+                    attribute + " has another length at other sizes");
+          for (std::size_t e = 0; e < list->size(); ++e) {
+            std::vector<int64_t> v;
+            for (const Field* x : values) v.push_back(std::get<std::vector<int64_t>>(*x)[e]);
+            if (std::ranges::all_of(v, [&](int64_t y) { return y == v[0]; })) continue;
+            const auto f = fit_integer(v, points);
+            require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
+            t.nodes_[n].push_back({i, static_cast<std::ptrdiff_t>(e), *f});
           }
         } else {
-          throw Refused{where + " differs between the sizes"};
+          throw Refused{attribute + " differs between the sizes"};
         }
       }
     }
@@ -214,19 +324,19 @@ std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(std::array<const
   return t;
 }
 
-Graph DynamicTemplate::at(int64_t s) const {
+Graph DynamicTemplate::at(const SymbolSizes& s) const {
   Graph g = base_;
   for (const DimHole& h : dims_) {
     const auto d = static_cast<int64_t>(h.formula.at(s));
-    ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic size ", s, " makes dim ", h.dim,
-                  " of value ", h.value, " negative (", d, ")");
+    ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic sizes ", describe_sizes({s}), " make dim ",
+                  h.dim, " of value ", h.value, " negative (", d, ")");
     g.values[h.value].shape[h.dim] = d;
   }
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
-    if (nodes_[n].holes.empty()) continue;
+    if (nodes_[n].empty()) continue;
     const TracedOp& op = *base_.nodes[n].op;
     FieldList fields = op.export_fields();
-    for (const FieldHole& h : nodes_[n].holes) {
+    for (const FieldHole& h : nodes_[n]) {
       Field& f = fields[h.field];
       if (h.element >= 0) {
         std::get<std::vector<int64_t>>(f)[static_cast<std::size_t>(h.element)] =

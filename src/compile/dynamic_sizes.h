@@ -1,10 +1,8 @@
-// A traced graph whose sizes are formulas in one symbolic size, fitted from three traces
+// A traced graph whose sizes are formulas in symbolic sizes, fitted from traces at a few sizes
 // (Note [Dynamic sizes] in dynamic_sizes.cpp): CompileOptions::dynamic.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -13,45 +11,56 @@
 
 namespace adjoint::detail {
 
-/// An integer or double of the graph (a dim of a value's shape, an entry of an op's
-/// attributes) as a function of the dynamic size s.
+/// The sizes of the dynamic symbols at one call, by symbol.
+using SymbolSizes = std::vector<int64_t>;
+
+/// A number of the graph (a dim of a value's shape, an entry of an op's attributes) as a
+/// function of the symbols' sizes s: the multilinear polynomial
+/// p(s) = sum over subsets S of the symbols of c_S prod_{i in S} s_i,
+/// or its reciprocal.
 struct SizeFormula {
   enum class Kind : uint8_t {
-    Affine,     ///< a + b s (b = 0: the same at every size)
-    Reciprocal  ///< 1 / (a + b s) with integers a and b, a double (a mean's 1 / count)
+    Integer,    ///< p(s), integer coefficients: dims, a view's shape (B T)
+    Real,       ///< p(s), a double
+    Reciprocal  ///< 1 / p(s), integer coefficients: a mean's 1 / count, a variance's 1 / (n - 1)
   };
-  Kind kind = Kind::Affine;
-  double a = 0, b = 0;  ///< integers (held exactly) for an integer entry or a reciprocal
-  double at(int64_t s) const;
+  Kind kind = Kind::Integer;
+  std::vector<double> c;  ///< by subset (bit i: symbol i); integers held exactly but for Real
+  double at(const SymbolSizes& s) const;
 };
 
 class DynamicTemplate {
  public:
-  /// Fits the graph from three traces of one function at three sizes; the graphs must be the
-  /// same but for entries that fit one formula at all three. Else returns why not.
-  static std::variant<DynamicTemplate, std::string> fit(std::array<const Graph*, 3> graphs,
-                                                        std::array<int64_t, 3> sizes);
-  /// The graph at size s, as a trace at s would have recorded it.
-  Graph at(int64_t s) const;
+  /// The corners of the box [lo, hi] (lo_i < hi_i): corner m has symbol i at hi_i where bit i
+  /// of m is set, else at lo_i.
+  static std::vector<SymbolSizes> corners(const SymbolSizes& lo, const SymbolSizes& hi);
+  /// Fits the graph from traces of one function: graphs[m] at corners(lo, hi)[m], and after
+  /// them at least one trace at sizes off the corners, where every formula is checked. The
+  /// graphs must be the same but for numbers that one formula gives at every point; else
+  /// returns why not. graphs[base] is the graph the template is made from.
+  static std::variant<DynamicTemplate, std::string> fit(const std::vector<const Graph*>& graphs,
+                                                        const std::vector<SymbolSizes>& sizes,
+                                                        const SymbolSizes& lo,
+                                                        const SymbolSizes& hi, std::size_t base);
+  /// The graph at sizes s, as a trace at s would have recorded it. Throws an Error when a
+  /// formula gives a negative dim there.
+  Graph at(const SymbolSizes& s) const;
 
  private:
-  /// An entry of an op's attributes that depends on s: field `field`, element `element` of an
-  /// integer list (-1 for a single number).
+  /// An entry of an op's attributes that depends on the sizes: field `field`, element
+  /// `element` of an integer list (-1 for a single number).
   struct FieldHole {
     std::size_t field;
     std::ptrdiff_t element;
     SizeFormula formula;
-  };
-  struct NodeFormulas {
-    std::vector<FieldHole> holes;  ///< empty: the traced op serves every size
   };
   struct DimHole {
     std::size_t value, dim;
     SizeFormula formula;
   };
 
-  Graph base_;  ///< the first trace
-  std::vector<NodeFormulas> nodes_;
+  Graph base_;
+  std::vector<std::vector<FieldHole>> nodes_;  ///< by node; empty: the traced op serves all
   std::vector<DimHole> dims_;
 };
 

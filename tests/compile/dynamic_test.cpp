@@ -85,10 +85,10 @@ TEST(CompileDynamic, NewBatchSizesAreBuiltWithoutRunningTheFunction) {
       batch_dynamic());
   for (int64_t n : {8, 12}) expect_as_eager(c, model, n);
   EXPECT_EQ(c.stats().traces, 2);
-  EXPECT_EQ(c.stats().probes, 1);
-  EXPECT_EQ(runs, 3);  // the two traces and the probe
+  EXPECT_EQ(c.stats().probes, 2);  // at 10, between the two, and 25, far out
+  EXPECT_EQ(runs, 4);              // the two traces and the probes
   for (int64_t n : {5, 20, 3, 64, 12, 5}) expect_as_eager(c, model, n);
-  EXPECT_EQ(runs, 3);
+  EXPECT_EQ(runs, 4);
   EXPECT_EQ(c.stats().traces, 2);
   EXPECT_EQ(c.stats().instantiations, 4);  // 5, 20, 3 and 64; 12 and 5 again are cached
   EXPECT_EQ(c.stats().eager_calls, 0);
@@ -145,7 +145,7 @@ TEST(CompileDynamic, AnIgnoredTargetTheFormulasDidNotSeeTracesThatSize) {
     expect_same(got, want, "loss at batch " + std::to_string(n));
     expect_same(gw, w.grad(), "gradient at batch " + std::to_string(n));
   }
-  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().probes, 2);
   EXPECT_EQ(c.stats().traces, 4);  // 5, 7, then 6 and 9 again after their built graphs failed
   EXPECT_EQ(c.stats().instantiations, 2);
 }
@@ -178,7 +178,7 @@ TEST(CompileDynamic, AGptLossTakesAnyBatch) {
       expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
   }
   EXPECT_EQ(c.stats().traces, 2);
-  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().probes, 2);
   EXPECT_EQ(c.stats().instantiations, 2);
 }
 
@@ -214,6 +214,45 @@ TEST(CompileDynamic, AGptLossTakesAnySequenceLength) {
   }
   EXPECT_EQ(c.stats().traces, 2);
   EXPECT_EQ(c.stats().instantiations, 3);
+}
+
+// A batch and a sequence length, two symbols: B T appears in the loss's reshape and its mean's
+// scale 1 / (B T), products the formulas hold. A batch of 1 is not dynamic: its calls form a
+// family of their own, in T alone.
+TEST(CompileDynamic, AGptLossTakesAnyBatchAndLength) {
+  const nn::GPTConfig config{16, 12, 16, 2, 1, 0.0};
+  Generator gm(9);
+  nn::GPT model(config, &gm);
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{model.loss(in[0], in[1])};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0, 0}, {1, 0, 0}, {0, 1, 1}, {1, 1, 1}}));
+  const std::vector<std::pair<int64_t, int64_t>> sizes{{3, 5},  {4, 7}, {2, 9}, {5, 3},
+                                                       {6, 12}, {1, 4}, {1, 6}, {1, 8}};
+  for (const auto& [b, t] : sizes) {
+    Generator d(static_cast<uint64_t>(300 + 16 * b + t));
+    const Tensor tokens = randint(0, 16, {b, t + 1}, &d);
+    const Tensor in = tokens.slice(1, 0, t).contiguous();
+    const Tensor target = tokens.slice(1, 1, t + 1).contiguous();
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor got = c({in, target})[0];
+    got.backward();
+    std::vector<Tensor> grads;
+    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
+    for (const Tensor& p : model.parameters()) p.zero_grad();
+    const Tensor want = f({in, target})[0];
+    want.backward();
+    const std::string at = " at " + std::to_string(b) + "x" + std::to_string(t);
+    expect_same(got, want, "loss" + at);
+    const std::vector<Tensor> params = model.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
+  }
+  EXPECT_EQ(c.stats().traces, 4);  // 3x5 and 4x7; 1x4 and 1x6
+  // 4x5 and 3x7 (the box's other corners), 5x6, 9x15 (past the context of 12: refused) and 7x10;
+  // then 5, 13 (refused) and 9 for T alone.
+  EXPECT_EQ(c.stats().probes, 5 + 3);
+  EXPECT_EQ(c.stats().instantiations, 4);  // 2x9, 5x3, 6x12, 1x8
 }
 
 TEST(CompileDynamic, BuiltGraphsComposeWithJvpAndVmap) {
@@ -255,7 +294,7 @@ TEST(CompileDynamic, AGraphThatDependsOnTheSizeOtherwiseTracesEverySize) {
     expect_same(c(x), f(x), "size " + std::to_string(n));
   }
   EXPECT_EQ(c.stats().traces, 3);
-  EXPECT_EQ(c.stats().probes, 1);
+  EXPECT_EQ(c.stats().probes, 2);
   EXPECT_EQ(c.stats().instantiations, 0);
 
   // Another op at another size: the branch shows between the traced sizes.
@@ -266,6 +305,22 @@ TEST(CompileDynamic, AGraphThatDependsOnTheSizeOtherwiseTracesEverySize) {
     expect_same(cg(x), g(x), "size " + std::to_string(n));
   }
   EXPECT_EQ(cg.stats().instantiations, 0);
+}
+
+TEST(CompileDynamic, APiecewiseSizeIsCaughtByTheFarCheck) {
+  // chunk(3) cuts pieces of ceil(n / 3) rows: at 7, 8 and 9 the pieces are 3, 3 and n - 6, a
+  // formula those sizes fit; at 10 they are 4, 4 and 2. The check at 2 * 8 + 1 = 17 sees it.
+  auto f = [](const Tensor& x) {
+    const std::vector<Tensor> c = x.chunk(3, 0);
+    return cat({c[0] * 1.0, c[1] * 2.0, c[2] * 3.0}, 0);
+  };
+  CompiledFunction c = compile(f, batch_dynamic());
+  for (int64_t n : {7, 8, 10, 12}) {
+    const Tensor x = randn({n, 2});
+    expect_same(c(x), f(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().instantiations, 0);
+  EXPECT_EQ(c.stats().traces, 4);
 }
 
 TEST(CompileDynamic, SizesZeroAndOneAreTracedOnTheirOwn) {
