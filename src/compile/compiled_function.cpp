@@ -12,7 +12,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "autograd/forward_ad.h"
-#include "compile/dynamic_sizes.h"
+#include "compile/dynamic_family.h"
 #include "compile/run_plan.h"
 #include "compile/trace.h"
 #include "core/op_tracer.h"
@@ -69,7 +69,6 @@ void append(std::ostringstream& os, const Shape& s) {
 /// and requires-grad flags, grad and inference mode, autocast, and the static arguments.
 /// `dynamic`: by input, (dim, symbol) pairs written as `*symbol`, of inputs that are contiguous
 /// (their strides follow from their shapes).
-using DynamicDims = std::vector<std::vector<std::pair<int64_t, std::size_t>>>;
 std::string signature(const std::vector<Tensor>& inputs, const StaticArgs& statics,
                       const DynamicDims* dynamic = nullptr) {
   std::ostringstream os;
@@ -122,91 +121,6 @@ Tensor stand_in(const Tensor& x) {
   return s;
 }
 
-/// A call with dynamic dims (CompileOptions::dynamic): the sizes of its active symbols (those
-/// of size 2 or more; 0 and 1 are never dynamic, as broadcasting and squeeze treat 1 apart),
-/// the dims of each input that take them, and the signature with those sizes left out. The
-/// inputs with such dims must be contiguous.
-struct DynamicCall {
-  SymbolSizes sizes;  ///< by active symbol
-  DynamicDims dims;   ///< by input: (dim, active symbol)
-  std::string key;
-};
-
-constexpr int kMaxSymbols = 3;  // 2^3 probes
-
-std::optional<DynamicCall> dynamic_call(CompiledState& s, const std::vector<Tensor>& inputs,
-                                        const StaticArgs& statics) {
-  if (s.options.dynamic.empty()) return std::nullopt;
-  std::vector<int64_t> symbol_size(kMaxSymbols, -1);
-  std::vector<std::pair<std::size_t, int64_t>> dims;  // (input, dim), by entry of the option
-  for (const DynamicDim& d : s.options.dynamic) {
-    const auto i = static_cast<std::size_t>(d.input);
-    ADJOINT_CHECK(d.input >= 0 && i < inputs.size() && inputs[i].defined(), Value, "compile",
-                  "CompileOptions::dynamic names argument ", d.input, " of a call with ",
-                  inputs.size(), " arguments", i < inputs.size() ? " (it is undefined)" : "");
-    const Tensor& x = inputs[i];
-    ADJOINT_CHECK(d.dim >= -x.dim() && d.dim < x.dim(), Value, "compile",
-                  "CompileOptions::dynamic names dim ", d.dim, " of argument ", d.input,
-                  ", which is ", describe(x));
-    ADJOINT_CHECK(d.symbol >= 0 && d.symbol < kMaxSymbols, Value, "compile",
-                  "CompileOptions::dynamic: symbol ", d.symbol, " of dim ", d.dim, " of argument ",
-                  d.input, " is not in [0, ", kMaxSymbols, ")");
-    const int64_t dim = d.dim < 0 ? d.dim + x.dim() : d.dim;
-    const int64_t n = x.shape()[dim];
-    int64_t& size = symbol_size[static_cast<std::size_t>(d.symbol)];
-    if (size >= 0 && n != size) {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      s.warn_once(str("the dims of dynamic symbol ", d.symbol, " have different sizes (", size,
-                      " and ", n, " in argument ", d.input,
-                      "); such calls are traced size by size"));
-      return std::nullopt;
-    }
-    size = n;
-    dims.emplace_back(i, dim);
-  }
-  DynamicCall call;
-  std::vector<std::size_t> active(kMaxSymbols);
-  for (std::size_t sym = 0; sym < static_cast<std::size_t>(kMaxSymbols); ++sym)
-    if (symbol_size[sym] >= 2) {
-      active[sym] = call.sizes.size();
-      call.sizes.push_back(symbol_size[sym]);
-    }
-  if (call.sizes.empty()) return std::nullopt;
-  call.dims.resize(inputs.size());
-  for (std::size_t k = 0; k < dims.size(); ++k) {
-    const auto sym = static_cast<std::size_t>(s.options.dynamic[k].symbol);
-    if (symbol_size[sym] >= 2) call.dims[dims[k].first].emplace_back(dims[k].second, active[sym]);
-  }
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (!call.dims[i].empty() && !inputs[i].is_contiguous()) return std::nullopt;
-  call.key = signature(inputs, statics, &call.dims);
-  return call;
-}
-
-/// The arguments at sizes `at`: each one's rows along its dynamic dims taken in turn
-/// (repeated when it has fewer), so that an index stays an index (embedding's tokens).
-std::vector<Tensor> probe_inputs(const std::vector<Tensor>& stand_ins, const DynamicCall& call,
-                                 const SymbolSizes& at) {
-  std::vector<Tensor> out;
-  NoGradGuard no_grad;
-  for (std::size_t i = 0; i < stand_ins.size(); ++i) {
-    Tensor x = stand_ins[i];
-    if (call.dims[i].empty()) {
-      out.push_back(x);
-      continue;
-    }
-    for (const auto& [d, sym] : call.dims[i]) {
-      std::vector<int64_t> rows(static_cast<std::size_t>(at[sym]));
-      for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r) % x.size(d);
-      x = index_select(x, d, tensor(rows));
-    }
-    x = x.contiguous().detach();
-    if (stand_ins[i].requires_grad()) x.requires_grad_(true);
-    out.push_back(x);
-  }
-  return out;
-}
-
 /// Fills e from a graph traced (or built for a dynamic size) on `inputs`.
 void finish_entry(CompiledEntry& e, Graph g, const std::vector<Tensor>& inputs,
                   const CompileOptions& options) {
@@ -232,87 +146,6 @@ bool evict_from_family(CompiledState& s, const std::string& family) {
       return true;
     }
   return false;
-}
-
-/// A family's second sizes were traced (e): trace the function at the other corners of the
-/// box the two calls span, and at two checks off the corners (between or just past them, and
-/// twice as far out), and fit the graph's sizes from those traces
-/// (Note [Dynamic sizes]); or note why they do not fit.
-void fit_family(CompiledState& s, DynamicFamily& family, const CompiledEntry& e,
-                const DynamicCall& call, const std::vector<Tensor>& stand_ins,
-                const StaticArgs& statics) {
-  std::string refused;
-  std::shared_ptr<const DynamicTemplate> fitted;
-  int64_t probes = 0;
-  if (!e.plan) {
-    refused = "the second sizes could not be traced: " + e.graph_break;
-  } else {
-    const std::size_t k = call.sizes.size();
-    SymbolSizes lo(k), hi(k), near(k), far(k);
-    for (std::size_t i = 0; i < k; ++i) {
-      lo[i] = std::min(family.first_sizes[i], call.sizes[i]);
-      hi[i] = std::max(family.first_sizes[i], call.sizes[i]);
-      if (hi[i] == lo[i]) ++hi[i];
-      near[i] = hi[i] - lo[i] >= 2 ? (lo[i] + hi[i]) / 2 : hi[i] + 1;
-      far[i] = 2 * hi[i] + 1;
-    }
-    // No check below lo: a function may not run at sizes smaller than its callers' (x.split(8)[1]
-    // has no second piece at 4), and reading past a vector there is no Error to catch.
-    std::vector<SymbolSizes> sizes = DynamicTemplate::corners(lo, hi);
-    sizes.push_back(near);
-    std::vector<Graph> traced;  // the probes, reserved so that pointers into it stay valid
-    traced.reserve(sizes.size() + 1);
-    std::vector<const Graph*> graphs;
-    std::size_t base = 0;
-    auto probe = [&](const SymbolSizes& at) {
-      ++probes;
-      traced.push_back(trace_function(s.f, probe_inputs(stand_ins, call, at), statics));
-      graphs.push_back(&traced.back());
-    };
-    try {
-      for (std::size_t j = 0; j < sizes.size(); ++j) {
-        if (sizes[j] == family.first_sizes) {
-          base = j;
-          graphs.push_back(&family.first->graph);
-        } else if (sizes[j] == call.sizes) {
-          graphs.push_back(&e.traced->graph);
-        } else {
-          probe(sizes[j]);
-        }
-      }
-      // The far check moves halfway back towards `near` while the function refuses its sizes
-      // (a length past the context it checks); when it refuses them all, near is the only one.
-      for (SymbolSizes at = far; at != near;) {
-        try {
-          probe(at);
-          sizes.push_back(at);
-          break;
-        } catch (const GraphBreak&) {
-          throw;
-        } catch (const Error&) {
-          const SymbolSizes was = at;
-          for (std::size_t i = 0; i < k; ++i) at[i] = near[i] + (at[i] - near[i]) / 2;
-          if (at == was) break;
-        }
-      }
-      auto fit = DynamicTemplate::fit(graphs, sizes, lo, hi, base);
-      if (auto* t = std::get_if<DynamicTemplate>(&fit)) {
-        fitted = std::make_shared<const DynamicTemplate>(std::move(*t));
-      } else {
-        refused = std::get<std::string>(fit);
-      }
-    } catch (const GraphBreak& b) {
-      refused = "the function cannot be traced at other sizes: " + b.reason();
-    } catch (const Error& err) {
-      refused = str("the function fails at other sizes: ", err.what());
-    }
-  }
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.stats.probes += probes;
-  family.fitted = fitted;
-  family.refused = !fitted;
-  if (!fitted)
-    s.warn_once("the dynamic sizes cannot be symbolic, so each size is traced: " + refused);
 }
 
 thread_local bool tls_retrying = false;  // tracing again after TracedStateChanged
@@ -363,16 +196,25 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   std::optional<detail::DynamicCall> dynamic;
   std::shared_ptr<detail::DynamicFamily> family;
   std::shared_ptr<const detail::DynamicTemplate> fitted;
-  if (!entry) dynamic = detail::dynamic_call(s, inputs, statics);
+  std::string family_key;
+  if (!entry) {
+    std::string mismatch;
+    dynamic = detail::dynamic_call(s.options.dynamic, inputs, mismatch);
+    if (!mismatch.empty()) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.warn_once(mismatch);
+    }
+    if (dynamic) family_key = detail::signature(inputs, statics, &dynamic->dims);
+  }
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (dynamic) {
       for (const auto& f : s.families)
-        if (f->key == dynamic->key) family = f;
+        if (f->key == family_key) family = f;
       if (family && !retrace && !detail::tls_retrying) fitted = family->fitted;
     }
     if (!entry && !retrace && s.entries.size() >= s.options.cache_limit &&
-        !(fitted && detail::evict_from_family(s, dynamic->key))) {
+        !(fitted && detail::evict_from_family(s, family_key))) {
       ++s.stats.cache_limit_hits;
       ++s.stats.eager_calls;
       s.warn_once(detail::str("more than cache_limit = ", s.options.cache_limit,
@@ -386,7 +228,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   if (!entry) {
     auto e = std::make_shared<detail::CompiledEntry>();
     e->key = key;
-    if (dynamic) e->family = dynamic->key;
+    if (dynamic) e->family = family_key;
     std::vector<Tensor> stand_ins;
     for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
     if (fitted) {
@@ -396,7 +238,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       } catch (const Error&) {  // a size the formulas cannot take (a negative dim): trace it
         *e = detail::CompiledEntry();
         e->key = key;
-        e->family = dynamic->key;
+        e->family = family_key;
       }
     }
     if (!e->instance) {
@@ -417,14 +259,28 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       s.entries.push_back(e);
       if (dynamic && !family && e->plan) {
         family = std::make_shared<detail::DynamicFamily>(
-            detail::DynamicFamily{dynamic->key, dynamic->sizes, e->traced, nullptr, false});
+            detail::DynamicFamily{family_key, dynamic->sizes, e->traced, nullptr, false});
         s.families.push_back(family);
       } else if (dynamic && family && !family->fitted && !family->refused &&
                  dynamic->sizes != family->first_sizes) {
         fit = true;
       }
     }
-    if (fit) detail::fit_family(s, *family, *e, *dynamic, stand_ins, statics);
+    if (fit) {
+      detail::FitOutcome o;
+      if (e->plan) {
+        o = detail::fit_family(s.f, statics, stand_ins, *dynamic, family->first_sizes,
+                               family->first->graph, e->traced->graph);
+      } else {
+        o.refused = "the second sizes could not be traced: " + e->graph_break;
+      }
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.stats.probes += o.probes;
+      family->fitted = o.fitted;
+      family->refused = !o.fitted;
+      if (!o.fitted)
+        s.warn_once("the dynamic sizes cannot be symbolic, so each size is traced: " + o.refused);
+    }
     entry = e;
   }
 

@@ -255,6 +255,22 @@ TEST(CompileDynamic, AGptLossTakesAnyBatchAndLength) {
   EXPECT_EQ(c.stats().instantiations, 4);  // 2x9, 5x3, 6x12, 1x8
 }
 
+TEST(CompileDynamic, ALengthAtItsLimitIsFittedFromBelow) {
+  // Calls at the longest length the function takes (12) change only the batch; it refuses 13,
+  // so the length's formulas come from 11 and 12, and the near check from 10.
+  auto f = [](const std::vector<Tensor>& in) {
+    if (in[0].size(1) > 12) throw Error(ErrorKind::Shape, "f", "longer than 12");
+    return std::vector<Tensor>{(in[0] * in[0]).sum({1}) * 0.5};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0, 0}, {0, 1, 1}}));
+  for (const auto& [b, t] : std::vector<std::pair<int64_t, int64_t>>{{3, 12}, {5, 12}, {4, 9}}) {
+    const Tensor x = randn({b, t});
+    expect_same(c({x})[0], f({x})[0], "at " + std::to_string(b) + "x" + std::to_string(t));
+  }
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 1);
+}
+
 TEST(CompileDynamic, BuiltGraphsComposeWithJvpAndVmap) {
   auto f = [](const Tensor& x) { return (tanh(x) * x).sum({1}) / static_cast<double>(x.size(0)); };
   CompiledFunction c = compile(f, batch_dynamic());
