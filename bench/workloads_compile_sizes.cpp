@@ -1,8 +1,8 @@
 // compile-new-size (adjoint only): what a new batch size costs gpt-tiny's compiled loss
 // (model as in gpt-tiny: vocab 256, context 128, d 256, 4 heads, 4 layers). One compiled
 // function traces each new size; another, with the batch dynamic (CompileOptions::dynamic),
-// traces 16 and 12, probes a third size, and builds the graph of every later size from the
-// fitted formulas. Each "step" is one new size (4 to 4 + steps), the first call at it on both
+// traces 16 and 12, probes more sizes (a check between them and one far out), and builds the
+// graph of every later size from the fitted formulas. Each "step" is one new size (4 to 4 + steps), the first call at it on both
 // functions, alternating; also reported: a replay at a known size and an eager call.
 // ms_per_step is the built first call. Checks: both first calls give eager's loss.
 #include <cmath>
@@ -43,7 +43,7 @@ void compile_new_size(const Opts& o, Json& j) {
     return f(in)[0].item<double>();
   };
   Samples fitting;
-  for (int64_t n : {16, 12}) {  // the two traces, then the probe (inside the second call)
+  for (int64_t n : {16, 12}) {  // the two traces, then the probes (inside the second call)
     const std::vector<Tensor> in = batch(n);
     fitting.add(timed([&] { call(built, in); }));
   }
@@ -64,7 +64,7 @@ void compile_new_size(const Opts& o, Json& j) {
   j.num("first_call_built_ms", first_built.median());
   j.num("replay_ms", replay.median());
   j.num("eager_ms", eager.median());
-  j.num("two_traces_and_probe_ms", fitting.v[0] + fitting.v[1]);
+  j.num("two_traces_and_probes_ms", fitting.v[0] + fitting.v[1]);
   j.num("max_loss_difference", worst);
   const adjoint::CompileStats st = built.stats();
   j.integer("traces", st.traces);

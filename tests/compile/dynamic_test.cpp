@@ -150,109 +150,73 @@ TEST(CompileDynamic, AnIgnoredTargetTheFormulasDidNotSeeTracesThatSize) {
   EXPECT_EQ(c.stats().instantiations, 2);
 }
 
-TEST(CompileDynamic, AGptLossTakesAnyBatch) {
-  const nn::GPTConfig config{16, 8, 16, 2, 1, 0.0};
-  Generator gm(7);
-  nn::GPT model(config, &gm);
-  auto f = [&](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{model.loss(in[0], in[1])};
-  };
-  CompiledFunction c = compile(f, batch_dynamic({{0, 0}, {1, 0}}));
-  for (int64_t n : {3, 5, 2, 9}) {
-    Generator d(static_cast<uint64_t>(100 + n));
-    const Tensor tokens = randint(0, 16, {n, 9}, &d);
-    const Tensor in = tokens.slice(1, 0, 8).contiguous(),
-                 target = tokens.slice(1, 1, 9).contiguous();
-    for (const Tensor& p : model.parameters()) p.zero_grad();
+// A small GPT's loss, compiled with the given dynamic dims and eager, on batches of b
+// sequences of t tokens: the same loss and parameter gradients, bit for bit.
+struct GptLoss {
+  Generator init;
+  nn::GPT model;
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> f;
+  CompiledFunction c;
+  GptLoss(uint64_t seed, std::vector<DynamicDim> dims)
+      : init(seed),
+        model(nn::GPTConfig{16, 12, 16, 2, 1, 0.0}, &init),
+        f([this](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{model.loss(in[0], in[1])};
+        }),
+        c(compile(f, batch_dynamic(std::move(dims)))) {}
+
+  void expect_as_eager(int64_t b, int64_t t) {
+    Generator d(static_cast<uint64_t>(16 * b + t));
+    const Tensor tokens = randint(0, 16, {b, t + 1}, &d);
+    const Tensor in = tokens.slice(1, 0, t).contiguous();
+    const Tensor target = tokens.slice(1, 1, t + 1).contiguous();
+    const std::vector<Tensor> params = model.parameters();
+    for (const Tensor& p : params) p.zero_grad();
     const Tensor got = c({in, target})[0];
     got.backward();
     std::vector<Tensor> grads;
-    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
-    for (const Tensor& p : model.parameters()) p.zero_grad();
+    for (const Tensor& p : params) grads.push_back(p.grad().clone());
+    for (const Tensor& p : params) p.zero_grad();
     const Tensor want = f({in, target})[0];
     want.backward();
-    const std::string at = " at batch " + std::to_string(n);
+    const std::string at = " at " + std::to_string(b) + "x" + std::to_string(t);
     expect_same(got, want, "loss" + at);
-    const std::vector<Tensor> params = model.parameters();
     for (std::size_t i = 0; i < params.size(); ++i)
       expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
   }
-  EXPECT_EQ(c.stats().traces, 2);
-  EXPECT_EQ(c.stats().probes, 2);
-  EXPECT_EQ(c.stats().instantiations, 2);
+};
+
+TEST(CompileDynamic, AGptLossTakesAnyBatch) {
+  GptLoss g(7, {{0, 0}, {1, 0}});
+  for (int64_t b : {3, 5, 2, 9}) g.expect_as_eager(b, 8);
+  EXPECT_EQ(g.c.stats().traces, 2);
+  EXPECT_EQ(g.c.stats().probes, 2);
+  EXPECT_EQ(g.c.stats().instantiations, 2);
 }
 
 TEST(CompileDynamic, AGptLossTakesAnySequenceLength) {
   // Positions are a view of the position table and the causal mask a buffer sliced to T, so
   // the graph's sizes are formulas in T; at T = context the model takes the whole mask and
   // table instead of slices, the same values.
-  const nn::GPTConfig config{16, 12, 16, 2, 1, 0.0};
-  Generator gm(8);
-  nn::GPT model(config, &gm);
-  auto f = [&](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{model.loss(in[0], in[1])};
-  };
-  CompiledFunction c = compile(f, batch_dynamic({{0, 1}, {1, 1}}));
-  for (int64_t t : {5, 7, 3, 9, 12}) {
-    Generator d(static_cast<uint64_t>(200 + t));
-    const Tensor tokens = randint(0, 16, {2, t + 1}, &d);
-    const Tensor in = tokens.slice(1, 0, t).contiguous(),
-                 target = tokens.slice(1, 1, t + 1).contiguous();
-    for (const Tensor& p : model.parameters()) p.zero_grad();
-    const Tensor got = c({in, target})[0];
-    got.backward();
-    std::vector<Tensor> grads;
-    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
-    for (const Tensor& p : model.parameters()) p.zero_grad();
-    const Tensor want = f({in, target})[0];
-    want.backward();
-    const std::string at = " at length " + std::to_string(t);
-    expect_same(got, want, "loss" + at);
-    const std::vector<Tensor> params = model.parameters();
-    for (std::size_t i = 0; i < params.size(); ++i)
-      expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
-  }
-  EXPECT_EQ(c.stats().traces, 2);
-  EXPECT_EQ(c.stats().instantiations, 3);
+  GptLoss g(8, {{0, 1}, {1, 1}});
+  for (int64_t t : {5, 7, 3, 9, 12}) g.expect_as_eager(2, t);
+  EXPECT_EQ(g.c.stats().traces, 2);
+  EXPECT_EQ(g.c.stats().instantiations, 3);
 }
 
 // A batch and a sequence length, two symbols: B T appears in the loss's reshape and its mean's
 // scale 1 / (B T), products the formulas hold. A batch of 1 is not dynamic: its calls form a
 // family of their own, in T alone.
 TEST(CompileDynamic, AGptLossTakesAnyBatchAndLength) {
-  const nn::GPTConfig config{16, 12, 16, 2, 1, 0.0};
-  Generator gm(9);
-  nn::GPT model(config, &gm);
-  auto f = [&](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{model.loss(in[0], in[1])};
-  };
-  CompiledFunction c = compile(f, batch_dynamic({{0, 0, 0}, {1, 0, 0}, {0, 1, 1}, {1, 1, 1}}));
-  const std::vector<std::pair<int64_t, int64_t>> sizes{{3, 5},  {4, 7}, {2, 9}, {5, 3},
-                                                       {6, 12}, {1, 4}, {1, 6}, {1, 8}};
-  for (const auto& [b, t] : sizes) {
-    Generator d(static_cast<uint64_t>(300 + 16 * b + t));
-    const Tensor tokens = randint(0, 16, {b, t + 1}, &d);
-    const Tensor in = tokens.slice(1, 0, t).contiguous();
-    const Tensor target = tokens.slice(1, 1, t + 1).contiguous();
-    for (const Tensor& p : model.parameters()) p.zero_grad();
-    const Tensor got = c({in, target})[0];
-    got.backward();
-    std::vector<Tensor> grads;
-    for (const Tensor& p : model.parameters()) grads.push_back(p.grad().clone());
-    for (const Tensor& p : model.parameters()) p.zero_grad();
-    const Tensor want = f({in, target})[0];
-    want.backward();
-    const std::string at = " at " + std::to_string(b) + "x" + std::to_string(t);
-    expect_same(got, want, "loss" + at);
-    const std::vector<Tensor> params = model.parameters();
-    for (std::size_t i = 0; i < params.size(); ++i)
-      expect_same(grads[i], params[i].grad(), "gradient " + std::to_string(i) + at);
-  }
-  EXPECT_EQ(c.stats().traces, 4);  // 3x5 and 4x7; 1x4 and 1x6
+  GptLoss g(9, {{0, 0, 0}, {1, 0, 0}, {0, 1, 1}, {1, 1, 1}});
+  for (const auto& [b, t] : std::vector<std::pair<int64_t, int64_t>>{
+           {3, 5}, {4, 7}, {2, 9}, {5, 3}, {6, 12}, {1, 4}, {1, 6}, {1, 8}})
+    g.expect_as_eager(b, t);
+  EXPECT_EQ(g.c.stats().traces, 4);  // 3x5 and 4x7; 1x4 and 1x6
   // 4x5 and 3x7 (the box's other corners), 5x6, 9x15 (past the context of 12: refused) and 7x10;
   // then 5, 13 (refused) and 9 for T alone.
-  EXPECT_EQ(c.stats().probes, 5 + 3);
-  EXPECT_EQ(c.stats().instantiations, 4);  // 2x9, 5x3, 6x12, 1x8
+  EXPECT_EQ(g.c.stats().probes, 5 + 3);
+  EXPECT_EQ(g.c.stats().instantiations, 4);  // 2x9, 5x3, 6x12, 1x8
 }
 
 TEST(CompileDynamic, ALengthAtItsLimitIsFittedFromBelow) {
