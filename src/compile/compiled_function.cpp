@@ -150,6 +150,94 @@ bool evict_from_family(CompiledState& s, const std::string& family) {
 
 thread_local bool tls_retrying = false;  // tracing again after TracedStateChanged
 
+/// A call's dynamic sizes (none: `call` empty), its family's key, the family when it has
+/// one, and the formulas to build its graph from (none while retracing).
+struct DynamicLookup {
+  std::optional<DynamicCall> call;
+  std::string key;
+  std::shared_ptr<DynamicFamily> family;
+  std::shared_ptr<const DynamicTemplate> fitted;
+};
+
+DynamicLookup dynamic_lookup(CompiledState& s, const std::vector<Tensor>& inputs,
+                             const StaticArgs& statics, bool retrace) {
+  DynamicLookup d;
+  std::string mismatch;
+  d.call = dynamic_call(s.options.dynamic, inputs, mismatch);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!mismatch.empty()) s.warn_once(mismatch);
+  if (!d.call) return d;
+  d.key = signature(inputs, statics, &d.call->dims);
+  for (const auto& f : s.families)
+    if (f->key == d.key) d.family = f;
+  if (d.family && !retrace && !tls_retrying) d.fitted = d.family->fitted;
+  return d;
+}
+
+/// A new signature's entry: its graph built from its family's formulas when they are fitted,
+/// else traced. A first trace with dynamic sizes starts a family; its second sizes fit the
+/// formulas (Note [Dynamic sizes] in dynamic_sizes.cpp).
+std::shared_ptr<const CompiledEntry> new_entry(CompiledState& s, const std::string& key,
+                                               const std::vector<Tensor>& inputs,
+                                               const StaticArgs& statics, DynamicLookup& dynamic) {
+  auto e = std::make_shared<CompiledEntry>();
+  e->key = key;
+  e->family = dynamic.key;
+  std::vector<Tensor> stand_ins;
+  for (const Tensor& x : inputs) stand_ins.push_back(stand_in(x));
+  if (dynamic.fitted) {
+    try {
+      finish_entry(*e, dynamic.fitted->at(dynamic.call->sizes), inputs, s.options);
+      e->instance = true;
+    } catch (const Error&) {  // sizes the formulas cannot take (a negative dim): trace them
+      *e = CompiledEntry();
+      e->key = key;
+      e->family = dynamic.key;
+    }
+  }
+  if (!e->instance) {
+    try {
+      finish_entry(*e, trace_function(s.f, stand_ins, statics), inputs, s.options);
+    } catch (const GraphBreak& b) {
+      if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
+      e->graph_break = b.reason();
+    }
+  }
+  std::shared_ptr<DynamicFamily>& family = dynamic.family;
+  bool fit = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    ++(e->instance ? s.stats.instantiations : s.stats.traces);
+    if (!e->plan) ++s.stats.graph_breaks;
+    std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
+    s.entries.push_back(e);
+    if (dynamic.call && !family && e->plan) {
+      family = std::make_shared<DynamicFamily>(
+          DynamicFamily{dynamic.key, dynamic.call->sizes, e->traced, nullptr, false});
+      s.families.push_back(family);
+    } else if (family && !family->fitted && !family->refused &&
+               dynamic.call->sizes != family->first_sizes) {
+      fit = true;
+    }
+  }
+  if (fit) {
+    FitOutcome o;
+    if (e->plan) {
+      o = fit_family(s.f, statics, stand_ins, *dynamic.call, family->first_sizes,
+                     family->first->graph, e->traced->graph);
+    } else {
+      o.refused = "the second sizes could not be traced: " + e->graph_break;
+    }
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stats.probes += o.probes;
+    family->fitted = o.fitted;
+    family->refused = !o.fitted;
+    if (!o.fitted)
+      s.warn_once("the dynamic sizes cannot be symbolic, so each size is traced: " + o.refused);
+  }
+  return e;
+}
+
 bool guards_hold(const CompiledEntry& e) {
   if (!e.plan) return true;
   const Graph& g = e.plan->graph;
@@ -192,29 +280,13 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
       s.families.clear();  // fitted on captured tensors that changed
     }
   }
-  // A new size of a dynamic dim: the family of signatures that differ only in it.
-  std::optional<detail::DynamicCall> dynamic;
-  std::shared_ptr<detail::DynamicFamily> family;
-  std::shared_ptr<const detail::DynamicTemplate> fitted;
-  std::string family_key;
-  if (!entry) {
-    std::string mismatch;
-    dynamic = detail::dynamic_call(s.options.dynamic, inputs, mismatch);
-    if (!mismatch.empty()) {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      s.warn_once(mismatch);
-    }
-    if (dynamic) family_key = detail::signature(inputs, statics, &dynamic->dims);
-  }
+  // A new signature with dynamic sizes: its family, whose formulas may build its graph.
+  detail::DynamicLookup dynamic;
+  if (!entry) dynamic = detail::dynamic_lookup(s, inputs, statics, retrace);
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    if (dynamic) {
-      for (const auto& f : s.families)
-        if (f->key == family_key) family = f;
-      if (family && !retrace && !detail::tls_retrying) fitted = family->fitted;
-    }
     if (!entry && !retrace && s.entries.size() >= s.options.cache_limit &&
-        !(fitted && detail::evict_from_family(s, family_key))) {
+        !(dynamic.fitted && detail::evict_from_family(s, dynamic.key))) {
       ++s.stats.cache_limit_hits;
       ++s.stats.eager_calls;
       s.warn_once(detail::str("more than cache_limit = ", s.options.cache_limit,
@@ -225,64 +297,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     }
   }
 
-  if (!entry) {
-    auto e = std::make_shared<detail::CompiledEntry>();
-    e->key = key;
-    if (dynamic) e->family = family_key;
-    std::vector<Tensor> stand_ins;
-    for (const Tensor& x : inputs) stand_ins.push_back(detail::stand_in(x));
-    if (fitted) {
-      try {
-        detail::finish_entry(*e, fitted->at(dynamic->sizes), inputs, s.options);
-        e->instance = true;
-      } catch (const Error&) {  // a size the formulas cannot take (a negative dim): trace it
-        *e = detail::CompiledEntry();
-        e->key = key;
-        e->family = family_key;
-      }
-    }
-    if (!e->instance) {
-      try {
-        detail::finish_entry(*e, detail::trace_function(s.f, stand_ins, statics), inputs,
-                             s.options);
-      } catch (const detail::GraphBreak& b) {
-        if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
-        e->graph_break = b.reason();
-      }
-    }
-    bool fit = false;
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      ++(e->instance ? s.stats.instantiations : s.stats.traces);
-      if (!e->plan) ++s.stats.graph_breaks;
-      std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
-      s.entries.push_back(e);
-      if (dynamic && !family && e->plan) {
-        family = std::make_shared<detail::DynamicFamily>(
-            detail::DynamicFamily{family_key, dynamic->sizes, e->traced, nullptr, false});
-        s.families.push_back(family);
-      } else if (dynamic && family && !family->fitted && !family->refused &&
-                 dynamic->sizes != family->first_sizes) {
-        fit = true;
-      }
-    }
-    if (fit) {
-      detail::FitOutcome o;
-      if (e->plan) {
-        o = detail::fit_family(s.f, statics, stand_ins, *dynamic, family->first_sizes,
-                               family->first->graph, e->traced->graph);
-      } else {
-        o.refused = "the second sizes could not be traced: " + e->graph_break;
-      }
-      std::lock_guard<std::mutex> lock(s.mutex);
-      s.stats.probes += o.probes;
-      family->fitted = o.fitted;
-      family->refused = !o.fitted;
-      if (!o.fitted)
-        s.warn_once("the dynamic sizes cannot be symbolic, so each size is traced: " + o.refused);
-    }
-    entry = e;
-  }
+  if (!entry) entry = detail::new_entry(s, key, inputs, statics, dynamic);
 
   {
     std::lock_guard<std::mutex> lock(s.mutex);
