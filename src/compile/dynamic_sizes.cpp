@@ -191,12 +191,6 @@ void check_same_structure(const std::vector<const Graph*>& gs, const Graph& g0,
     for (std::size_t i = 0; i < g0.captures.size(); ++i)
       require(g.captures[i].impl() == g0.captures[i].impl(),
               str("captured tensor ", i, " differs between the sizes"));
-    for (std::size_t i = 0; i < g0.constants.size(); ++i)
-      require(same_constant(g.constants[i], g0.constants[i]),
-              str("constant ", i, " (", g0.constants[i].shape(), " at one size, ",
-                  g.constants[i].shape(), " at ", describe_sizes({sizes[k]}),
-                  ") depends on the sizes; a tensor made from C++ values (arange(n)) is a "
-                  "constant of the trace"));
     for (std::size_t v = 0; v < g0.values.size(); ++v) {
       const Value& a = g0.values[v];
       const Value& b = g.values[v];
@@ -220,6 +214,77 @@ void check_same_structure(const std::vector<const Graph*>& gs, const Graph& g0,
                   "attributes differ between the sizes or cannot be compared");
     }
   }
+}
+
+/// The entries that differ between `fields` (one list per graph) with their formulas; throws
+/// Refused naming `where`.
+std::vector<FieldFormula> fit_fields(const std::vector<FieldList>& fields, const Points& points,
+                                     const std::string& where) {
+  std::vector<FieldFormula> holes;
+  for (const FieldList& f : fields)
+    require(f.size() == fields[0].size(), where + " has other attributes at other sizes");
+  const std::string at_sizes = " at sizes " + describe_sizes(points.sizes);
+  for (std::size_t i = 0; i < fields[0].size(); ++i) {
+    std::vector<const Field*> values;
+    for (const FieldList& f : fields) {
+      require(f[i].index() == fields[0][i].index(), where + " has other attributes at other sizes");
+      values.push_back(&f[i]);
+    }
+    if (std::ranges::all_of(values, [&](const Field* x) { return *x == fields[0][i]; })) continue;
+    const std::string attribute = str(where, ": attribute ", i);
+    if (std::holds_alternative<int64_t>(fields[0][i])) {
+      std::vector<int64_t> v;
+      for (const Field* x : values) v.push_back(std::get<int64_t>(*x));
+      const auto f = fit_integer(v, points);
+      require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
+      holes.push_back({i, -1, *f});
+    } else if (std::holds_alternative<double>(fields[0][i])) {
+      std::vector<double> v;
+      for (const Field* x : values) v.push_back(std::get<double>(*x));
+      const auto f = fit_double(v, points);
+      require(f.has_value(),
+              attribute + " fits no polynomial in the sizes, nor its reciprocal" + at_sizes);
+      holes.push_back({i, -1, *f});
+    } else if (const auto* list = std::get_if<std::vector<int64_t>>(&fields[0][i])) {
+      for (const Field* x : values)
+        require(std::get<std::vector<int64_t>>(*x).size() == list->size(),
+                attribute + " has another length at other sizes");
+      for (std::size_t e = 0; e < list->size(); ++e) {
+        std::vector<int64_t> v;
+        for (const Field* x : values) v.push_back(std::get<std::vector<int64_t>>(*x)[e]);
+        if (std::ranges::all_of(v, [&](int64_t y) { return y == v[0]; })) continue;
+        const auto f = fit_integer(v, points);
+        require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
+        holes.push_back({i, static_cast<std::ptrdiff_t>(e), *f});
+      }
+    } else {
+      throw Refused{attribute + " differs between the sizes"};
+    }
+  }
+  return holes;
+}
+
+/// `fields` with the formulas evaluated at s.
+FieldList fields_at(FieldList fields, const std::vector<FieldFormula>& holes,
+                    const SymbolSizes& s) {
+  for (const FieldFormula& h : holes) {
+    Field& f = fields[h.field];
+    if (h.element >= 0) {
+      std::get<std::vector<int64_t>>(f)[static_cast<std::size_t>(h.element)] =
+          static_cast<int64_t>(h.formula.at(s));
+    } else if (std::holds_alternative<int64_t>(f)) {
+      f = static_cast<int64_t>(h.formula.at(s));
+    } else {
+      f = h.formula.at(s);
+    }
+  }
+  return fields;
+}
+
+/// The recipe of constant i in g, or null when its factory gave none.
+const ExternalExport* recipe_of(const Graph& g, std::size_t i) {
+  if (i >= g.constant_recipes.size() || g.constant_recipes[i].key == nullptr) return nullptr;
+  return &g.constant_recipes[i];
 }
 
 }  // namespace
@@ -274,48 +339,27 @@ std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(
       if (g0.nodes[n].op->export_key() == nullptr) continue;  // the same everywhere (checked)
       std::vector<FieldList> fields;
       for (const Graph* g : gs) fields.push_back(g->nodes[n].op->export_fields());
-      const std::string where = describe_node(g0, n);
-      for (const FieldList& f : fields)
-        require(f.size() == fields[0].size(), where + " has other attributes at other sizes");
-      for (std::size_t i = 0; i < fields[0].size(); ++i) {
-        std::vector<const Field*> values;
-        for (const FieldList& f : fields) {
-          require(f[i].index() == fields[0][i].index(),
-                  where + " has other attributes at other sizes");
-          values.push_back(&f[i]);
-        }
-        if (std::ranges::all_of(values, [&](const Field* x) { return *x == fields[0][i]; }))
-          continue;
-        const std::string attribute = str(where, ": attribute ", i);
-        if (std::holds_alternative<int64_t>(fields[0][i])) {
-          std::vector<int64_t> v;
-          for (const Field* x : values) v.push_back(std::get<int64_t>(*x));
-          const auto f = fit_integer(v, points);
-          require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
-          t.nodes_[n].push_back({i, -1, *f});
-        } else if (std::holds_alternative<double>(fields[0][i])) {
-          std::vector<double> v;
-          for (const Field* x : values) v.push_back(std::get<double>(*x));
-          const auto f = fit_double(v, points);
-          require(f.has_value(),
-                  attribute + " fits no polynomial in the sizes, nor its reciprocal" + at_sizes);
-          t.nodes_[n].push_back({i, -1, *f});
-        } else if (const auto* list = std::get_if<std::vector<int64_t>>(&fields[0][i])) {
-          for (const Field* x : values)
-            require(std::get<std::vector<int64_t>>(*x).size() == list->size(),
-                    attribute + " has another length at other sizes");
-          for (std::size_t e = 0; e < list->size(); ++e) {
-            std::vector<int64_t> v;
-            for (const Field* x : values) v.push_back(std::get<std::vector<int64_t>>(*x)[e]);
-            if (std::ranges::all_of(v, [&](int64_t y) { return y == v[0]; })) continue;
-            const auto f = fit_integer(v, points);
-            require(f.has_value(), attribute + " fits no polynomial in the sizes" + at_sizes);
-            t.nodes_[n].push_back({i, static_cast<std::ptrdiff_t>(e), *f});
-          }
-        } else {
-          throw Refused{attribute + " differs between the sizes"};
-        }
+      t.nodes_[n] = fit_fields(fields, points, describe_node(g0, n));
+    }
+    // A constant that differs between the sizes is made again from its factory's recipe
+    // (zeros of the batch's shape, arange(T)); one without a recipe cannot be.
+    t.constants_.resize(g0.constants.size());
+    for (std::size_t i = 0; i < g0.constants.size(); ++i) {
+      if (std::ranges::all_of(
+              gs, [&](const Graph* g) { return same_constant(g->constants[i], g0.constants[i]); }))
+        continue;
+      std::vector<FieldList> fields;
+      for (const Graph* g : gs) {
+        const ExternalExport* r = recipe_of(*g, i);
+        require(r != nullptr && std::strcmp(r->key, recipe_of(g0, i)->key) == 0,
+                str("constant ", i, " (", g0.constants[i].shape(),
+                    ") depends on the sizes, and no factory's recipe makes it (a tensor from "
+                    "C++ data, or one written in place)"));
+        fields.push_back(r->fields);
       }
+      t.constants_[i] = fit_fields(fields, points, str("constant ", i, "'s factory"));
+      require(!t.constants_[i].empty(),
+              str("constant ", i, " differs between the sizes, but not its factory's arguments"));
     }
   } catch (const Refused& r) {
     return r.why;
@@ -335,20 +379,13 @@ Graph DynamicTemplate::at(const SymbolSizes& s) const {
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (nodes_[n].empty()) continue;
     const TracedOp& op = *base_.nodes[n].op;
-    FieldList fields = op.export_fields();
-    for (const FieldHole& h : nodes_[n]) {
-      Field& f = fields[h.field];
-      if (h.element >= 0) {
-        std::get<std::vector<int64_t>>(f)[static_cast<std::size_t>(h.element)] =
-            static_cast<int64_t>(h.formula.at(s));
-      } else if (std::holds_alternative<int64_t>(f)) {
-        f = static_cast<int64_t>(h.formula.at(s));
-      } else {
-        f = h.formula.at(s);
-      }
-    }
-    g.nodes[n].op = exported_op_factory(op.export_key())(fields, {op.generator()});
+    g.nodes[n].op = exported_op_factory(op.export_key())(
+        fields_at(op.export_fields(), nodes_[n], s), {op.generator()});
   }
+  for (std::size_t i = 0; i < constants_.size(); ++i)
+    if (!constants_[i].empty())
+      g.constants[i] =
+          constant_from_recipe(fields_at(base_.constant_recipes[i].fields, constants_[i], s));
   return g;
 }
 

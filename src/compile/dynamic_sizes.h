@@ -29,6 +29,14 @@ struct SizeFormula {
   double at(const SymbolSizes& s) const;
 };
 
+/// An entry of an op's attributes (or of a factory's recipe) that depends on the sizes: field
+/// `field`, element `element` of an integer list (-1 for a single number).
+struct FieldFormula {
+  std::size_t field;
+  std::ptrdiff_t element;
+  SizeFormula formula;
+};
+
 class DynamicTemplate {
  public:
   /// The corners of the box [lo, hi] (lo_i < hi_i): corner m has symbol i at hi_i where bit i
@@ -47,20 +55,14 @@ class DynamicTemplate {
   Graph at(const SymbolSizes& s) const;
 
  private:
-  /// An entry of an op's attributes that depends on the sizes: field `field`, element
-  /// `element` of an integer list (-1 for a single number).
-  struct FieldHole {
-    std::size_t field;
-    std::ptrdiff_t element;
-    SizeFormula formula;
-  };
   struct DimHole {
     std::size_t value, dim;
     SizeFormula formula;
   };
 
   Graph base_;
-  std::vector<std::vector<FieldHole>> nodes_;  ///< by node; empty: the traced op serves all
+  std::vector<std::vector<FieldFormula>> nodes_;      ///< by node; empty: the op serves all
+  std::vector<std::vector<FieldFormula>> constants_;  ///< by constant, of its recipe
   std::vector<DimHole> dims_;
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adjoint/tensor.h"
+#include "core/op_tracer.h"
 #include "dispatch/layer.h"
 
 namespace adjoint {
@@ -45,9 +46,12 @@ struct GraphNode {
 struct Graph {
   std::vector<Value> values;
   std::vector<GraphNode> nodes;
-  std::vector<int> inputs;             ///< value id of each argument
-  std::vector<Tensor> captures;        ///< by Value::index: the caller's tensors, held
-  std::vector<Tensor> constants;       ///< by Value::index
+  std::vector<int> inputs;        ///< value id of each argument
+  std::vector<Tensor> captures;   ///< by Value::index: the caller's tensors, held
+  std::vector<Tensor> constants;  ///< by Value::index
+  /// By constant, while tracing: how its factory made it (no key: unknown), for dynamic
+  /// sizes (Note [Dynamic sizes]). Shorter than `constants` in a graph read from a file.
+  std::vector<ExternalExport> constant_recipes;
   std::vector<Generator*> generators;  ///< those the random nodes draw from
   std::vector<int> outputs;            ///< value id of each result of the function
   /// By output: the traced result did not require grad. A result that is an argument's or a

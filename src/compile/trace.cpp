@@ -124,7 +124,7 @@ class Tracer final : public OpTracer {
       out = run(args);
     }
     if (local) {
-      constants_.insert(out.impl());
+      constants_[out.impl()] = {};
       return out;
     }
     const auto arity = static_cast<std::ptrdiff_t>(ins.size());
@@ -137,7 +137,9 @@ class Tracer final : public OpTracer {
     break_trace(str(op, " inside a compiled function: ", why));
   }
 
-  void constant_made(const Tensor& t) override { constants_.insert(t.impl()); }
+  void constant_made(const Tensor& t, ExternalExport recipe) override {
+    constants_[t.impl()] = {std::move(recipe), t.impl()->storage->version()};
+  }
   void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
   void generator_reseeded(const Generator* gen) override {
     if (!local_generators_.contains(gen))
@@ -243,10 +245,13 @@ class Tracer final : public OpTracer {
         break_trace(str(op, ": got a view (", impl->shape, ", ", impl->dtype,
                         ") of a traced tensor made by code compile cannot trace"));
     }
-    if (constants_.contains(impl)) {
+    if (auto c = constants_.find(impl); c != constants_.end()) {
       const int id = g_.add_value({ValueKind::Constant, static_cast<int>(g_.constants.size()), -1,
                                    impl->shape, impl->dtype});
       g_.constants.push_back(x);
+      // A recipe holds only while the factory's values are there: not after an in-place write.
+      const bool kept = c->second.version == impl->storage->version();
+      g_.constant_recipes.push_back(kept ? c->second.recipe : ExternalExport{});
       known(x, id);
       return id;
     }
@@ -298,7 +303,11 @@ class Tracer final : public OpTracer {
   std::unordered_map<const TensorImpl*, Known> known_;
   std::unordered_map<const StorageImpl*, std::vector<int>> by_storage_;
   std::unordered_set<const StorageImpl*> made_while_tracing_;
-  std::unordered_set<const TensorImpl*> constants_;
+  struct Constant {
+    ExternalExport recipe;  ///< how its factory made it (no key: unknown)
+    uint64_t version = 0;   ///< its storage's version then
+  };
+  std::unordered_map<const TensorImpl*, Constant> constants_;
   std::unordered_map<Generator*, Generator::State> generators_;
   std::unordered_set<const Generator*> local_generators_;
   std::vector<Tensor> first_;  ///< by value id: the first tensor registered for it

@@ -47,7 +47,9 @@ class OpTracer {
   /// hook, ran a backward), for the reason `why`: the trace stops (a graph break).
   [[noreturn]] virtual void untraceable(const char* op, const char* why) = 0;
   /// A factory made `t` from C++ values alone (zeros, arange, tensor): a constant of the trace.
-  virtual void constant_made(const Tensor& t) = 0;
+  /// `recipe` (key "factory"), when the factory gives one, makes it again from its arguments
+  /// (constant_from_recipe), so that compile's dynamic sizes can make it at other sizes.
+  virtual void constant_made(const Tensor& t, ExternalExport recipe) = 0;
   /// Memory for a tensor was allocated while tracing (by a traced op or not): a tensor made
   /// from traced values by code the tracer does not see must not be taken for a constant.
   virtual void storage_made(const StorageImpl* s) = 0;
@@ -69,9 +71,12 @@ inline void check_traceable(const char* op, const char* why) {
 
 /// Marks a tensor made from C++ values alone (a mask of a fixed pattern, a fill value) as a
 /// constant while tracing, as the public factories do.
-inline void note_constant(const Tensor& t) {
+inline void note_constant(const Tensor& t, ExternalExport recipe = {}) {
   if (tracing()) [[unlikely]]
-    tls_op_tracer->constant_made(t);
+    tls_op_tracer->constant_made(t, std::move(recipe));
 }
+
+/// The tensor a factory's recipe describes (OpTracer::constant_made; src/ops/factories.cpp).
+Tensor constant_from_recipe(const FieldList& fields);
 
 }  // namespace adjoint::detail

@@ -23,21 +23,96 @@ namespace {
 using detail::OpScope;
 
 // Every factory's last step. While `compile` traces, the tensor is a constant of the graph
-// (its values come from C++ values alone); the random ones are recorded as draws instead.
-Tensor finish(Tensor t, const TensorOptions& o) {
+// (its values come from C++ values alone), with the factory's recipe when it gives one; the
+// random ones are recorded as draws instead.
+// `recipe` is called only while tracing: eager factories build no field lists.
+template <class MakeRecipe>
+Tensor finish(Tensor t, const TensorOptions& o, const MakeRecipe& recipe) {
   if (o.requires_grad()) t.requires_grad_(true);
-  detail::note_constant(t);
+  if (detail::tracing()) [[unlikely]]
+    detail::tls_op_tracer->constant_made(t, recipe());
   return t;
 }
+Tensor finish(Tensor t, const TensorOptions& o) {
+  return finish(std::move(t), o, [] { return detail::ExternalExport{}; });
+}
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
+
+// Recipes of the factories compile's dynamic sizes can make at other sizes (a filled tensor
+// of the batch's shape, arange(T)): the factory and its arguments, read by
+// constant_from_recipe.
+enum class Recipe : int64_t { Full, Arange };
+
+detail::ExternalExport full_recipe(const Shape& shape, Scalar value, const TensorOptions& o) {
+  detail::FieldList f;
+  detail::put_field(f, Recipe::Full);
+  detail::put_field(f, shape);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  detail::put_field(f, value.kind());
+  detail::put_field(f, value.to_double());
+  detail::put_field(f, value.is_floating() ? int64_t{0} : value.to_int());
+  return {"factory", std::move(f)};
+}
+
+detail::ExternalExport arange_recipe(double start, double end, double step,
+                                     const TensorOptions& o) {
+  detail::FieldList f;
+  detail::put_field(f, Recipe::Arange);
+  detail::put_field(f, start);
+  detail::put_field(f, end);
+  detail::put_field(f, step);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  return {"factory", std::move(f)};
+}
 
 // full() under the caller's OpScope.
 Tensor filled(const Shape& shape, Scalar value, const TensorOptions& o) {
   Tensor t = make_empty(shape, o.dtype());
   kernels::fill(t, value);
-  return finish(std::move(t), o);
+  return finish(std::move(t), o, [&] { return full_recipe(shape, value, o); });
 }
 }  // namespace
+
+namespace detail {
+
+Tensor constant_from_recipe(const FieldList& fields) {
+  FieldReader in(fields, "factory");
+  Recipe kind{};
+  take_field(in, kind);
+  DType dtype{};
+  bool requires_grad = false;
+  if (kind == Recipe::Full) {
+    Shape shape;
+    DType value_kind{};
+    double d = 0;
+    int64_t i = 0;
+    take_field(in, shape);
+    take_field(in, dtype);
+    take_field(in, requires_grad);
+    take_field(in, value_kind);
+    take_field(in, d);
+    take_field(in, i);
+    in.finish();
+    const Scalar value = value_kind == DType::Float64 ? Scalar(d)
+                         : value_kind == DType::Bool  ? Scalar(i != 0)
+                                                      : Scalar(i);
+    return full(shape, value, TensorOptions(dtype).requires_grad(requires_grad));
+  }
+  ADJOINT_CHECK(kind == Recipe::Arange, Value, "factory", "unknown recipe ",
+                static_cast<int64_t>(kind));
+  double start = 0, end = 0, step = 0;
+  take_field(in, start);
+  take_field(in, end);
+  take_field(in, step);
+  take_field(in, dtype);
+  take_field(in, requires_grad);
+  in.finish();
+  return arange(start, end, step, TensorOptions(dtype).requires_grad(requires_grad));
+}
+
+}  // namespace detail
 
 Tensor empty(const Shape& shape, TensorOptions o) {
   OpScope scope("empty");
@@ -53,7 +128,7 @@ Tensor zeros(const Shape& shape, TensorOptions o) {
   OpScope scope("zeros");
   Tensor t = make_empty(shape, o.dtype());
   if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
-  return finish(std::move(t), o);
+  return finish(std::move(t), o, [&] { return full_recipe(shape, 0, o); });
 }
 
 Tensor ones(const Shape& shape, TensorOptions o) {
@@ -90,7 +165,7 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   }
   Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype());
   kernels::arange(t, start, step);
-  return finish(std::move(t), o);
+  return finish(std::move(t), o, [&] { return arange_recipe(start, end, step, o); });
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {

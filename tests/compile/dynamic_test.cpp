@@ -265,9 +265,28 @@ TEST(CompileDynamic, RandomDrawsOfTheBatchsShapeReplayAsEager) {
   EXPECT_EQ(c.stats().instantiations, 2);
 }
 
+TEST(CompileDynamic, FactoriesOfTheSizeAreMadeAgainAtEachSize) {
+  // arange(n), zeros and full of the batch's shape are constants of the trace; their recipes
+  // (the factory and its arguments) make them at every size.
+  auto f = [](const Tensor& x) {
+    const int64_t n = x.size(0);
+    return x * arange(n, DType::Float32).unsqueeze(1) + zeros({n, 1}) +
+           full({1, 3}, 0.25) * ones({n, 3});
+  };
+  CompiledFunction c = compile(f, batch_dynamic());
+  for (int64_t n : {4, 6, 9, 2, 17}) {
+    const Tensor x = randn({n, 3});
+    expect_same(c(x), f(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 2);
+  EXPECT_EQ(c.stats().instantiations, 3);
+}
+
 TEST(CompileDynamic, AGraphThatDependsOnTheSizeOtherwiseTracesEverySize) {
-  // arange(n) is a constant of the trace, made from the size: no formula holds it.
-  auto f = [](const Tensor& x) { return x * arange(x.size(0), DType::Float32); };
+  // A tensor from C++ data of the size's length: a constant no recipe makes again.
+  auto f = [](const Tensor& x) {
+    return x * tensor(std::vector<float>(static_cast<std::size_t>(x.size(0)), 1.5f));
+  };
   CompiledFunction c = compile(f, batch_dynamic());
   for (int64_t n : {4, 6, 9}) {
     const Tensor x = randn({n});
