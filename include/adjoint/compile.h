@@ -111,6 +111,10 @@ struct TracedSignature;
 /// The graph of the signature `f` called last, before the passes (for export); null before the
 /// first trace or after a graph break.
 std::shared_ptr<const TracedSignature> last_traced_signature(const CompiledFunction& f);
+struct FittedFamily;  // src/compile/dynamic_family.h
+/// The dynamic sizes' formulas of the signature `f` called last (for export); null when it
+/// has none fitted.
+std::shared_ptr<const FittedFamily> last_fitted_family(const CompiledFunction& f);
 }  // namespace detail
 
 class CompiledFunction {
@@ -139,6 +143,8 @@ class CompiledFunction {
   Tensor call_one(const Tensor& x) const;
   std::shared_ptr<detail::CompiledState> state_;
   friend std::shared_ptr<const detail::TracedSignature> detail::last_traced_signature(
+      const CompiledFunction& f);
+  friend std::shared_ptr<const detail::FittedFamily> detail::last_fitted_family(
       const CompiledFunction& f);
 };
 

@@ -14,8 +14,9 @@
 //
 // The file is a safetensors file: the tensors the function read from outside (parameters,
 // in the order first read) and its constants, and the graph as JSON in the metadata. It holds
-// the graph of one signature, before compile's passes; the importer runs them again. See
-// docs/compile.md, "Export".
+// the graph of one signature, before compile's passes; the importer runs them again. A function
+// compiled with dynamic sizes whose formulas are fitted is written with them, and its import
+// takes any sizes in those dims. See docs/compile.md, "Export".
 #pragma once
 
 #include <memory>
@@ -44,7 +45,8 @@ void export_function(const CompiledFunction& f, const std::string& path);
 /// A function read back by import_function: its graph, planned and run as `compile` runs it.
 class ImportedFunction {
  public:
-  /// Runs the graph on `inputs`, which must have the exported shapes and dtypes (a
+  /// Runs the graph on `inputs`, which must have the exported shapes (but for dynamic dims,
+  /// of any size of 2 or more) and dtypes (a
   /// non-contiguous input is copied when the traced one was contiguous); an input may require
   /// grad only if the traced one did. Outputs carry a backward, as a compiled function's do.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
@@ -56,8 +58,13 @@ class ImportedFunction {
   /// function's own, which starts where the exported one stood when it was written (reseed it
   /// with manual_seed).
   std::vector<Generator*> generators() const;
-  /// The shapes and dtypes the inputs must have.
+  /// The shapes and dtypes the inputs must have (at the exported sizes, for dims that take a
+  /// dynamic size).
   std::vector<Shape> input_shapes() const;
+  /// The dims whose sizes may differ from input_shapes(): a function exported after its
+  /// dynamic sizes' formulas were fitted (CompileOptions::dynamic) keeps them, and the graph
+  /// of new sizes is built from them at their first call. Dims with one symbol share a size.
+  std::vector<DynamicDim> dynamic_dims() const;
   std::vector<DType> input_dtypes() const;
   /// Which inputs the backward differentiates (those that required grad when traced).
   std::vector<bool> input_requires_grad() const;

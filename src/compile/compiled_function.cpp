@@ -39,6 +39,7 @@ struct DynamicFamily {
   std::string key;  ///< the signature with the dynamic sizes left out
   SymbolSizes first_sizes;
   std::shared_ptr<const TracedSignature> first;
+  DynamicDims dims;  ///< of the first call (every call of the family has them)
   std::shared_ptr<const DynamicTemplate> fitted;
   bool refused = false;
 };
@@ -212,8 +213,8 @@ std::shared_ptr<const CompiledEntry> new_entry(CompiledState& s, const std::stri
     std::erase_if(s.entries, [&](const auto& old) { return old->key == key; });
     s.entries.push_back(e);
     if (dynamic.call && !family && e->plan) {
-      family = std::make_shared<DynamicFamily>(
-          DynamicFamily{dynamic.key, dynamic.call->sizes, e->traced, nullptr, false});
+      family = std::make_shared<DynamicFamily>(DynamicFamily{
+          dynamic.key, dynamic.call->sizes, e->traced, dynamic.call->dims, nullptr, false});
       s.families.push_back(family);
     } else if (family && !family->fitted && !family->refused &&
                dynamic.call->sizes != family->first_sizes) {
@@ -383,6 +384,23 @@ CompiledMemoryPlan CompiledFunction::plan() const {
 }
 
 namespace detail {
+
+std::shared_ptr<const FittedFamily> last_fitted_family(const CompiledFunction& f) {
+  std::lock_guard<std::mutex> lock(f.state_->mutex);
+  const auto& e = f.state_->last;
+  if (!e || !e->plan || e->family.empty()) return nullptr;
+  for (const auto& family : f.state_->families)
+    if (family->key == e->family && family->fitted) {
+      auto out = std::make_shared<FittedFamily>();
+      out->first = family->first;
+      out->fitted = family->fitted;
+      for (std::size_t i = 0; i < family->dims.size(); ++i)
+        for (const auto& [dim, symbol] : family->dims[i])
+          out->dims.push_back({static_cast<int>(i), dim, static_cast<int>(symbol)});
+      return out;
+    }
+  return nullptr;
+}
 
 std::shared_ptr<const TracedSignature> last_traced_signature(const CompiledFunction& f) {
   std::lock_guard<std::mutex> lock(f.state_->mutex);

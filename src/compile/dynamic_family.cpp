@@ -54,13 +54,15 @@ class Prober {
       graphs_.push_back(trace_function(f_, probe_inputs(stand_ins_, call_, at), statics_));
     } catch (const GraphBreak&) {
       throw;
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      last_error = e.what();
       return nullptr;
     }
     return &graphs_.back();
   }
 
   int64_t traces = 0;
+  std::string last_error;  ///< of the last size the function refused
 
  private:
   const CompiledFunction::Fn& f_;
@@ -97,7 +99,7 @@ Probed probe_box(Prober& prober, const SymbolSizes& lo, const SymbolSizes& hi,
                      : at == second_sizes ? &second
                                           : prober.trace_at(at);
     if (g == nullptr) {
-      p.refused = "the function fails at sizes " + describe(at);
+      p.refused = "the function fails at sizes " + describe(at) + ": " + prober.last_error;
       return p;
     }
     if (g == &first) p.base = p.graphs.size();
@@ -116,7 +118,8 @@ Probed probe_box(Prober& prober, const SymbolSizes& lo, const SymbolSizes& hi,
   const Graph* g = prober.trace_at(near);
   if (g == nullptr && below != past) g = prober.trace_at(near = below);
   if (g == nullptr) {
-    p.refused = "the function fails at sizes " + describe(past) + " beside the traced ones";
+    p.refused = "the function fails at sizes " + describe(past) +
+                " beside the traced ones: " + prober.last_error;
     return p;
   }
   p.graphs.push_back(g);

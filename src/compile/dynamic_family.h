@@ -32,6 +32,15 @@ struct DynamicCall {
 std::optional<DynamicCall> dynamic_call(const std::vector<DynamicDim>& dynamic,
                                         const std::vector<Tensor>& inputs, std::string& mismatch);
 
+/// A family whose formulas are fitted, as export writes it: the graph of its first call (the
+/// template's base), the formulas, and the dynamic dims (DynamicDim::symbol: the active
+/// symbol's number).
+struct FittedFamily {
+  std::shared_ptr<const TracedSignature> first;
+  std::shared_ptr<const DynamicTemplate> fitted;
+  std::vector<DynamicDim> dims;
+};
+
 /// What fitting a family's formulas gave: the template, or why not; and how many probes ran.
 struct FitOutcome {
   std::shared_ptr<const DynamicTemplate> fitted;

@@ -365,16 +365,83 @@ std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(
     return r.why;
   }
   t.base_ = g0;
+  t.symbols_ = lo.size();
+  return t;
+}
+
+DynamicTemplate DynamicTemplate::from_pieces(Graph base, std::size_t symbols,
+                                             std::vector<DimFormula> dims,
+                                             std::vector<std::vector<FieldFormula>> nodes,
+                                             std::vector<std::vector<FieldFormula>> constants) {
+  const std::size_t terms = std::size_t{1} << symbols;
+  auto check = [&](bool ok, const std::string& what) {
+    ADJOINT_CHECK(ok, Value, "import_function", "the dynamic sizes' formulas: ", what);
+  };
+  check(symbols >= 1 && symbols <= 3, str(symbols, " symbols"));
+  check(nodes.size() == base.nodes.size() && constants.size() == base.constants.size(),
+        "formulas for another number of ops or constants than the graph's");
+  auto check_formula = [&](const SizeFormula& f) {
+    check(f.c.size() == terms, str("a formula of ", f.c.size(), " terms, not ", terms));
+  };
+  for (const DimFormula& d : dims) {
+    check(d.value < base.values.size() && d.dim < base.values[d.value].shape.size(),
+          str("dim ", d.dim, " of value ", d.value, " out of range"));
+    check(d.formula.kind == SizeFormula::Kind::Integer, "a dim's formula is not an integer one");
+    check_formula(d.formula);
+  }
+  auto check_fields = [&](const FieldList& fields, const std::vector<FieldFormula>& holes) {
+    for (const FieldFormula& h : holes) {
+      check(h.field < fields.size(), str("attribute ", h.field, " out of range"));
+      check_formula(h.formula);
+      const Field& f = fields[h.field];
+      if (h.element >= 0) {
+        const auto* list = std::get_if<std::vector<int64_t>>(&f);
+        check(list != nullptr && static_cast<std::size_t>(h.element) < list->size(),
+              str("element ", h.element, " of attribute ", h.field, " out of range"));
+      } else {
+        check(std::holds_alternative<int64_t>(f) || std::holds_alternative<double>(f),
+              str("attribute ", h.field, " is not a number"));
+      }
+    }
+  };
+  for (std::size_t n = 0; n < nodes.size(); ++n)
+    if (!nodes[n].empty()) {
+      check(base.nodes[n].op->export_key() != nullptr, str("op ", n, " cannot be rebuilt"));
+      check_fields(base.nodes[n].op->export_fields(), nodes[n]);
+    }
+  for (std::size_t i = 0; i < constants.size(); ++i)
+    if (!constants[i].empty()) {
+      check(i < base.constant_recipes.size() && base.constant_recipes[i].key != nullptr,
+            str("constant ", i, " has formulas but no recipe"));
+      check_fields(base.constant_recipes[i].fields, constants[i]);
+    }
+  DynamicTemplate t;
+  t.base_ = std::move(base);
+  t.symbols_ = symbols;
+  t.dims_ = std::move(dims);
+  t.nodes_ = std::move(nodes);
+  t.constants_ = std::move(constants);
   return t;
 }
 
 Graph DynamicTemplate::at(const SymbolSizes& s) const {
   Graph g = base_;
-  for (const DimHole& h : dims_) {
+  for (const DimFormula& h : dims_) {
     const auto d = static_cast<int64_t>(h.formula.at(s));
     ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic sizes ", describe_sizes({s}), " make dim ",
                   h.dim, " of value ", h.value, " negative (", d, ")");
     g.values[h.value].shape[h.dim] = d;
+  }
+  // A tensor's size, as the importer checks a file's (formulas from a damaged file, or sizes
+  // no memory holds, must not reach the allocator as a wrapped number).
+  for (const DimFormula& h : dims_) {
+    int64_t numel = 1;
+    for (int64_t d : g.values[h.value].shape) {
+      ADJOINT_CHECK(d == 0 || numel <= (int64_t{1} << 48) / d, Value, "compile",
+                    "the dynamic sizes ", describe_sizes({s}), " make value ", h.value,
+                    " of shape ", g.values[h.value].shape, ", too large");
+      numel *= d;
+    }
   }
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     if (nodes_[n].empty()) continue;

@@ -37,6 +37,12 @@ struct FieldFormula {
   SizeFormula formula;
 };
 
+/// A dim of a value's shape that depends on the sizes.
+struct DimFormula {
+  std::size_t value, dim;
+  SizeFormula formula;
+};
+
 class DynamicTemplate {
  public:
   /// The corners of the box [lo, hi] (lo_i < hi_i): corner m has symbol i at hi_i where bit i
@@ -54,16 +60,27 @@ class DynamicTemplate {
   /// formula gives a negative dim there.
   Graph at(const SymbolSizes& s) const;
 
- private:
-  struct DimHole {
-    std::size_t value, dim;
-    SizeFormula formula;
-  };
+  /// The pieces, for the export file: the graph the template is made from (its constants'
+  /// recipes included), the formulas of value dims, of op attributes (by node) and of the
+  /// constants' recipes (by constant); empty lists where nothing depends on the sizes.
+  const Graph& base() const { return base_; }
+  std::size_t symbols() const { return symbols_; }
+  const std::vector<DimFormula>& dim_formulas() const { return dims_; }
+  const std::vector<std::vector<FieldFormula>>& node_formulas() const { return nodes_; }
+  const std::vector<std::vector<FieldFormula>>& constant_formulas() const { return constants_; }
+  /// A template from its pieces (read from a file); throws an Error naming what does not fit
+  /// the graph (an index out of range, a formula of the wrong length or on a field of another
+  /// type).
+  static DynamicTemplate from_pieces(Graph base, std::size_t symbols, std::vector<DimFormula> dims,
+                                     std::vector<std::vector<FieldFormula>> nodes,
+                                     std::vector<std::vector<FieldFormula>> constants);
 
+ private:
   Graph base_;
+  std::size_t symbols_ = 0;
   std::vector<std::vector<FieldFormula>> nodes_;      ///< by node; empty: the op serves all
   std::vector<std::vector<FieldFormula>> constants_;  ///< by constant, of its recipe
-  std::vector<DimHole> dims_;
+  std::vector<DimFormula> dims_;
 };
 
 }  // namespace adjoint::detail

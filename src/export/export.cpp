@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "adjoint/generator.h"
 #include "adjoint/io/safetensors.h"
+#include "compile/dynamic_family.h"
 #include "compile/graph.h"
 #include "export/format.h"
 
@@ -72,15 +73,59 @@ json graph_to_json(const TracedSignature& t) {
           {"constants", g.constants.size()}};
 }
 
+json formula_to_json(const SizeFormula& f) {
+  json c = json::array();
+  for (double x : f.c) c.push_back(field_to_json(x));
+  return json::array({static_cast<int>(f.kind), c});
+}
+
+json field_formulas_to_json(const std::vector<std::vector<FieldFormula>>& by_item) {
+  json out = json::array();
+  for (std::size_t i = 0; i < by_item.size(); ++i)
+    for (const FieldFormula& h : by_item[i])
+      out.push_back({i, h.field, h.element, formula_to_json(h.formula)});
+  return out;
+}
+
+// The formulas of a fitted family (Note [The export file]): the importer builds the graph of
+// new sizes from them, as compile does.
+json dynamic_to_json(const FittedFamily& family) {
+  const DynamicTemplate& t = *family.fitted;
+  json dims = json::array();
+  for (const DynamicDim& d : family.dims) dims.push_back({d.input, d.dim, d.symbol});
+  json value_dims = json::array();
+  for (const DimFormula& d : t.dim_formulas())
+    value_dims.push_back({d.value, d.dim, formula_to_json(d.formula)});
+  json recipes = json::array();
+  const Graph& g = t.base();
+  for (std::size_t i = 0; i < t.constant_formulas().size(); ++i) {
+    if (t.constant_formulas()[i].empty()) continue;
+    json fields = json::array();
+    for (const Field& f : g.constant_recipes[i].fields) fields.push_back(field_to_json(f));
+    recipes.push_back({i, g.constant_recipes[i].key, fields});
+  }
+  return {{"symbols", t.symbols()},
+          {"dims", dims},
+          {"value_dims", value_dims},
+          {"ops", field_formulas_to_json(t.node_formulas())},
+          {"constants", field_formulas_to_json(t.constant_formulas())},
+          {"recipes", recipes}};
+}
+
 }  // namespace
 }  // namespace detail
 
 void export_function(const CompiledFunction& f, const std::string& path) {
-  const std::shared_ptr<const detail::TracedSignature> t = detail::last_traced_signature(f);
+  // A signature whose dynamic sizes' formulas are fitted is written as its family: the graph
+  // of the family's first call, and the formulas that make the graphs of other sizes.
+  const std::shared_ptr<const detail::FittedFamily> family = detail::last_fitted_family(f);
+  const std::shared_ptr<const detail::TracedSignature> t =
+      family ? family->first : detail::last_traced_signature(f);
   ADJOINT_CHECK(t != nullptr, Value, detail::kExportOp,
                 "the function has no traced signature to write: call it first (a call that fell "
                 "back to eager code, a graph break, has none)");
-  const nlohmann::json graph = detail::graph_to_json(*t);
+  nlohmann::json graph = detail::graph_to_json(*t);
+  if (family) graph["dynamic"] = detail::dynamic_to_json(*family);
   // A file holds tensors by value, contiguous; ops traced on a strided view (a reshape that
   // viewed it, a restride) decided by its layout, so such a tensor would come back wrong.
   auto saved = [](const Tensor& x, const char* what, std::size_t i) {

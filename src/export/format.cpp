@@ -20,6 +20,10 @@ using nlohmann::json;
 //   input_strides, grad_enabled                       the rest of the signature
 //   captures     [requires_grad, ...]
 //   generators   {"default", "state"} per generator random nodes draw from (node "generator")
+//   dynamic      (optional) a family of signatures with dynamic sizes (Note [Dynamic sizes]):
+//                "symbols"; "dims" [input, dim, symbol]; "value_dims" [value, dim, formula];
+//                "ops" and "constants" [op or constant, field, element, formula]; "recipes"
+//                [constant, key, fields]. A formula is [kind, [coefficients as "d" fields]].
 // An op is its registered key and its fields (Note [Exporting ops] in op_fields.h), each field
 // a pair [tag, value]: "i" integer, "d" double as its 64 bits in hex (exact, NaN and infinities
 // included), "v" integer list, "t" dtype name, "s" string, "n" an absent optional. The graph is

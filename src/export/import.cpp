@@ -1,13 +1,16 @@
 // import_function (include/adjoint/export.h): a graph export_function wrote, read back, checked
 // and planned as compile plans a trace (Note [The export file] in format.cpp).
 #include <bit>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "adjoint/error.h"
 #include "adjoint/export.h"
 #include "adjoint/generator.h"
 #include "adjoint/io/safetensors.h"
 #include "adjoint/ops.h"  // contiguous_strides
+#include "compile/dynamic_sizes.h"
 #include "compile/passes.h"
 #include "compile/run_plan.h"
 #include "compile/trace.h"
@@ -27,6 +30,14 @@ struct ImportedState {
   std::vector<DType> input_dtypes;
   std::vector<bool> input_requires_grad;
   std::string path;
+  /// A file with dynamic sizes (Note [Dynamic sizes]): the formulas, the dims that take the
+  /// sizes, the sizes `plan` is for, and the plans built for other sizes.
+  std::shared_ptr<const DynamicTemplate> dynamic;
+  std::vector<DynamicDim> dynamic_dims;
+  SymbolSizes base_sizes;
+  CompileOptions options;
+  mutable std::mutex mutex;
+  mutable std::map<SymbolSizes, std::shared_ptr<const Plan>> plans;
 };
 
 namespace {
@@ -237,6 +248,68 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
   return g;
 }
 
+SizeFormula formula_from_json(const json& j, const std::string& path) {
+  const int kind = j.at(0).get<int>();
+  expect(kind >= 0 && kind <= static_cast<int>(SizeFormula::Kind::Reciprocal), path,
+         "unknown kind of formula ", kind);
+  SizeFormula f{static_cast<SizeFormula::Kind>(kind), {}};
+  for (const json& c : j.at(1)) {
+    const Field x = field_from_json(c);
+    expect(std::holds_alternative<double>(x), path, "a formula's coefficient is not a number");
+    f.c.push_back(std::get<double>(x));
+  }
+  return f;
+}
+
+std::vector<std::vector<FieldFormula>> field_formulas_from_json(const json& list, std::size_t n,
+                                                                const std::string& path) {
+  std::vector<std::vector<FieldFormula>> out(n);
+  for (const json& h : list) {
+    const auto item = h.at(0).get<std::size_t>();
+    expect(item < n, path, "a formula for item ", item, " of ", n);
+    out[item].push_back({h.at(1).get<std::size_t>(), h.at(2).get<std::ptrdiff_t>(),
+                         formula_from_json(h.at(3), path)});
+  }
+  return out;
+}
+
+/// The "dynamic" section (export.cpp): the formulas over the graph `g` (its constants' recipes
+/// are read into it), and the dims that take the sizes.
+void dynamic_from_json(const json& j, Graph g, const std::string& path, ImportedState& state) {
+  const auto symbols = j.at("symbols").get<std::size_t>();
+  for (const json& d : j.at("dims")) {
+    const DynamicDim dim{d.at(0).get<int>(), d.at(1).get<int64_t>(), d.at(2).get<int>()};
+    expect(dim.input >= 0 && static_cast<std::size_t>(dim.input) < state.input_shapes.size() &&
+               dim.dim >= 0 &&
+               static_cast<std::size_t>(dim.dim) <
+                   state.input_shapes[static_cast<std::size_t>(dim.input)].size() &&
+               dim.symbol >= 0 && static_cast<std::size_t>(dim.symbol) < symbols,
+           path, "dynamic dim ", d.dump(), " out of range");
+    state.dynamic_dims.push_back(dim);
+  }
+  state.base_sizes.assign(symbols, -1);
+  for (const DynamicDim& d : state.dynamic_dims)
+    state.base_sizes[static_cast<std::size_t>(d.symbol)] =
+        state.input_shapes[static_cast<std::size_t>(d.input)][d.dim];
+  for (int64_t n : state.base_sizes) expect(n >= 2, path, "a dynamic size of ", n);
+  g.constant_recipes.assign(g.constants.size(), {});
+  for (const json& r : j.at("recipes")) {
+    const auto i = r.at(0).get<std::size_t>();
+    expect(i < g.constants.size(), path, "a recipe for constant ", i, " of ", g.constants.size());
+    FieldList fields;
+    for (const json& f : r.at(2)) fields.push_back(field_from_json(f));
+    g.constant_recipes[i] = {intern_field_string(r.at(1).get<std::string>()), std::move(fields)};
+  }
+  std::vector<DimFormula> dims;
+  for (const json& d : j.at("value_dims"))
+    dims.push_back(
+        {d.at(0).get<std::size_t>(), d.at(1).get<std::size_t>(), formula_from_json(d.at(2), path)});
+  const std::size_t nodes = g.nodes.size(), constants = g.constants.size();
+  state.dynamic = std::make_shared<const DynamicTemplate>(DynamicTemplate::from_pieces(
+      std::move(g), symbols, std::move(dims), field_formulas_from_json(j.at("ops"), nodes, path),
+      field_formulas_from_json(j.at("constants"), constants, path)));
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -251,8 +324,9 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
   auto state = std::make_shared<detail::ImportedState>();
   state->path = path;
   detail::Graph g;
+  nlohmann::json j;
   try {
-    const nlohmann::json j = nlohmann::json::parse(file.metadata.at(detail::kGraphKey));
+    j = nlohmann::json::parse(file.metadata.at(detail::kGraphKey));
     g = detail::graph_from_json(j, file, path, *state);
     for (const nlohmann::json& s : j.at("input_strides"))
       state->input_strides.push_back(Shape(s.get<std::vector<int64_t>>()));
@@ -270,6 +344,12 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
     for (int leaf : g.grad_leaves) grad = grad || (defined && leaf == id);
     state->input_requires_grad.push_back(grad);
   }
+  try {
+    if (j.contains("dynamic")) detail::dynamic_from_json(j.at("dynamic"), g, path, *state);
+  } catch (const nlohmann::json::exception& e) {
+    detail::expect(false, path, "malformed dynamic sizes: ", e.what());
+  }
+  state->options = options;
   state->parameters = g.captures;
   state->plan = std::make_shared<const detail::Plan>(detail::make_plan(std::move(g), options));
   ImportedFunction f;
@@ -277,10 +357,52 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
   return f;
 }
 
+namespace detail {
+namespace {
+
+/// The sizes of a file's dynamic symbols in this call, and the shapes the inputs must have at
+/// them; throws naming the file when the dims of one symbol disagree or a size is below 2.
+SymbolSizes call_sizes(const ImportedState& s, const std::vector<Tensor>& inputs,
+                       std::vector<Shape>& shapes) {
+  SymbolSizes sizes(s.base_sizes.size(), -1);
+  for (const DynamicDim& d : s.dynamic_dims) {
+    const Tensor& x = inputs[static_cast<std::size_t>(d.input)];
+    if (!x.defined() ||
+        x.dim() != static_cast<int64_t>(shapes[static_cast<std::size_t>(d.input)].size()))
+      continue;  // the shape check below names it
+    int64_t& n = sizes[static_cast<std::size_t>(d.symbol)];
+    const int64_t here = x.size(d.dim);
+    ADJOINT_CHECK(n < 0 || n == here, Value, kImportOp, s.path, ": dynamic size ", d.symbol, " is ",
+                  n, " in one input and ", here, " in input ", d.input);
+    ADJOINT_CHECK(here >= 2, Value, kImportOp, s.path, ": dim ", d.dim, " of input ", d.input,
+                  " is ", here, ", and the file's dynamic sizes take 2 or more");
+    n = here;
+    shapes[static_cast<std::size_t>(d.input)][d.dim] = here;
+  }
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    if (sizes[k] < 0) sizes[k] = s.base_sizes[k];
+  return sizes;
+}
+
+/// The plan for `sizes`: the file's own, or one built from its formulas (kept).
+std::shared_ptr<const Plan> plan_at(const ImportedState& s, const SymbolSizes& sizes) {
+  if (sizes == s.base_sizes) return s.plan;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::shared_ptr<const Plan>& plan = s.plans[sizes];
+  if (!plan) plan = std::make_shared<const Plan>(make_plan(s.dynamic->at(sizes), s.options));
+  return plan;
+}
+
+}  // namespace
+}  // namespace detail
+
 std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inputs) const {
   const detail::ImportedState& s = *state_;
   ADJOINT_CHECK(inputs.size() == s.input_shapes.size(), Value, detail::kImportOp, s.path,
                 ": the function takes ", s.input_shapes.size(), " inputs, got ", inputs.size());
+  std::vector<Shape> shapes = s.input_shapes;
+  const detail::SymbolSizes sizes =
+      s.dynamic ? detail::call_sizes(s, inputs, shapes) : detail::SymbolSizes{};
   std::vector<Tensor> args = inputs;
   for (std::size_t i = 0; i < args.size(); ++i) {
     Tensor& x = args[i];
@@ -290,11 +412,11 @@ std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inpu
                     " tensor of shape ", s.input_shapes[i]);
       continue;
     }
-    ADJOINT_CHECK(s.plan->graph.inputs[i] >= 0 && x.shape() == s.input_shapes[i] &&
-                      x.dtype() == s.input_dtypes[i],
-                  Value, detail::kImportOp, s.path, ": input ", i, " is a ", x.dtype(),
-                  " tensor of shape ", x.shape(), ", the exported function takes a ",
-                  s.input_dtypes[i], " tensor of shape ", s.input_shapes[i]);
+    ADJOINT_CHECK(
+        s.plan->graph.inputs[i] >= 0 && x.shape() == shapes[i] && x.dtype() == s.input_dtypes[i],
+        Value, detail::kImportOp, s.path, ": input ", i, " is a ", x.dtype(), " tensor of shape ",
+        x.shape(), ", the exported function takes a ", s.input_dtypes[i], " tensor of shape ",
+        shapes[i]);
     // An input the traced backward does not differentiate would get no gradient: refused. One
     // it does may come without requires_grad (inference, or only the parameters' gradients).
     ADJOINT_CHECK(!x.requires_grad() || s.input_requires_grad[i], Value, detail::kImportOp, s.path,
@@ -303,14 +425,17 @@ std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inpu
                   "that did not, so its backward gives it no gradient");
     // Ops decided by layout when traced (reshape views or copies): a contiguous trace gets a
     // contiguous copy; any other layout must be the traced one.
-    if (x.strides() != s.input_strides[i]) {
-      ADJOINT_CHECK(contiguous_strides(x.shape()) == s.input_strides[i], Value, detail::kImportOp,
-                    s.path, ": input ", i, " has strides ", x.strides(),
-                    ", the exported function was traced with ", s.input_strides[i]);
+    // (An input with dynamic dims was traced contiguous.)
+    const Shape traced =
+        x.shape() == s.input_shapes[i] ? s.input_strides[i] : contiguous_strides(x.shape());
+    if (x.strides() != traced) {
+      ADJOINT_CHECK(contiguous_strides(x.shape()) == traced, Value, detail::kImportOp, s.path,
+                    ": input ", i, " has strides ", x.strides(),
+                    ", the exported function was traced with ", traced);
       x = x.contiguous();
     }
   }
-  const std::shared_ptr<const detail::Plan> plan = s.plan;
+  const std::shared_ptr<const detail::Plan> plan = s.dynamic ? detail::plan_at(s, sizes) : s.plan;
   // Under vmap or jvp, for a backward with create_graph, and when an op's state differs from
   // the trace's (cross_entropy's count of rows), the graph runs op by op through the dispatch
   // stack: the eager form of a function whose code is not here.
@@ -337,6 +462,7 @@ std::vector<Generator*> ImportedFunction::generators() const {
   return state_->plan->graph.generators;
 }
 std::vector<Shape> ImportedFunction::input_shapes() const { return state_->input_shapes; }
+std::vector<DynamicDim> ImportedFunction::dynamic_dims() const { return state_->dynamic_dims; }
 std::vector<DType> ImportedFunction::input_dtypes() const { return state_->input_dtypes; }
 std::vector<bool> ImportedFunction::input_requires_grad() const {
   return state_->input_requires_grad;
