@@ -57,44 +57,59 @@ bool same_bits(double x, double y) {
   return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
 }
 
-/// prod_{i in subset} s_i, the monomial of subset `subset` at s.
-int64_t monomial(std::size_t subset, const SymbolSizes& s) {
-  int64_t t = 1;
+/// c prod_{i in subset} s_i, in int64; nullopt when it overflows.
+std::optional<int64_t> term(int64_t c, std::size_t subset, const SymbolSizes& s) {
   for (std::size_t i = 0; i < s.size(); ++i)
-    if (subset >> i & 1) t *= s[i];
-  return t;
+    if ((subset >> i & 1) && __builtin_mul_overflow(c, s[i], &c)) return std::nullopt;
+  return c;
+}
+
+/// sum over subsets S of c_S prod_{i in S} s_i, in int64; nullopt when it overflows.
+std::optional<int64_t> polynomial(const std::vector<int64_t>& c, const SymbolSizes& s) {
+  int64_t v = 0;
+  for (std::size_t subset = 0; subset < c.size(); ++subset) {
+    const auto t = term(c[subset], subset, s);
+    if (!t || __builtin_add_overflow(v, *t, &v)) return std::nullopt;
+  }
+  return v;
 }
 
 /// The coefficients c_S from the values at the corners of [lo, hi], one symbol at a time: along
 /// symbol i, the values v_lo, v_hi of each pair of corners become a + b s_i through both, with
-/// b = (v_hi - v_lo) / (hi_i - lo_i), a = v_lo - b lo_i. Integers must divide exactly.
-template <class V>
-std::optional<std::vector<V>> coefficients(std::vector<V> v, const SymbolSizes& lo,
-                                           const SymbolSizes& hi) {
+/// b = (v_hi - v_lo) / (hi_i - lo_i), a = v_lo - b lo_i. Integers must divide exactly (and
+/// not overflow).
+std::optional<std::vector<int64_t>> coefficients(std::vector<int64_t> v, const SymbolSizes& lo,
+                                                 const SymbolSizes& hi) {
   for (std::size_t i = 0; i < lo.size(); ++i) {
     const std::size_t bit = std::size_t{1} << i;
-    const auto run = static_cast<V>(hi[i] - lo[i]);
+    const int64_t run = hi[i] - lo[i];
     for (std::size_t m = 0; m < v.size(); ++m) {
       if (m & bit) continue;
-      const V rise = v[m | bit] - v[m];
-      if constexpr (std::is_integral_v<V>) {
-        if (rise % run != 0) return std::nullopt;
-      }
-      const V b = rise / run;
-      v[m] -= b * static_cast<V>(lo[i]);
+      int64_t rise = 0, shift = 0;
+      if (__builtin_sub_overflow(v[m | bit], v[m], &rise) || rise % run != 0) return std::nullopt;
+      const int64_t b = rise / run;
+      if (__builtin_mul_overflow(b, lo[i], &shift) || __builtin_sub_overflow(v[m], shift, &v[m]))
+        return std::nullopt;
       v[m | bit] = b;
     }
   }
   return v;
 }
 
-int64_t integer_at(const std::vector<int64_t>& c, const SymbolSizes& s) {
-  int64_t v = 0;
-  for (std::size_t subset = 0; subset < c.size(); ++subset) v += c[subset] * monomial(subset, s);
+std::vector<double> coefficients(std::vector<double> v, const SymbolSizes& lo,
+                                 const SymbolSizes& hi) {
+  for (std::size_t i = 0; i < lo.size(); ++i) {
+    const std::size_t bit = std::size_t{1} << i;
+    const auto run = static_cast<double>(hi[i] - lo[i]);
+    for (std::size_t m = 0; m < v.size(); ++m) {
+      if (m & bit) continue;
+      const double b = (v[m | bit] - v[m]) / run;
+      v[m] -= b * static_cast<double>(lo[i]);
+      v[m | bit] = b;
+    }
+  }
   return v;
 }
-
-std::vector<double> as_doubles(const std::vector<int64_t>& c) { return {c.begin(), c.end()}; }
 
 /// The points to fit from: `corners` of them at the box's corners, then the checks.
 struct Points {
@@ -110,13 +125,15 @@ std::optional<SizeFormula> fit_integer(const std::vector<int64_t>& v, const Poin
       at.hi);
   if (!c) return std::nullopt;
   for (std::size_t j = 0; j < v.size(); ++j)
-    if (integer_at(*c, at.sizes[j]) != v[j]) return std::nullopt;
-  return SizeFormula{SizeFormula::Kind::Integer, as_doubles(*c)};
+    if (polynomial(*c, at.sizes[j]) != v[j]) return std::nullopt;
+  return SizeFormula{SizeFormula::Kind::Integer, *c, {}};
 }
 
 bool fits(const SizeFormula& f, const std::vector<double>& v, const Points& at) {
-  for (std::size_t j = 0; j < v.size(); ++j)
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    if (f.kind == SizeFormula::Kind::Reciprocal && !polynomial(f.ints, at.sizes[j])) return false;
     if (!same_bits(f.at(at.sizes[j]), v[j])) return false;
+  }
   return true;
 }
 
@@ -131,14 +148,16 @@ std::optional<SizeFormula> fit_double(const std::vector<double>& v, const Points
   }
   if (integral) {
     if (const auto p = fit_integer(counts, at)) {
-      const SizeFormula reciprocal{SizeFormula::Kind::Reciprocal, p->c};
+      const SizeFormula reciprocal{SizeFormula::Kind::Reciprocal, p->ints, {}};
       if (fits(reciprocal, v, at)) return reciprocal;
     }
   }
-  const auto c = coefficients(
-      std::vector<double>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at.corners)), at.lo,
-      at.hi);
-  const SizeFormula real{SizeFormula::Kind::Real, *c};
+  const SizeFormula real{
+      SizeFormula::Kind::Real,
+      {},
+      coefficients(
+          std::vector<double>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at.corners)),
+          at.lo, at.hi)};
   if (fits(real, v, at)) return real;
   return std::nullopt;
 }
@@ -271,9 +290,9 @@ FieldList fields_at(FieldList fields, const std::vector<FieldFormula>& holes,
     Field& f = fields[h.field];
     if (h.element >= 0) {
       std::get<std::vector<int64_t>>(f)[static_cast<std::size_t>(h.element)] =
-          static_cast<int64_t>(h.formula.at(s));
+          h.formula.integer_at(s);
     } else if (std::holds_alternative<int64_t>(f)) {
-      f = static_cast<int64_t>(h.formula.at(s));
+      f = h.formula.integer_at(s);
     } else {
       f = h.formula.at(s);
     }
@@ -289,17 +308,26 @@ const ExternalExport* recipe_of(const Graph& g, std::size_t i) {
 
 }  // namespace
 
+int64_t SizeFormula::integer_at(const SymbolSizes& s) const {
+  const auto v = polynomial(ints, s);
+  ADJOINT_CHECK(v.has_value(), Value, "compile", "the dynamic sizes ", describe_sizes({s}),
+                " make a number of the graph overflow an int64");
+  return *v;
+}
+
 double SizeFormula::at(const SymbolSizes& s) const {
   if (kind == Kind::Real) {
     double v = 0;
-    for (std::size_t subset = 0; subset < c.size(); ++subset)
-      v += c[subset] * static_cast<double>(monomial(subset, s));
+    for (std::size_t subset = 0; subset < reals.size(); ++subset) {
+      double t = reals[subset];
+      for (std::size_t i = 0; i < s.size(); ++i)
+        if (subset >> i & 1) t *= static_cast<double>(s[i]);
+      v += t;
+    }
     return v;
   }
-  int64_t v = 0;
-  for (std::size_t subset = 0; subset < c.size(); ++subset)
-    v += static_cast<int64_t>(c[subset]) * monomial(subset, s);
-  return kind == Kind::Integer ? static_cast<double>(v) : 1.0 / static_cast<double>(v);
+  const auto v = static_cast<double>(integer_at(s));
+  return kind == Kind::Integer ? v : 1.0 / v;
 }
 
 std::vector<SymbolSizes> DynamicTemplate::corners(const SymbolSizes& lo, const SymbolSizes& hi) {
@@ -381,7 +409,7 @@ DynamicTemplate DynamicTemplate::from_pieces(Graph base, std::size_t symbols,
   check(nodes.size() == base.nodes.size() && constants.size() == base.constants.size(),
         "formulas for another number of ops or constants than the graph's");
   auto check_formula = [&](const SizeFormula& f) {
-    check(f.c.size() == terms, str("a formula of ", f.c.size(), " terms, not ", terms));
+    check(f.terms() == terms, str("a formula of ", f.terms(), " terms, not ", terms));
   };
   for (const DimFormula& d : dims) {
     check(d.value < base.values.size() && d.dim < base.values[d.value].shape.size(),
@@ -394,13 +422,15 @@ DynamicTemplate DynamicTemplate::from_pieces(Graph base, std::size_t symbols,
       check(h.field < fields.size(), str("attribute ", h.field, " out of range"));
       check_formula(h.formula);
       const Field& f = fields[h.field];
+      const bool integer = h.formula.kind == SizeFormula::Kind::Integer;
       if (h.element >= 0) {
         const auto* list = std::get_if<std::vector<int64_t>>(&f);
-        check(list != nullptr && static_cast<std::size_t>(h.element) < list->size(),
-              str("element ", h.element, " of attribute ", h.field, " out of range"));
+        check(list != nullptr && static_cast<std::size_t>(h.element) < list->size() && integer,
+              str("element ", h.element, " of attribute ", h.field,
+                  " out of range or not an integer"));
       } else {
-        check(std::holds_alternative<int64_t>(f) || std::holds_alternative<double>(f),
-              str("attribute ", h.field, " is not a number"));
+        check(integer ? std::holds_alternative<int64_t>(f) : std::holds_alternative<double>(f),
+              str("attribute ", h.field, " is not a number of the formula's kind"));
       }
     }
   };
@@ -427,7 +457,7 @@ DynamicTemplate DynamicTemplate::from_pieces(Graph base, std::size_t symbols,
 Graph DynamicTemplate::at(const SymbolSizes& s) const {
   Graph g = base_;
   for (const DimFormula& h : dims_) {
-    const auto d = static_cast<int64_t>(h.formula.at(s));
+    const int64_t d = h.formula.integer_at(s);
     ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic sizes ", describe_sizes({s}), " make dim ",
                   h.dim, " of value ", h.value, " negative (", d, ")");
     g.values[h.value].shape[h.dim] = d;

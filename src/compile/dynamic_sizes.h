@@ -25,8 +25,13 @@ struct SizeFormula {
     Reciprocal  ///< 1 / p(s), integer coefficients: a mean's 1 / count, a variance's 1 / (n - 1)
   };
   Kind kind = Kind::Integer;
-  std::vector<double> c;  ///< by subset (bit i: symbol i); integers held exactly but for Real
+  std::vector<int64_t> ints;  ///< the coefficients by subset (bit i: symbol i), but for Real
+  std::vector<double> reals;  ///< the coefficients of a Real formula
+  /// p(s) of an Integer or Reciprocal formula; throws an Error when it overflows an int64.
+  int64_t integer_at(const SymbolSizes& s) const;
+  /// The number at s: p(s), or 1 / p(s).
   double at(const SymbolSizes& s) const;
+  std::size_t terms() const { return kind == Kind::Real ? reals.size() : ints.size(); }
 };
 
 /// An entry of an op's attributes (or of a factory's recipe) that depends on the sizes: field

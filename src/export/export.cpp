@@ -75,7 +75,8 @@ json graph_to_json(const TracedSignature& t) {
 
 json formula_to_json(const SizeFormula& f) {
   json c = json::array();
-  for (double x : f.c) c.push_back(field_to_json(x));
+  for (int64_t x : f.ints) c.push_back(field_to_json(x));
+  for (double x : f.reals) c.push_back(field_to_json(x));
   return json::array({static_cast<int>(f.kind), c});
 }
 

@@ -23,7 +23,8 @@ using nlohmann::json;
 //   dynamic      (optional) a family of signatures with dynamic sizes (Note [Dynamic sizes]):
 //                "symbols"; "dims" [input, dim, symbol]; "value_dims" [value, dim, formula];
 //                "ops" and "constants" [op or constant, field, element, formula]; "recipes"
-//                [constant, key, fields]. A formula is [kind, [coefficients as "d" fields]].
+//                [constant, key, fields]. A formula is [kind, [coefficients as fields]]: "i"
+//                for an integer polynomial or its reciprocal, "d" for a real one.
 // An op is its registered key and its fields (Note [Exporting ops] in op_fields.h), each field
 // a pair [tag, value]: "i" integer, "d" double as its 64 bits in hex (exact, NaN and infinities
 // included), "v" integer list, "t" dtype name, "s" string, "n" an absent optional. The graph is

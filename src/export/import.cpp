@@ -252,11 +252,18 @@ SizeFormula formula_from_json(const json& j, const std::string& path) {
   const int kind = j.at(0).get<int>();
   expect(kind >= 0 && kind <= static_cast<int>(SizeFormula::Kind::Reciprocal), path,
          "unknown kind of formula ", kind);
-  SizeFormula f{static_cast<SizeFormula::Kind>(kind), {}};
+  SizeFormula f{static_cast<SizeFormula::Kind>(kind), {}, {}};
   for (const json& c : j.at(1)) {
     const Field x = field_from_json(c);
-    expect(std::holds_alternative<double>(x), path, "a formula's coefficient is not a number");
-    f.c.push_back(std::get<double>(x));
+    if (f.kind == SizeFormula::Kind::Real) {
+      expect(std::holds_alternative<double>(x), path,
+             "a real formula's coefficient is not a double");
+      f.reals.push_back(std::get<double>(x));
+    } else {
+      expect(std::holds_alternative<int64_t>(x), path,
+             "an integer formula's coefficient is not an integer");
+      f.ints.push_back(std::get<int64_t>(x));
+    }
   }
   return f;
 }
