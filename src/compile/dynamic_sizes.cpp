@@ -376,13 +376,16 @@ std::variant<DynamicTemplate, std::string> DynamicTemplate::fit(
       if (std::ranges::all_of(
               gs, [&](const Graph* g) { return same_constant(g->constants[i], g0.constants[i]); }))
         continue;
+      const std::string no_recipe =
+          str("constant ", i, " (", g0.constants[i].shape(),
+              ") depends on the sizes, and no factory's recipe makes it (a tensor from C++ data, "
+              "or one written in place)");
+      const ExternalExport* r0 = recipe_of(g0, i);
+      require(r0 != nullptr, no_recipe);
       std::vector<FieldList> fields;
       for (const Graph* g : gs) {
         const ExternalExport* r = recipe_of(*g, i);
-        require(r != nullptr && std::strcmp(r->key, recipe_of(g0, i)->key) == 0,
-                str("constant ", i, " (", g0.constants[i].shape(),
-                    ") depends on the sizes, and no factory's recipe makes it (a tensor from "
-                    "C++ data, or one written in place)"));
+        require(r != nullptr && std::strcmp(r->key, r0->key) == 0, no_recipe);
         fields.push_back(r->fields);
       }
       t.constants_[i] = fit_fields(fields, points, str("constant ", i, "'s factory"));

@@ -296,6 +296,18 @@ TEST(CompileDynamic, AGraphThatDependsOnTheSizeOtherwiseTracesEverySize) {
   EXPECT_EQ(c.stats().probes, 2);
   EXPECT_EQ(c.stats().instantiations, 0);
 
+  // The first size's constant has no recipe, the others' have one: refused, whatever the order.
+  auto h = [](const Tensor& x) {
+    const int64_t n = x.size(0);
+    return x * (n == 9 ? tensor(std::vector<float>(9, 0.5f)) : full({n}, 0.5));
+  };
+  CompiledFunction ch = compile(h, batch_dynamic());
+  for (int64_t n : {9, 7, 5}) {
+    const Tensor x = randn({n});
+    expect_same(ch(x), h(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(ch.stats().instantiations, 0);
+
   // Another op at another size: the branch shows between the traced sizes.
   auto g = [](const Tensor& x) { return x.size(0) > 5 ? exp(x) : sin(x); };
   CompiledFunction cg = compile(g, batch_dynamic());
