@@ -41,7 +41,7 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 // Recipes of the factories compile's dynamic sizes can make at other sizes (a filled tensor
 // of the batch's shape, arange(T)): the factory and its arguments, read by
 // constant_from_recipe.
-enum class Recipe : int64_t { Full, Arange };
+enum class Recipe : int64_t { Full, Arange, Linspace, Eye };
 
 detail::ExternalExport full_recipe(const Shape& shape, Scalar value, const TensorOptions& o) {
   detail::FieldList f;
@@ -62,6 +62,28 @@ detail::ExternalExport arange_recipe(double start, double end, double step,
   detail::put_field(f, start);
   detail::put_field(f, end);
   detail::put_field(f, step);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  return {"factory", std::move(f)};
+}
+
+detail::ExternalExport linspace_recipe(double start, double end, int64_t steps,
+                                       const TensorOptions& o) {
+  detail::FieldList f;
+  detail::put_field(f, Recipe::Linspace);
+  detail::put_field(f, start);
+  detail::put_field(f, end);
+  detail::put_field(f, steps);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  return {"factory", std::move(f)};
+}
+
+detail::ExternalExport eye_recipe(int64_t n, int64_t cols, const TensorOptions& o) {
+  detail::FieldList f;
+  detail::put_field(f, Recipe::Eye);
+  detail::put_field(f, n);
+  detail::put_field(f, cols);
   detail::put_field(f, o.dtype());
   detail::put_field(f, o.requires_grad());
   return {"factory", std::move(f)};
@@ -100,16 +122,32 @@ Tensor constant_from_recipe(const FieldList& fields) {
                                                       : Scalar(i);
     return full(shape, value, TensorOptions(dtype).requires_grad(requires_grad));
   }
-  ADJOINT_CHECK(kind == Recipe::Arange, Value, "factory", "unknown recipe ",
-                static_cast<int64_t>(kind));
-  double start = 0, end = 0, step = 0;
+  if (kind == Recipe::Eye) {
+    int64_t n = 0, cols = 0;
+    take_field(in, n);
+    take_field(in, cols);
+    take_field(in, dtype);
+    take_field(in, requires_grad);
+    in.finish();
+    return eye(n, cols, TensorOptions(dtype).requires_grad(requires_grad));
+  }
+  ADJOINT_CHECK(kind == Recipe::Arange || kind == Recipe::Linspace, Value, "factory",
+                "unknown recipe ", static_cast<int64_t>(kind));
+  double start = 0, end = 0;
   take_field(in, start);
   take_field(in, end);
-  take_field(in, step);
+  double step = 0;
+  int64_t steps = 0;
+  if (kind == Recipe::Arange) {
+    take_field(in, step);
+  } else {
+    take_field(in, steps);
+  }
   take_field(in, dtype);
   take_field(in, requires_grad);
   in.finish();
-  return arange(start, end, step, TensorOptions(dtype).requires_grad(requires_grad));
+  const TensorOptions o = TensorOptions(dtype).requires_grad(requires_grad);
+  return kind == Recipe::Arange ? arange(start, end, step, o) : linspace(start, end, steps, o);
 }
 
 }  // namespace detail
@@ -181,7 +219,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
       t.data_ptr<T>()[steps - 1] = static_cast<T>(static_cast<opmath_t<T>>(end));
     });
   }
-  return finish(std::move(t), o);
+  return finish(std::move(t), o, [&] { return linspace_recipe(start, end, steps, o); });
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
@@ -195,7 +233,7 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
     Tensor d = make_view(t, {}, {}, i * cols + i);
     kernels::fill(d, 1);
   }
-  return finish(std::move(t), o);
+  return finish(std::move(t), o, [&] { return eye_recipe(n, cols, o); });
 }
 
 namespace {

@@ -266,12 +266,13 @@ TEST(CompileDynamic, RandomDrawsOfTheBatchsShapeReplayAsEager) {
 }
 
 TEST(CompileDynamic, FactoriesOfTheSizeAreMadeAgainAtEachSize) {
-  // arange(n), zeros and full of the batch's shape are constants of the trace; their recipes
-  // (the factory and its arguments) make them at every size.
+  // arange(n), linspace, eye, zeros and full of the batch's shape are constants of the trace;
+  // their recipes (the factory and its arguments) make them at every size.
   auto f = [](const Tensor& x) {
     const int64_t n = x.size(0);
     return x * arange(n, DType::Float32).unsqueeze(1) + zeros({n, 1}) +
-           full({1, 3}, 0.25) * ones({n, 3});
+           full({1, 3}, 0.25) * ones({n, 3}) + linspace(0.0, 1.0, n).unsqueeze(1) +
+           matmul(eye(n), x);
   };
   CompiledFunction c = compile(f, batch_dynamic());
   for (int64_t n : {4, 6, 9, 2, 17}) {
