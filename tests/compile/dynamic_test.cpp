@@ -1,7 +1,8 @@
 // compile's dynamic sizes (CompileOptions::dynamic, Note [Dynamic sizes] in
-// src/compile/dynamic_sizes.cpp): two sizes traced and a third probed, then graphs built for
-// new sizes without running the function. Eager code at each size is the oracle: the built
-// graph must give its values and gradients bit for bit, as a trace at that size would.
+// src/compile/dynamic_sizes.cpp): two sizes traced and more probed, then graphs built for new
+// sizes without running the function. Eager code at each size is the oracle: the built graph
+// must give its values and gradients bit for bit, as a trace at that size would. Also what is
+// refused (and then traced size by size, still equal to eager code), the cache, the errors.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -375,6 +376,21 @@ TEST(CompileDynamic, DimsThatDoNotExistAreErrors) {
   expect_error([&] { c(randn({3})); }, ErrorKind::Value, {"compile", "argument 1"});
   CompiledFunction d = compile([](const Tensor& x) { return x * 2.0; }, batch_dynamic({{0, 2}}));
   expect_error([&] { d(randn({3, 2})); }, ErrorKind::Value, {"compile", "dim 2", "[3, 2]"});
+  CompiledFunction e = compile([](const Tensor& x) { return x * 2.0; }, batch_dynamic({{0, 0, 3}}));
+  expect_error([&] { e(randn({3, 2})); }, ErrorKind::Value, {"compile", "symbol 3"});
+}
+
+TEST(CompileDynamic, DimsOfOneSymbolWithDifferentSizesAreTracedSizeBySize) {
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].sum() + in[1].sum()};
+  };
+  CompiledFunction c = compile(f, batch_dynamic({{0, 0}, {1, 0}}));
+  for (int64_t n : {3, 5, 7}) {
+    const std::vector<Tensor> in{randn({n}), randn({n + 1})};
+    expect_same(c(in)[0], f(in)[0], "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().traces, 3);
+  EXPECT_EQ(c.stats().probes, 0);
 }
 
 }  // namespace
