@@ -65,10 +65,11 @@ struct CompileOptions {
   std::size_t cache_limit = 8;
   OnGraphBreak on_graph_break = OnGraphBreak::Eager;
   /// Dims of the arguments whose sizes may change without a new trace. Once two calls with
-  /// different sizes were traced, the function is traced at small sizes (2 and 3 for each
-  /// symbol) to learn how the graph depends on them, and later sizes (2 or more) get the graph
-  /// built from that, without running the function. The function must not branch on these
-  /// sizes (docs/compile.md, "Dynamic sizes"). Empty: every size is a new signature.
+  /// different sizes were traced, the function is traced at a few more (the other corners of
+  /// the box the two span, a size between them and one about twice as large) to learn how the
+  /// graph depends on the sizes, and later sizes (2 or more) get the graph built from that,
+  /// without running the function. The function must not branch on these sizes
+  /// (docs/compile.md, "Dynamic sizes"). Empty: every size is a new signature.
   std::vector<DynamicDim> dynamic;
   /// Prints warnings (graph breaks, the cache limit) to stderr.
   bool warn = true;

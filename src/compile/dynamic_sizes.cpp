@@ -20,9 +20,10 @@ namespace adjoint::detail {
 // [n, n + 1]), traces the function at the box's corners that no call was traced at (probes,
 // on the arguments' rows repeated), and at two checks off the corners: near (between lo and
 // hi where there is room, else just past hi) and far (2 hi + 1). With k symbols that is 2^k
-// corners (two of them the calls') and the checks. All the graphs must be the same op for op; every
-// number that differs between them (a dim of a value's shape, an entry of an op's attributes: a
-// view's shape, a random draw's shape, a mean's scale) must be given at every point by one formula:
+// corners (two of them the calls') and the checks. All the graphs must be the same op for op;
+// every number that differs between them (a dim of a value's shape, an entry of an op's
+// attributes: a view's shape, a random draw's shape, a mean's scale) must be given at every
+// point by one formula:
 // - a multilinear polynomial in the sizes with integer coefficients (dims, B T in a reshape,
 //   an expand to the batch), which the corners determine (solved one symbol at a time); the
 //   checks rule out the rest: s^2, and the piecewise-linear sizes a library computes (chunk(3)
@@ -31,21 +32,25 @@ namespace adjoint::detail {
 // - its reciprocal, a double (the scale of a mean over the dynamic dims, an unbiased variance's
 //   1 / (n - 1)), to the bit, so the graph at a new size holds the double eager code computes;
 // - the same polynomial with double coefficients, to the bit, for any other double.
-// The probes run at sizes from the callers' up, not at made-up small ones: a function may
-// assume more rows than 2 (x.split(64)[1]), and small sizes are where code takes special
-// paths. The far check costs the most: a trace at about twice the largest size seen.
-// Anything else refuses the sizes: a constant that differs (arange(T) made from the size), an
-// op that cannot be rebuilt from its attributes (Note [Exporting ops]) whose attributes
-// differ, a different op. A refused compiled function traces each size as before, with a
-// warning naming why. A fitted one makes the graph at new sizes from the formulas: the ops
-// whose attributes hold a size are rebuilt by their export factories, the others shared, and
-// the passes (fusion, the memory plan) run on it as on a trace.
+// A constant that differs between the sizes is made again from its factory's recipe (zeros of
+// the batch's shape, arange(T)). Anything else refuses the sizes: a constant without a recipe
+// (tensor(values) of a size's length), an op that cannot be rebuilt from its attributes
+// (Note [Exporting ops]) whose attributes differ, a different op. A refused compiled function
+// traces each size as before, with a warning naming why. A fitted one makes the graph at new
+// sizes from the formulas: the ops whose attributes hold a size are rebuilt by their export
+// factories, the others shared, and the passes (fusion, the memory plan) run on it as on a
+// trace.
+//
+// The probes run at the callers' sizes and above (one below, where the function refuses the
+// sizes above), not at made-up small ones: a function may assume more rows than 2
+// (x.split(64)[1]), and small sizes are where code takes special paths. The far check costs
+// the most: a trace at about twice the largest size seen.
 //
 // What the traces cannot show is a branch on a size that they all fall on the same side of
 // (`if (x.size(0) > 64)` traced at 16 and 8, checked at 12 and 33): the graph at 100 would be
-// the wrong one; and a piecewise size whose breakpoints all lie outside the checked range. Such a
-// size must not be marked dynamic (docs/compile.md, "Dynamic sizes"). Sizes 0 and 1 are never
-// dynamic (broadcasting and squeeze treat 1 differently), as in torch.compile.
+// the wrong one; likewise a piecewise size whose breakpoints all lie outside the checked range.
+// Such a size must not be marked dynamic (docs/compile.md, "Dynamic sizes"). Sizes 0 and 1 are
+// never dynamic (broadcasting and squeeze treat 1 differently), as in torch.compile.
 
 namespace {
 
