@@ -320,7 +320,7 @@ void check_compiled(const Program& p) {
 // compile() with dim 0 of input 0 (and of the inputs sharing its size) dynamic, against eager
 // code at that size and three more: the graphs built from the fitted formulas must give eager
 // code's outputs and gradients, and throw where it throws. (A program whose ops branch on the
-// size in a way three traces cannot see breaks compile's documented contract; such a finding
+// size in a way the probes cannot see breaks compile's documented contract; such a finding
 // needs a look before it is called a bug: docs/compile.md, "Dynamic sizes".)
 void check_compiled_dynamic(const Program& p) {
   const std::vector<Tensor> base = make_inputs(p);
