@@ -2,9 +2,9 @@
 // (model as in gpt-tiny: vocab 256, context 128, d 256, 4 heads, 4 layers). One compiled
 // function traces each new size; another, with the batch dynamic (CompileOptions::dynamic),
 // traces 16 and 12, probes more sizes (a check between them and one far out), and builds the
-// graph of every later size from the fitted formulas. Each "step" is one new size (4 to 4 + steps), the first call at it on both
-// functions, alternating; also reported: a replay at a known size and an eager call.
-// ms_per_step is the built first call. Checks: both first calls give eager's loss.
+// graph of every later size from the fitted formulas. Each "step" is one new size (4 to 4 + steps),
+// the first call at it on both functions, alternating; also reported: a replay at a known size and
+// an eager call. ms_per_step is the built first call. Checks: both first calls give eager's loss.
 #include <cmath>
 #include <cstdio>
 

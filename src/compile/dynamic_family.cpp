@@ -72,15 +72,6 @@ class Prober {
   std::deque<Graph> graphs_;  // a deque: the pointers handed out stay valid
 };
 
-std::string describe(const SymbolSizes& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i > 0) out.push_back('x');
-    out.append(std::to_string(s[i]));
-  }
-  return out;
-}
-
 /// The points one fit traces at, and the graphs there.
 struct Probed {
   std::vector<const Graph*> graphs;
@@ -99,7 +90,7 @@ Probed probe_box(Prober& prober, const SymbolSizes& lo, const SymbolSizes& hi,
                      : at == second_sizes ? &second
                                           : prober.trace_at(at);
     if (g == nullptr) {
-      p.refused = "the function fails at sizes " + describe(at) + ": " + prober.last_error;
+      p.refused = "the function fails at sizes " + describe_sizes(at) + ": " + prober.last_error;
       return p;
     }
     if (g == &first) p.base = p.graphs.size();
@@ -118,7 +109,7 @@ Probed probe_box(Prober& prober, const SymbolSizes& lo, const SymbolSizes& hi,
   const Graph* g = prober.trace_at(near);
   if (g == nullptr && below != past) g = prober.trace_at(near = below);
   if (g == nullptr) {
-    p.refused = "the function fails at sizes " + describe(past) +
+    p.refused = "the function fails at sizes " + describe_sizes(past) +
                 " beside the traced ones: " + prober.last_error;
     return p;
   }

@@ -172,19 +172,6 @@ std::string describe_node(const Graph& g, std::size_t n) {
              ")");
 }
 
-/// "8x16, 2x2": the sizes of each point, by symbol.
-std::string describe_sizes(const std::vector<SymbolSizes>& sizes) {
-  std::string out;
-  for (const SymbolSizes& s : sizes) {
-    if (!out.empty()) out.append(", ");
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      if (i > 0) out.push_back('x');
-      out.append(std::to_string(s[i]));
-    }
-  }
-  return out;
-}
-
 bool same_constant(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
@@ -204,7 +191,7 @@ void check_same_structure(const std::vector<const Graph*>& gs, const Graph& g0,
     const Graph& g = *gs[k];
     require(g.values.size() == g0.values.size() && g.nodes.size() == g0.nodes.size(),
             str("the graphs differ in size (", g0.nodes.size(), " and ", g.nodes.size(),
-                " ops at sizes ", describe_sizes({sizes[k]}), ")"));
+                " ops at sizes ", describe_sizes(sizes[k]), ")"));
     require(g.inputs == g0.inputs && g.outputs == g0.outputs &&
                 g.output_detached == g0.output_detached && g.cotangents == g0.cotangents &&
                 g.grad_leaves == g0.grad_leaves && g.grads == g0.grads &&
@@ -313,9 +300,27 @@ const ExternalExport* recipe_of(const Graph& g, std::size_t i) {
 
 }  // namespace
 
+std::string describe_sizes(const SymbolSizes& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i > 0) out.push_back('x');
+    out.append(std::to_string(s[i]));
+  }
+  return out;
+}
+
+std::string describe_sizes(const std::vector<SymbolSizes>& points) {
+  std::string out;
+  for (const SymbolSizes& s : points) {
+    if (!out.empty()) out.append(", ");
+    out.append(describe_sizes(s));
+  }
+  return out;
+}
+
 int64_t SizeFormula::integer_at(const SymbolSizes& s) const {
   const auto v = polynomial(ints, s);
-  ADJOINT_CHECK(v.has_value(), Value, "compile", "the dynamic sizes ", describe_sizes({s}),
+  ADJOINT_CHECK(v.has_value(), Value, "compile", "the dynamic sizes ", describe_sizes(s),
                 " make a number of the graph overflow an int64");
   return *v;
 }
@@ -466,7 +471,7 @@ Graph DynamicTemplate::at(const SymbolSizes& s) const {
   Graph g = base_;
   for (const DimFormula& h : dims_) {
     const int64_t d = h.formula.integer_at(s);
-    ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic sizes ", describe_sizes({s}), " make dim ",
+    ADJOINT_CHECK(d >= 0, Value, "compile", "the dynamic sizes ", describe_sizes(s), " make dim ",
                   h.dim, " of value ", h.value, " negative (", d, ")");
     g.values[h.value].shape[h.dim] = d;
   }
@@ -476,8 +481,8 @@ Graph DynamicTemplate::at(const SymbolSizes& s) const {
     int64_t numel = 1;
     for (int64_t d : g.values[h.value].shape) {
       ADJOINT_CHECK(d == 0 || numel <= (int64_t{1} << 48) / d, Value, "compile",
-                    "the dynamic sizes ", describe_sizes({s}), " make value ", h.value,
-                    " of shape ", g.values[h.value].shape, ", too large");
+                    "the dynamic sizes ", describe_sizes(s), " make value ", h.value, " of shape ",
+                    g.values[h.value].shape, ", too large");
       numel *= d;
     }
   }

@@ -14,6 +14,10 @@ namespace adjoint::detail {
 /// The sizes of the dynamic symbols at one call, by symbol.
 using SymbolSizes = std::vector<int64_t>;
 
+/// "8x16" (sizes by symbol), and "8x16, 2x2" for several points, as errors name them.
+std::string describe_sizes(const SymbolSizes& s);
+std::string describe_sizes(const std::vector<SymbolSizes>& points);
+
 /// A number of the graph (a dim of a value's shape, an entry of an op's attributes) as a
 /// function of the symbols' sizes s: the multilinear polynomial
 /// p(s) = sum over subsets S of the symbols of c_S prod_{i in S} s_i,

@@ -43,50 +43,20 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 // constant_from_recipe.
 enum class Recipe : int64_t { Full, Arange, Linspace, Eye };
 
+// A recipe: its kind, then the factory's arguments, then the options.
+template <class... Args>
+detail::ExternalExport recipe(Recipe kind, const TensorOptions& o, const Args&... args) {
+  detail::FieldList f;
+  detail::put_field(f, kind);
+  (detail::put_field(f, args), ...);
+  detail::put_field(f, o.dtype());
+  detail::put_field(f, o.requires_grad());
+  return {"factory", std::move(f)};
+}
+
 detail::ExternalExport full_recipe(const Shape& shape, Scalar value, const TensorOptions& o) {
-  detail::FieldList f;
-  detail::put_field(f, Recipe::Full);
-  detail::put_field(f, shape);
-  detail::put_field(f, o.dtype());
-  detail::put_field(f, o.requires_grad());
-  detail::put_field(f, value.kind());
-  detail::put_field(f, value.to_double());
-  detail::put_field(f, value.is_floating() ? int64_t{0} : value.to_int());
-  return {"factory", std::move(f)};
-}
-
-detail::ExternalExport arange_recipe(double start, double end, double step,
-                                     const TensorOptions& o) {
-  detail::FieldList f;
-  detail::put_field(f, Recipe::Arange);
-  detail::put_field(f, start);
-  detail::put_field(f, end);
-  detail::put_field(f, step);
-  detail::put_field(f, o.dtype());
-  detail::put_field(f, o.requires_grad());
-  return {"factory", std::move(f)};
-}
-
-detail::ExternalExport linspace_recipe(double start, double end, int64_t steps,
-                                       const TensorOptions& o) {
-  detail::FieldList f;
-  detail::put_field(f, Recipe::Linspace);
-  detail::put_field(f, start);
-  detail::put_field(f, end);
-  detail::put_field(f, steps);
-  detail::put_field(f, o.dtype());
-  detail::put_field(f, o.requires_grad());
-  return {"factory", std::move(f)};
-}
-
-detail::ExternalExport eye_recipe(int64_t n, int64_t cols, const TensorOptions& o) {
-  detail::FieldList f;
-  detail::put_field(f, Recipe::Eye);
-  detail::put_field(f, n);
-  detail::put_field(f, cols);
-  detail::put_field(f, o.dtype());
-  detail::put_field(f, o.requires_grad());
-  return {"factory", std::move(f)};
+  return recipe(Recipe::Full, o, shape, value.kind(), value.to_double(),
+                value.is_floating() ? int64_t{0} : value.to_int());
 }
 
 // full() under the caller's OpScope.
@@ -103,51 +73,47 @@ Tensor constant_from_recipe(const FieldList& fields) {
   FieldReader in(fields, "factory");
   Recipe kind{};
   take_field(in, kind);
-  DType dtype{};
-  bool requires_grad = false;
-  if (kind == Recipe::Full) {
-    Shape shape;
-    DType value_kind{};
-    double d = 0;
-    int64_t i = 0;
-    take_field(in, shape);
-    take_field(in, dtype);
-    take_field(in, requires_grad);
-    take_field(in, value_kind);
-    take_field(in, d);
-    take_field(in, i);
-    in.finish();
-    const Scalar value = value_kind == DType::Float64 ? Scalar(d)
-                         : value_kind == DType::Bool  ? Scalar(i != 0)
-                                                      : Scalar(i);
-    return full(shape, value, TensorOptions(dtype).requires_grad(requires_grad));
-  }
-  if (kind == Recipe::Eye) {
-    int64_t n = 0, cols = 0;
-    take_field(in, n);
-    take_field(in, cols);
+  // Each recipe's arguments, in the order recipe() wrote them, then the options.
+  auto read = [&in](auto&... args) {
+    (take_field(in, args), ...);
+    DType dtype{};
+    bool requires_grad = false;
     take_field(in, dtype);
     take_field(in, requires_grad);
     in.finish();
-    return eye(n, cols, TensorOptions(dtype).requires_grad(requires_grad));
+    return TensorOptions(dtype).requires_grad(requires_grad);
+  };
+  switch (kind) {
+    case Recipe::Full: {
+      Shape shape;
+      DType value_kind{};
+      double d = 0;
+      int64_t i = 0;
+      const TensorOptions o = read(shape, value_kind, d, i);
+      return full(shape,
+                  value_kind == DType::Float64 ? Scalar(d)
+                  : value_kind == DType::Bool  ? Scalar(i != 0)
+                                               : Scalar(i),
+                  o);
+    }
+    case Recipe::Arange: {
+      double start = 0, end = 0, step = 0;
+      const TensorOptions o = read(start, end, step);
+      return arange(start, end, step, o);
+    }
+    case Recipe::Linspace: {
+      double start = 0, end = 0;
+      int64_t steps = 0;
+      const TensorOptions o = read(start, end, steps);
+      return linspace(start, end, steps, o);
+    }
+    case Recipe::Eye: {
+      int64_t n = 0, cols = 0;
+      const TensorOptions o = read(n, cols);
+      return eye(n, cols, o);
+    }
   }
-  ADJOINT_CHECK(kind == Recipe::Arange || kind == Recipe::Linspace, Value, "factory",
-                "unknown recipe ", static_cast<int64_t>(kind));
-  double start = 0, end = 0;
-  take_field(in, start);
-  take_field(in, end);
-  double step = 0;
-  int64_t steps = 0;
-  if (kind == Recipe::Arange) {
-    take_field(in, step);
-  } else {
-    take_field(in, steps);
-  }
-  take_field(in, dtype);
-  take_field(in, requires_grad);
-  in.finish();
-  const TensorOptions o = TensorOptions(dtype).requires_grad(requires_grad);
-  return kind == Recipe::Arange ? arange(start, end, step, o) : linspace(start, end, steps, o);
+  throw Error(ErrorKind::Value, "factory", str("unknown recipe ", static_cast<int64_t>(kind)));
 }
 
 }  // namespace detail
@@ -203,7 +169,7 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   }
   Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype());
   kernels::arange(t, start, step);
-  return finish(std::move(t), o, [&] { return arange_recipe(start, end, step, o); });
+  return finish(std::move(t), o, [&] { return recipe(Recipe::Arange, o, start, end, step); });
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
@@ -219,7 +185,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
       t.data_ptr<T>()[steps - 1] = static_cast<T>(static_cast<opmath_t<T>>(end));
     });
   }
-  return finish(std::move(t), o, [&] { return linspace_recipe(start, end, steps, o); });
+  return finish(std::move(t), o, [&] { return recipe(Recipe::Linspace, o, start, end, steps); });
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
@@ -233,7 +199,7 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
     Tensor d = make_view(t, {}, {}, i * cols + i);
     kernels::fill(d, 1);
   }
-  return finish(std::move(t), o, [&] { return eye_recipe(n, cols, o); });
+  return finish(std::move(t), o, [&] { return recipe(Recipe::Eye, o, n, cols); });
 }
 
 namespace {
