@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
   j.integer("adjoint_threads", adjoint::get_num_threads());
   j.integer("blas_threads", openblas_get_num_threads());
   j.str("blas", std::string(openblas_get_config()) + " core=" + openblas_get_corename());
+  j.str("sgemm_path", adjoint::float32_matmul_backend());
   if (prints) std::cout << j.dump() << std::endl;
   return 0;
 }

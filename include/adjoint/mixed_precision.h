@@ -1,4 +1,4 @@
-// Mixed precision: what the float16/bfloat16 kernels run on. (The dtypes themselves are in
+// Which kernels the matmuls and the 16-bit conversions run on. (The 16-bit dtypes themselves are in
 // dtype.h and half.h; docs/mixed-precision.md describes the whole.)
 #pragma once
 
@@ -10,6 +10,12 @@ namespace adjoint {
 /// "onednn:avx512_core_bf16" where the CPU multiplies bfloat16 natively, else "sgemm" (operands
 /// widened to float32). float16 matmuls always widen and run sgemm.
 std::string bf16_matmul_backend();
+
+/// The kernel float32 matmuls run on here: "openblas:CORE" (OpenBLAS's kernel set for this
+/// CPU), or "onednn:ISA (OpenBLAS core CORE)" where OpenBLAS fell back to kernels without AVX2 on
+/// a CPU that has it (a CPU newer than the OpenBLAS release). ADJOINT_SGEMM=openblas|onednn
+/// overrides the choice. docs/mixed-precision.md, "A CPU newer than OpenBLAS".
+std::string float32_matmul_backend();
 
 /// The float16 and bfloat16 conversion paths chosen for this CPU: "f16c" or "portable", and
 /// "avx512bf16" or "portable".

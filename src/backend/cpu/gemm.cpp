@@ -1,5 +1,6 @@
-// Matrix products through OpenBLAS. A 2-d operand whose rows or columns are contiguous is
-// passed as is, with the transpose flag and leading dimension read off its strides, so
+// Matrix products through OpenBLAS (float32 ones on oneDNN where OpenBLAS's kernels are older than
+// the CPU: Note [OpenBLAS's core] in sgemm.cpp). A 2-d operand whose rows or columns are contiguous
+// is passed as is, with the transpose flag and leading dimension read off its strides, so
 // transposed views (Wᵀ in linear, the transposes in matmul's VJP) cost no copy. Large products
 // are split over adjoint's thread pool, each piece on single-threaded OpenBLAS (see Note [Gemm
 // threading]).
@@ -13,6 +14,7 @@
 #include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/opmath.h"
+#include "backend/cpu/sgemm.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
@@ -81,7 +83,7 @@ template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    sgemm(ta == CblasTrans, tb == CblasTrans, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
   } else {

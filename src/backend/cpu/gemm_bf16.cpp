@@ -12,15 +12,10 @@
 #include "adjoint/mixed_precision.h"
 #include "adjoint/threading.h"
 #include "backend/cpu/gemm_layout.h"
-#include "core/cpu_features.h"
+#include "backend/cpu/onednn_cpu.h"
 #include "core/half_convert.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
-
-#ifdef ADJOINT_HAVE_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
-extern "C" void omp_set_num_threads(int);
-#endif
 
 namespace adjoint::kernels {
 namespace {
@@ -43,34 +38,8 @@ std::atomic<int> forced_path{-1};
 
 #ifdef ADJOINT_HAVE_ONEDNN
 bool onednn_isa_has_bf16() {
-  static const bool ok = [] {
-    // ADJOINT_MAX_CPU_ISA lowers oneDNN's ISA too (Note [The ISA cap]). set_max_cpu_isa only
-    // works before oneDNN's first JIT; after that (or above a cap of ONEDNN_MAX_CPU_ISA) it
-    // throws and the ISA stays as it is, which get_effective_cpu_isa then reports.
-    const detail::CpuFeatures& cpu = detail::cpu_features();
-    try {
-      if (!cpu.avx2)
-        dnnl::set_max_cpu_isa(dnnl::cpu_isa::sse41);
-      else if (!cpu.avx512)
-        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
-      else if (!cpu.avx512_bf16)
-        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core);
-    } catch (const dnnl::error&) {
-    }
-    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-  }();
-  return ok;
-}
-
-const char* onednn_isa_name() {
-  return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx ? "avx512_core_amx"
-                                                                         : "avx512_core_bf16";
-}
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  const dnnl::cpu_isa isa = onednn_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
 // One primitive per product shape, layout and beta, kept per thread: creating one costs tens of
@@ -82,9 +51,8 @@ void gemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat
                  const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  thread_local bool one_omp_thread = (omp_set_num_threads(1), true);
-  (void)one_omp_thread;
-  thread_local dnnl::stream stream(cpu_engine());
+  onednn_one_thread_here();
+  thread_local dnnl::stream stream(onednn_engine());
   thread_local std::map<PrimitiveKey, dnnl::matmul> cache;
   const dnnl::memory::desc a_md(dims{m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
   const dnnl::memory::desc b_md(dims{k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
@@ -100,12 +68,13 @@ void gemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr,
+                                          onednn_engine());
     it = cache.emplace(key, dnnl::matmul(pd)).first;
   }
-  dnnl::memory am(a_md, cpu_engine(), const_cast<BFloat16*>(a));
-  dnnl::memory bm(b_md, cpu_engine(), const_cast<BFloat16*>(b));
-  dnnl::memory cm(c_md, cpu_engine(), c);
+  dnnl::memory am(a_md, onednn_engine(), const_cast<BFloat16*>(a));
+  dnnl::memory bm(b_md, onednn_engine(), const_cast<BFloat16*>(b));
+  dnnl::memory cm(c_md, onednn_engine(), c);
   it->second.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream.wait();
 }

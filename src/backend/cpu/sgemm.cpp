@@ -1,0 +1,124 @@
+#include "backend/cpu/sgemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "adjoint/error.h"
+#include "backend/cpu/onednn_cpu.h"
+#include "core/cpu_features.h"
+
+extern "C" char* openblas_get_corename(void);
+
+namespace adjoint::kernels {
+namespace {
+
+// Note [OpenBLAS's core]
+// Debian's OpenBLAS is built with DYNAMIC_ARCH: when it loads it picks a kernel set ("core") by
+// the CPU's family and model. A CPU newer than the release falls back to the oldest x86-64 set,
+// Prescott (SSE3): OpenBLAS 0.3.21 does that on Intel's Emerald Rapids (family 6, model 207),
+// whose float32 products then ran at 26-36 GFLOP/s on 2 threads against 181-328 for oneDNN's
+// kernels on the same cores, and float32 training steps 5-7x slower (gpt-tiny 1508 against 278
+// ms; docs/mixed-precision.md, "A CPU newer than OpenBLAS"). OPENBLAS_CORETYPE would fix it,
+// but OpenBLAS reads it when the library loads, before any of our code runs. So float32
+// products go to oneDNN's sgemm instead, which chooses its kernels by CPUID features rather
+// than model numbers, when OpenBLAS's core is one of the sets below (none has AVX2 kernels) and
+// the CPU has AVX2 and FMA. float64 products and LAPACK stay on OpenBLAS.
+// ADJOINT_SGEMM=openblas|onednn overrides the rule.
+constexpr std::array<std::string_view, 20> kCoresWithoutAvx2{
+    "Katmai", "Coppermine", "Northwood",  "Prescott",    "Banias",      "Atom",         "Core2",
+    "Penryn", "Dunnington", "Nehalem",    "Athlon",      "Opteron",     "Opteron_SSE3", "Barcelona",
+    "Bobcat", "Bulldozer",  "Piledriver", "Steamroller", "Sandybridge", "Nano"};
+
+std::atomic<int> forced_path{-1};
+
+SgemmPath default_path() {
+  static const SgemmPath path = [] {
+    const char* core = openblas_get_corename();
+    SgemmPath p =
+        choose_sgemm_path(core ? core : "", detail::cpu_features().avx2, sgemm_onednn_usable());
+    if (const char* env = std::getenv("ADJOINT_SGEMM"); env && *env) {
+      const std::string_view v(env);
+      if (v == "openblas") {
+        p = SgemmPath::OpenBlas;
+      } else if (v == "onednn" && sgemm_onednn_usable()) {
+        p = SgemmPath::OneDnn;
+      } else {
+        std::fprintf(stderr,
+                     "adjoint: ADJOINT_SGEMM=%s ignored (openblas, or onednn in a build with "
+                     "oneDNN)\n",
+                     env);
+      }
+    }
+    return p;
+  }();
+  return path;
+}
+
+}  // namespace
+
+SgemmPath choose_sgemm_path(std::string_view core, bool cpu_has_avx2, bool onednn_usable) {
+  const bool old_core = std::find(kCoresWithoutAvx2.begin(), kCoresWithoutAvx2.end(), core) !=
+                        kCoresWithoutAvx2.end();
+  return old_core && cpu_has_avx2 && onednn_usable ? SgemmPath::OneDnn : SgemmPath::OpenBlas;
+}
+
+bool sgemm_onednn_usable() {
+#ifdef ADJOINT_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+SgemmPath sgemm_path() {
+  const int forced = forced_path.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<SgemmPath>(forced) : default_path();
+}
+
+std::string sgemm_path_name() {
+  const char* core = openblas_get_corename();
+  const std::string openblas = core ? core : "unknown";
+#ifdef ADJOINT_HAVE_ONEDNN
+  if (sgemm_path() == SgemmPath::OneDnn)
+    return std::string("onednn:") + onednn_isa_name() + " (OpenBLAS core " + openblas + ")";
+#endif
+  return "openblas:" + openblas;
+}
+
+SgemmPath set_sgemm_path(SgemmPath path) {
+  ADJOINT_CHECK(path != SgemmPath::OneDnn || sgemm_onednn_usable(), Value, "matmul",
+                "the oneDNN float32 path needs a build with oneDNN");
+  const SgemmPath prev = sgemm_path();
+  forced_path.store(static_cast<int>(path), std::memory_order_relaxed);
+  return prev;
+}
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#ifdef ADJOINT_HAVE_ONEDNN
+  if (sgemm_path() == SgemmPath::OneDnn) {
+    onednn_isa();  // the ISA cap before oneDNN's first JIT
+    onednn_one_thread_here();
+    const dnnl_status_t status =
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    ADJOINT_CHECK(status == dnnl_success, Value, "matmul", "oneDNN's sgemm failed (status ",
+                  static_cast<int>(status), ") for m=", m, " n=", n, " k=", k);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace adjoint::kernels
+
+namespace adjoint {
+
+std::string float32_matmul_backend() { return kernels::sgemm_path_name(); }
+
+}  // namespace adjoint

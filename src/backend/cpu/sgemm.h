@@ -1,0 +1,33 @@
+// float32 matrix products: OpenBLAS's sgemm, or oneDNN's where OpenBLAS runs kernels older
+// than the CPU (Note [OpenBLAS's core] in sgemm.cpp). gemm.cpp splits products over the pool
+// and calls sgemm() for each piece.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace adjoint::kernels {
+
+enum class SgemmPath { OpenBlas, OneDnn };
+
+/// The path float32 products take now (chosen once, unless set_sgemm_path forces one).
+SgemmPath sgemm_path();
+/// For reports: "openblas:Cooperlake", or "onednn:avx512_core (OpenBLAS core Prescott)".
+std::string sgemm_path_name();
+/// Whether this build can run float32 products on oneDNN.
+bool sgemm_onednn_usable();
+/// For tests and benchmarks: forces a path (OneDnn must be usable); returns the previous one.
+SgemmPath set_sgemm_path(SgemmPath path);
+
+/// The default rule, apart from ADJOINT_SGEMM: oneDNN when OpenBLAS has chosen a core without
+/// AVX2 kernels on a CPU that has AVX2 and FMA, and oneDNN is there.
+SgemmPath choose_sgemm_path(std::string_view openblas_core, bool cpu_has_avx2, bool onednn_usable);
+
+/// C = A B + beta C on the calling thread alone, row-major: A is m x k (element (i, p) at
+/// a[i * lda + p], or at a[p * lda + i] when trans_a), B is k x n likewise, C is m x n with row
+/// stride ldc.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace adjoint::kernels

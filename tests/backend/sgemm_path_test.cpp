@@ -1,0 +1,164 @@
+// float32 products on both paths (OpenBLAS, oneDNN: Note [OpenBLAS's core] in
+// src/backend/cpu/sgemm.cpp) against float64 products of the same inputs: each element within
+// float32 accumulation error ((k + 2) * 2^-24 * sum |a_ip b_pj|). Covers the rule that picks the
+// path, transposed views, batches, products split over the pool, linear with and without bias,
+// matmul_add_into, k = 0, and the gradients of a layer.
+#include <gtest/gtest.h>
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+
+#include "adjoint/adjoint.h"
+#include "backend/cpu/sgemm.h"
+#include "backend/kernels.h"
+#include "core/cpu_features.h"
+
+extern "C" char* openblas_get_corename(void);
+
+using namespace adjoint;
+using kernels::SgemmPath;
+
+namespace {
+
+std::vector<SgemmPath> paths() {
+  std::vector<SgemmPath> out{SgemmPath::OpenBlas};
+  if (kernels::sgemm_onednn_usable()) out.push_back(SgemmPath::OneDnn);
+  return out;
+}
+
+class PathGuard {
+ public:
+  explicit PathGuard(SgemmPath p) : prev_(kernels::set_sgemm_path(p)) {}
+  ~PathGuard() { kernels::set_sgemm_path(prev_); }
+
+ private:
+  SgemmPath prev_;
+};
+
+void expect_close(const Tensor& got, const Tensor& ref, const Tensor& mag, int64_t k,
+                  const std::string& what) {
+  ASSERT_EQ(got.dtype(), DType::Float32) << what;
+  ASSERT_EQ(got.shape(), ref.shape()) << what;
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(),
+                            m = mag.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double bound = static_cast<double>(k + 2) * std::ldexp(m[i], -24) + 1e-30;
+    ASSERT_LE(std::abs(g[i] - r[i]), bound)
+        << what << " element " << i << ": " << g[i] << " vs " << r[i];
+  }
+}
+
+TEST(SgemmPath, TheRuleTakesOneDnnOnlyForOpenBlasCoresWithoutAvx2) {
+  using kernels::choose_sgemm_path;
+  // OpenBLAS 0.3.21 on Emerald Rapids: Prescott kernels on an AVX-512 CPU.
+  EXPECT_EQ(choose_sgemm_path("Prescott", true, true), SgemmPath::OneDnn);
+  EXPECT_EQ(choose_sgemm_path("Sandybridge", true, true), SgemmPath::OneDnn);
+  // The kernel sets with AVX2 stay on OpenBLAS, and so does any name it may add later.
+  for (const char* core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "New"})
+    EXPECT_EQ(choose_sgemm_path(core, true, true), SgemmPath::OpenBlas) << core;
+  // An old CPU really is old: OpenBLAS's set is the right one.
+  EXPECT_EQ(choose_sgemm_path("Prescott", false, true), SgemmPath::OpenBlas);
+  // No oneDNN in the build: nothing else to run.
+  EXPECT_EQ(choose_sgemm_path("Prescott", true, false), SgemmPath::OpenBlas);
+}
+
+TEST(SgemmPath, ThisMachineFollowsTheRule) {
+  const std::string core = openblas_get_corename();
+  const std::string name = kernels::sgemm_path_name();
+  std::cout << "[ float32 gemm path: " << name << " ]\n";
+  const char* env = std::getenv("ADJOINT_SGEMM");
+  if (env == nullptr || *env == '\0') {
+    EXPECT_EQ(kernels::sgemm_path(), kernels::choose_sgemm_path(core, detail::cpu_features().avx2,
+                                                                kernels::sgemm_onednn_usable()))
+        << core;
+  }
+  // ctest runs this once more with OPENBLAS_CORETYPE=Prescott (OpenBLAS on kernels older than
+  // the CPU) and says which path must follow.
+  if (const char* want = std::getenv("ADJOINT_TEST_EXPECT_SGEMM_PATH")) {
+    if (std::string(want) == "onednn" &&
+        (!detail::cpu_features().avx2 || !kernels::sgemm_onednn_usable()))
+      GTEST_SKIP() << "needs AVX2 and oneDNN";
+    EXPECT_EQ(name.rfind(want, 0), 0u) << name << " (OpenBLAS core " << core << ")";
+  }
+  EXPECT_EQ(float32_matmul_backend(), name);
+}
+
+TEST(SgemmPath, MatmulMatchesFloat64OnEveryPath) {
+  Generator gen(11);
+  struct Case {
+    Shape a, b;
+    bool ta, tb;  // operands given as transposed views
+  };
+  const Case cases[] = {
+      {{128, 784}, {784, 300}, false, false},     {{5, 3}, {3, 4}, false, false},
+      {{64, 96}, {96, 80}, true, false},          {{64, 96}, {96, 80}, false, true},
+      {{33, 17}, {17, 65}, true, true},           {{4, 8, 16}, {4, 16, 8}, false, false},
+      {{3, 2, 9, 5}, {5, 7}, false, false},       {{1, 1}, {1, 1}, false, false},
+      {{256, 1024}, {1024, 256}, false, true},    {{8, 700}, {700, 900}, false, false},
+      {{64, 16, 64}, {64, 64, 16}, false, false},
+  };
+  for (SgemmPath p : paths()) {
+    PathGuard guard(p);
+    for (const Case& c : cases) {
+      Tensor a = c.ta ? randn({c.a[1], c.a[0]}, DType::Float32, &gen).t()
+                      : randn(c.a, DType::Float32, &gen);
+      Tensor b = c.tb ? randn({c.b[1], c.b[0]}, DType::Float32, &gen).t()
+                      : randn(c.b, DType::Float32, &gen);
+      Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
+      expect_close(matmul(a, b), matmul(a64, b64), matmul(a64.abs(), b64.abs()), a.size(-1),
+                   "matmul " + kernels::sgemm_path_name());
+    }
+  }
+}
+
+TEST(SgemmPath, LinearAndMatmulAddInto) {
+  Generator gen(12);
+  for (SgemmPath p : paths()) {
+    PathGuard guard(p);
+    const std::string name = kernels::sgemm_path_name();
+    Tensor x = randn({300, 48}, DType::Float32, &gen), w = randn({200, 48}, DType::Float32, &gen),
+           b = randn({200}, DType::Float32, &gen);
+    Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), b64 = b.to(DType::Float64);
+    Tensor mag = matmul(x64.abs(), w64.abs().t()) + b64.abs();
+    expect_close(linear(x, w, b), matmul(x64, w64.t()) + b64, mag, 48, "linear " + name);
+    expect_close(linear(x, w), matmul(x64, w64.t()), mag, 48, "linear without bias " + name);
+    Tensor c = randn({300, 200}, DType::Float32, &gen);
+    Tensor c64 = c.to(DType::Float64);
+    kernels::matmul_add_into(c, x, w.t());  // c += a b, beta 1
+    expect_close(c, c64 + matmul(x64, w64.t()), mag + c64.abs(), 48, "matmul_add_into " + name);
+    // k = 0: the bias alone, and zeros.
+    Tensor e = linear(zeros({3, 0}), zeros({2, 0}), b.slice(0, 0, 2));
+    EXPECT_EQ(e.to_vector<double>(),
+              expand(b.slice(0, 0, 2), {3, 2}).contiguous().to_vector<double>());
+    EXPECT_EQ(matmul(zeros({2, 0}), zeros({0, 3})).to_vector<double>(),
+              std::vector<double>(6, 0.0));
+  }
+}
+
+TEST(SgemmPath, ALayersGradientsOnEveryPath) {
+  Generator gen(13);
+  Tensor x = randn({128, 784}, DType::Float32, &gen), w = randn({256, 784}, DType::Float32, &gen);
+  Tensor r = randn({128, 256}, DType::Float32, &gen);
+  Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), r64 = r.to(DType::Float64);
+  // loss = sum(linear(x, W) * R): the output's gradient is R exactly, so dW = Rᵀ x (k = 128) and
+  // dx = R W (k = 256) are single products whose float64 values are the oracle.
+  for (SgemmPath p : paths()) {
+    PathGuard guard(p);
+    Tensor wl = w.detach().requires_grad_(true), xl = x.detach().requires_grad_(true);
+    (linear(xl, wl) * r).sum().backward();
+    const std::string name = kernels::sgemm_path_name();
+    expect_close(wl.grad(), matmul(r64.t(), x64), matmul(r64.abs().t(), x64.abs()), 128,
+                 "dW " + name);
+    expect_close(xl.grad(), matmul(r64, w64), matmul(r64.abs(), w64.abs()), 256, "dx " + name);
+  }
+}
+
+TEST(SgemmPath, ForcingOneDnnWithoutItIsAnError) {
+  if (kernels::sgemm_onednn_usable()) GTEST_SKIP() << "oneDNN is in this build";
+  EXPECT_THROW(kernels::set_sgemm_path(SgemmPath::OneDnn), Error);
+}
+
+}  // namespace
