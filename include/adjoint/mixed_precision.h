@@ -11,10 +11,11 @@ namespace adjoint {
 /// widened to float32). float16 matmuls always widen and run sgemm.
 std::string bf16_matmul_backend();
 
-/// The kernel float32 matmuls run on here: "openblas:CORE" (OpenBLAS's kernel set for this
-/// CPU), or "onednn:ISA (OpenBLAS core CORE)" where OpenBLAS fell back to kernels without AVX2 on
-/// a CPU that has it (a CPU newer than the OpenBLAS release). ADJOINT_SGEMM=openblas|onednn
-/// overrides the choice. docs/mixed-precision.md, "A CPU newer than OpenBLAS".
+/// The kernels float32 matmuls run on here: "openblas:CORE" (OpenBLAS's kernel set for this
+/// CPU); on AVX-512 CPUs "openblas:CORE, onednn:ISA for large products"; or "onednn:ISA
+/// (OpenBLAS core CORE)" where OpenBLAS fell back to kernels without AVX2 on a CPU that has it (a
+/// CPU newer than the OpenBLAS release). ADJOINT_SGEMM=openblas|onednn|bysize overrides the
+/// choice. docs/mixed-precision.md, "float32 products: OpenBLAS and oneDNN".
 std::string float32_matmul_backend();
 
 /// The float16 and bfloat16 conversion paths chosen for this CPU: "f16c" or "portable", and

@@ -1,8 +1,8 @@
-// float32 products on both paths (OpenBLAS, oneDNN: Note [OpenBLAS's core] in
-// src/backend/cpu/sgemm.cpp) against float64 products of the same inputs: each element within
-// float32 accumulation error ((k + 2) * 2^-24 * sum |a_ip b_pj|). Covers the rule that picks the
-// path, transposed views, batches, products split over the pool, linear with and without bias,
-// matmul_add_into, k = 0, and the gradients of a layer.
+// float32 products on every path (OpenBLAS, oneDNN, by size: Notes [OpenBLAS's core] and
+// [float32 products by size] in src/backend/cpu/sgemm.cpp) against float64 products of the same
+// inputs: each element within float32 accumulation error ((k + 2) * 2^-24 * sum |a_ip b_pj|).
+// Covers the rule that picks the path, transposed views, batches, products split over the pool,
+// linear with and without bias, matmul_add_into, k = 0, and the gradients of a layer.
 #include <gtest/gtest.h>
 
 #include <cblas.h>
@@ -25,7 +25,10 @@ namespace {
 
 std::vector<SgemmPath> paths() {
   std::vector<SgemmPath> out{SgemmPath::OpenBlas};
-  if (kernels::sgemm_onednn_usable()) out.push_back(SgemmPath::OneDnn);
+  if (kernels::sgemm_onednn_usable()) {
+    out.push_back(SgemmPath::OneDnn);
+    out.push_back(SgemmPath::BySize);
+  }
   return out;
 }
 
@@ -51,18 +54,32 @@ void expect_close(const Tensor& got, const Tensor& ref, const Tensor& mag, int64
   }
 }
 
-TEST(SgemmPath, TheRuleTakesOneDnnOnlyForOpenBlasCoresWithoutAvx2) {
+TEST(SgemmPath, TheRule) {
   using kernels::choose_sgemm_path;
-  // OpenBLAS 0.3.21 on Emerald Rapids: Prescott kernels on an AVX-512 CPU.
-  EXPECT_EQ(choose_sgemm_path("Prescott", true, true), SgemmPath::OneDnn);
-  EXPECT_EQ(choose_sgemm_path("Sandybridge", true, true), SgemmPath::OneDnn);
-  // The kernel sets with AVX2 stay on OpenBLAS, and so does any name it may add later.
-  for (const char* core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "New"})
-    EXPECT_EQ(choose_sgemm_path(core, true, true), SgemmPath::OpenBlas) << core;
+  // OpenBLAS 0.3.21 on Emerald Rapids: Prescott kernels on an AVX-512 CPU. Everything to oneDNN.
+  EXPECT_EQ(choose_sgemm_path("Prescott", true, true, true), SgemmPath::OneDnn);
+  EXPECT_EQ(choose_sgemm_path("Sandybridge", true, false, true), SgemmPath::OneDnn);
+  // OpenBLAS's AVX2 and AVX-512 kernel sets, and any name it may add later: large products to
+  // oneDNN on AVX-512 CPUs, where its kernels were measured faster, none on AVX2 ones.
+  for (const char* core : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "New"}) {
+    EXPECT_EQ(choose_sgemm_path(core, true, true, true), SgemmPath::BySize) << core;
+    EXPECT_EQ(choose_sgemm_path(core, true, false, true), SgemmPath::OpenBlas) << core;
+  }
   // An old CPU really is old: OpenBLAS's set is the right one.
-  EXPECT_EQ(choose_sgemm_path("Prescott", false, true), SgemmPath::OpenBlas);
+  EXPECT_EQ(choose_sgemm_path("Prescott", false, false, true), SgemmPath::OpenBlas);
   // No oneDNN in the build: nothing else to run.
-  EXPECT_EQ(choose_sgemm_path("Prescott", true, false), SgemmPath::OpenBlas);
+  EXPECT_EQ(choose_sgemm_path("Prescott", true, true, false), SgemmPath::OpenBlas);
+  EXPECT_EQ(choose_sgemm_path("Cooperlake", true, true, false), SgemmPath::OpenBlas);
+}
+
+TEST(SgemmPath, BySizeSendsOnlyLargeProductsToOneDnn) {
+  using kernels::by_size_takes_onednn;
+  EXPECT_TRUE(by_size_takes_onednn(128, 128, 64));     // 2^20 multiply-adds
+  EXPECT_TRUE(by_size_takes_onednn(1024, 768, 256));   // gpt-tiny's qkv, a row piece
+  EXPECT_FALSE(by_size_takes_onednn(128, 128, 63));    // just under 2^20
+  EXPECT_FALSE(by_size_takes_onednn(32, 1024, 1024));  // few rows
+  EXPECT_FALSE(by_size_takes_onednn(1024, 16, 1024));  // few columns
+  EXPECT_FALSE(by_size_takes_onednn(8, 8, 8));
 }
 
 TEST(SgemmPath, ThisMachineFollowsTheRule) {
@@ -71,7 +88,8 @@ TEST(SgemmPath, ThisMachineFollowsTheRule) {
   std::cout << "[ float32 gemm path: " << name << " ]\n";
   const char* env = std::getenv("ADJOINT_SGEMM");
   if (env == nullptr || *env == '\0') {
-    EXPECT_EQ(kernels::sgemm_path(), kernels::choose_sgemm_path(core, detail::cpu_features().avx2,
+    const detail::CpuFeatures& cpu = detail::cpu_features();
+    EXPECT_EQ(kernels::sgemm_path(), kernels::choose_sgemm_path(core, cpu.avx2, cpu.avx512,
                                                                 kernels::sgemm_onednn_usable()))
         << core;
   }
@@ -93,12 +111,19 @@ TEST(SgemmPath, MatmulMatchesFloat64OnEveryPath) {
     bool ta, tb;  // operands given as transposed views
   };
   const Case cases[] = {
-      {{128, 784}, {784, 300}, false, false},     {{5, 3}, {3, 4}, false, false},
-      {{64, 96}, {96, 80}, true, false},          {{64, 96}, {96, 80}, false, true},
-      {{33, 17}, {17, 65}, true, true},           {{4, 8, 16}, {4, 16, 8}, false, false},
-      {{3, 2, 9, 5}, {5, 7}, false, false},       {{1, 1}, {1, 1}, false, false},
-      {{256, 1024}, {1024, 256}, false, true},    {{8, 700}, {700, 900}, false, false},
+      {{128, 784}, {784, 300}, false, false},
+      {{5, 3}, {3, 4}, false, false},
+      {{64, 96}, {96, 80}, true, false},
+      {{64, 96}, {96, 80}, false, true},
+      {{33, 17}, {17, 65}, true, true},
+      {{4, 8, 16}, {4, 16, 8}, false, false},
+      {{3, 2, 9, 5}, {5, 7}, false, false},
+      {{1, 1}, {1, 1}, false, false},
+      {{256, 1024}, {1024, 256}, false, true},
+      {{8, 700}, {700, 900}, false, false},
       {{64, 16, 64}, {64, 64, 16}, false, false},
+      {{512, 256}, {256, 128}, true, false},
+      {{4, 128, 128}, {4, 128, 128}, false, false},
   };
   for (SgemmPath p : paths()) {
     PathGuard guard(p);

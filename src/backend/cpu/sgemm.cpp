@@ -23,34 +23,46 @@ namespace {
 // Prescott (SSE3): OpenBLAS 0.3.21 does that on Intel's Emerald Rapids (family 6, model 207),
 // whose float32 products then ran at 26-36 GFLOP/s on 2 threads against 181-328 for oneDNN's
 // kernels on the same cores, and float32 training steps 5-7x slower (gpt-tiny 1508 against 278
-// ms; docs/mixed-precision.md, "A CPU newer than OpenBLAS"). OPENBLAS_CORETYPE would fix it,
-// but OpenBLAS reads it when the library loads, before any of our code runs. So float32
-// products go to oneDNN's sgemm instead, which chooses its kernels by CPUID features rather
-// than model numbers, when OpenBLAS's core is one of the sets below (none has AVX2 kernels) and
-// the CPU has AVX2 and FMA. float64 products and LAPACK stay on OpenBLAS.
-// ADJOINT_SGEMM=openblas|onednn overrides the rule.
+// ms; docs/mixed-precision.md, "float32 products: OpenBLAS and oneDNN"). OPENBLAS_CORETYPE
+// would fix it, but OpenBLAS reads it when the library loads, before any of our code runs. So
+// float32 products go to oneDNN's sgemm instead, which chooses its kernels by CPUID features
+// rather than model numbers, when OpenBLAS's core is one of the sets below (none has AVX2
+// kernels) and the CPU has AVX2 and FMA. float64 products and LAPACK stay on OpenBLAS.
+// ADJOINT_SGEMM=openblas|onednn|bysize overrides the rule.
 constexpr std::array<std::string_view, 20> kCoresWithoutAvx2{
     "Katmai", "Coppermine", "Northwood",  "Prescott",    "Banias",      "Atom",         "Core2",
     "Penryn", "Dunnington", "Nehalem",    "Athlon",      "Opteron",     "Opteron_SSE3", "Barcelona",
     "Bobcat", "Bulldozer",  "Piledriver", "Steamroller", "Sandybridge", "Nano"};
+
+// Note [float32 products by size]
+// On an AVX-512 CPU whose OpenBLAS core is right (Zen 4: Cooperlake), oneDNN's float32 kernels
+// were still faster for all but small products. Single-threaded, as the pool runs each piece,
+// oneDNN took 0.80-0.93 of OpenBLAS's time from 64 rows, 32 columns and 2^20 multiply-adds up,
+// and 1.1-1.8 times below that (docs/mixed-precision.md has the grid). So on AVX-512 CPUs each
+// product (each piece of a split one) goes to oneDNN when it is that large, and stays on OpenBLAS
+// otherwise. Alternating whole workloads, float32 training steps took 0.84-0.92 of their time
+// (gpt-tiny, mlp, deep-mlp). On AVX2 CPUs the one measurement (Zen 3's ISA emulated on Zen 4)
+// was mixed: faster up to 256 on a side, 1.47 times slower at 512. Those stay on OpenBLAS.
 
 std::atomic<int> forced_path{-1};
 
 SgemmPath default_path() {
   static const SgemmPath path = [] {
     const char* core = openblas_get_corename();
-    SgemmPath p =
-        choose_sgemm_path(core ? core : "", detail::cpu_features().avx2, sgemm_onednn_usable());
+    const detail::CpuFeatures& cpu = detail::cpu_features();
+    SgemmPath p = choose_sgemm_path(core ? core : "", cpu.avx2, cpu.avx512, sgemm_onednn_usable());
     if (const char* env = std::getenv("ADJOINT_SGEMM"); env && *env) {
       const std::string_view v(env);
       if (v == "openblas") {
         p = SgemmPath::OpenBlas;
       } else if (v == "onednn" && sgemm_onednn_usable()) {
         p = SgemmPath::OneDnn;
+      } else if (v == "bysize" && sgemm_onednn_usable()) {
+        p = SgemmPath::BySize;
       } else {
         std::fprintf(stderr,
-                     "adjoint: ADJOINT_SGEMM=%s ignored (openblas, or onednn in a build with "
-                     "oneDNN)\n",
+                     "adjoint: ADJOINT_SGEMM=%s ignored (openblas, or onednn or bysize in a build "
+                     "with oneDNN)\n",
                      env);
       }
     }
@@ -61,10 +73,17 @@ SgemmPath default_path() {
 
 }  // namespace
 
-SgemmPath choose_sgemm_path(std::string_view core, bool cpu_has_avx2, bool onednn_usable) {
+SgemmPath choose_sgemm_path(std::string_view core, bool cpu_has_avx2, bool cpu_has_avx512,
+                            bool onednn_usable) {
+  if (!onednn_usable) return SgemmPath::OpenBlas;
   const bool old_core = std::find(kCoresWithoutAvx2.begin(), kCoresWithoutAvx2.end(), core) !=
                         kCoresWithoutAvx2.end();
-  return old_core && cpu_has_avx2 && onednn_usable ? SgemmPath::OneDnn : SgemmPath::OpenBlas;
+  if (old_core) return cpu_has_avx2 ? SgemmPath::OneDnn : SgemmPath::OpenBlas;
+  return cpu_has_avx512 ? SgemmPath::BySize : SgemmPath::OpenBlas;
+}
+
+bool by_size_takes_onednn(int64_t m, int64_t n, int64_t k) {
+  return m >= 64 && n >= 32 && m * n * k >= (int64_t{1} << 20);
 }
 
 bool sgemm_onednn_usable() {
@@ -86,6 +105,8 @@ std::string sgemm_path_name() {
 #ifdef ADJOINT_HAVE_ONEDNN
   if (sgemm_path() == SgemmPath::OneDnn)
     return std::string("onednn:") + onednn_isa_name() + " (OpenBLAS core " + openblas + ")";
+  if (sgemm_path() == SgemmPath::BySize)
+    return "openblas:" + openblas + ", onednn:" + onednn_isa_name() + " for large products";
 #endif
   return "openblas:" + openblas;
 }
@@ -101,7 +122,8 @@ SgemmPath set_sgemm_path(SgemmPath path) {
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #ifdef ADJOINT_HAVE_ONEDNN
-  if (sgemm_path() == SgemmPath::OneDnn) {
+  const SgemmPath path = sgemm_path();
+  if (path == SgemmPath::OneDnn || (path == SgemmPath::BySize && by_size_takes_onednn(m, n, k))) {
     onednn_isa();  // the ISA cap before oneDNN's first JIT
     onednn_one_thread_here();
     const dnnl_status_t status =

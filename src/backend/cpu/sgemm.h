@@ -1,6 +1,7 @@
 // float32 matrix products: OpenBLAS's sgemm, or oneDNN's where OpenBLAS runs kernels older
-// than the CPU (Note [OpenBLAS's core] in sgemm.cpp). gemm.cpp splits products over the pool
-// and calls sgemm() for each piece.
+// than the CPU (Note [OpenBLAS's core] in sgemm.cpp) and for large products on AVX-512 CPUs
+// (Note [float32 products by size]). gemm.cpp splits products over the pool and calls sgemm()
+// for each piece.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +10,29 @@
 
 namespace adjoint::kernels {
 
-enum class SgemmPath { OpenBlas, OneDnn };
+enum class SgemmPath {
+  OpenBlas,
+  OneDnn,
+  BySize,  // oneDNN for products by_size_takes_onednn accepts, OpenBLAS for the others
+};
 
 /// The path float32 products take now (chosen once, unless set_sgemm_path forces one).
 SgemmPath sgemm_path();
-/// For reports: "openblas:Cooperlake", or "onednn:avx512_core (OpenBLAS core Prescott)".
+/// For reports: "openblas:Haswell", "onednn:avx512_core (OpenBLAS core Prescott)", or
+/// "openblas:Cooperlake, onednn:avx512_core_bf16 for large products".
 std::string sgemm_path_name();
 /// Whether this build can run float32 products on oneDNN.
 bool sgemm_onednn_usable();
 /// For tests and benchmarks: forces a path (OneDnn must be usable); returns the previous one.
 SgemmPath set_sgemm_path(SgemmPath path);
 
-/// The default rule, apart from ADJOINT_SGEMM: oneDNN when OpenBLAS has chosen a core without
-/// AVX2 kernels on a CPU that has AVX2 and FMA, and oneDNN is there.
-SgemmPath choose_sgemm_path(std::string_view openblas_core, bool cpu_has_avx2, bool onednn_usable);
+/// The default rule, apart from ADJOINT_SGEMM (openblas, onednn or bysize), where oneDNN is in
+/// the build: oneDNN when OpenBLAS has chosen a core without AVX2 kernels on a CPU that has AVX2
+/// and FMA; by size on AVX-512 CPUs; OpenBLAS otherwise.
+SgemmPath choose_sgemm_path(std::string_view openblas_core, bool cpu_has_avx2, bool cpu_has_avx512,
+                            bool onednn_usable);
+/// On the BySize path: whether one single-threaded product of this shape runs on oneDNN.
+bool by_size_takes_onednn(int64_t m, int64_t n, int64_t k);
 
 /// C = A B + beta C on the calling thread alone, row-major: A is m x k (element (i, p) at
 /// a[i * lda + p], or at a[p * lda + i] when trans_a), B is k x n likewise, C is m x n with row
