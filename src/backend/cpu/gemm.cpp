@@ -1,9 +1,9 @@
-// Matrix products through OpenBLAS (float32 ones on oneDNN where OpenBLAS's kernels are older than
-// the CPU: Note [OpenBLAS's core] in sgemm.cpp). A 2-d operand whose rows or columns are contiguous
+// Matrix products through OpenBLAS, and float32 ones through sgemm.h, which sends them to oneDNN
+// where that is faster or OpenBLAS's kernels are older than the CPU (Notes [OpenBLAS's core] and
+// [float32 products by size] in sgemm.cpp). A 2-d operand whose rows or columns are contiguous
 // is passed as is, with the transpose flag and leading dimension read off its strides, so
 // transposed views (Wᵀ in linear, the transposes in matmul's VJP) cost no copy. Large products
-// are split over adjoint's thread pool, each piece on single-threaded OpenBLAS (see Note [Gemm
-// threading]).
+// are split over adjoint's thread pool, each piece on one thread (see Note [Gemm threading]).
 #include <cblas.h>
 
 #include <algorithm>
@@ -35,11 +35,12 @@ namespace {
 // elementwise kernel wants; each small product also pays OpenBLAS's start and join. So a
 // product big enough to split is cut here instead, into one piece per pool thread: whole
 // products of a batch, or else row (or column) blocks of C, and every piece runs on
-// single-threaded OpenBLAS. adjoint's pool is the same threads the elementwise kernels use,
-// and it spins for at most 2 ms between jobs (Note [Pool waiting]). The pieces
-// are fixed by the thread count, never by timing, and each element of C is computed by one
-// single-threaded gemm, so results do not depend on scheduling. OpenBLAS's thread count
-// (set_num_threads sets it with the pool's) still caps how many pieces run at once.
+// single-threaded OpenBLAS (or oneDNN, Note [float32 products by size]). adjoint's pool is the
+// same threads the elementwise kernels use, and it spins for at most 2 ms between jobs (Note
+// [Pool waiting]). The pieces are fixed by the thread count, never by timing, and each element
+// of C is computed by one single-threaded gemm, so results do not depend on scheduling.
+// OpenBLAS's thread count (set_num_threads sets it with the pool's) still caps how many pieces
+// run at once.
 // Note [Reduced-precision matmul]
 // bfloat16 products run on oneDNN where the CPU multiplies bfloat16 (Note [bfloat16 matmul]).
 // float16 ones, and bfloat16 ones elsewhere, convert their operands to float32 and run sgemm,

@@ -39,10 +39,12 @@ constexpr std::array<std::string_view, 20> kCoresWithoutAvx2{
 // were still faster for all but small products. Single-threaded, as the pool runs each piece,
 // oneDNN took 0.80-0.93 of OpenBLAS's time from 64 rows, 32 columns and 2^20 multiply-adds up,
 // and 1.1-1.8 times below that (docs/mixed-precision.md has the grid). So on AVX-512 CPUs each
-// product (each piece of a split one) goes to oneDNN when it is that large, and stays on OpenBLAS
-// otherwise. Alternating whole workloads, float32 training steps took 0.84-0.92 of their time
-// (gpt-tiny, mlp, deep-mlp). On AVX2 CPUs the one measurement (Zen 3's ISA emulated on Zen 4)
-// was mixed: faster up to 256 on a side, 1.47 times slower at 512. Those stay on OpenBLAS.
+// product (each piece of a split one) goes to oneDNN when it is that large, and stays on
+// OpenBLAS otherwise. The choice is a function of the piece's shape, which the thread count
+// fixes (Note [Gemm threading]), so results never depend on timing. Alternating whole
+// workloads, float32 training steps took 0.84-0.92 of their time (gpt-tiny, mlp, deep-mlp). On
+// AVX2 CPUs the one measurement (Zen 3's ISA emulated on Zen 4) was mixed: faster up to 256 on
+// a side, 1.47 times slower at 512. Those stay on OpenBLAS.
 
 std::atomic<int> forced_path{-1};
 
@@ -83,7 +85,7 @@ SgemmPath choose_sgemm_path(std::string_view core, bool cpu_has_avx2, bool cpu_h
 }
 
 bool by_size_takes_onednn(int64_t m, int64_t n, int64_t k) {
-  return m >= 64 && n >= 32 && m * n * k >= (int64_t{1} << 20);
+  return m >= 64 && n >= 32 && static_cast<double>(m) * n * k >= 1048576.0;
 }
 
 bool sgemm_onednn_usable() {
@@ -112,8 +114,8 @@ std::string sgemm_path_name() {
 }
 
 SgemmPath set_sgemm_path(SgemmPath path) {
-  ADJOINT_CHECK(path != SgemmPath::OneDnn || sgemm_onednn_usable(), Value, "matmul",
-                "the oneDNN float32 path needs a build with oneDNN");
+  ADJOINT_CHECK(path == SgemmPath::OpenBlas || sgemm_onednn_usable(), Value, "matmul",
+                "the oneDNN float32 paths need a build with oneDNN");
   const SgemmPath prev = sgemm_path();
   forced_path.store(static_cast<int>(path), std::memory_order_relaxed);
   return prev;
