@@ -72,6 +72,20 @@ TEST(SgemmPath, TheRule) {
   EXPECT_EQ(choose_sgemm_path("Cooperlake", true, true, false), SgemmPath::OpenBlas);
 }
 
+TEST(SgemmPath, AnOldCoreOnANewCpuGetsAdviceForWhatStaysOnOpenBlas) {
+  using kernels::openblas_core_advice;
+  const std::string avx512_bf16 = openblas_core_advice("Prescott", true, true, true);
+  EXPECT_NE(avx512_bf16.find("OPENBLAS_CORETYPE=Cooperlake"), std::string::npos) << avx512_bf16;
+  EXPECT_NE(avx512_bf16.find("float64"), std::string::npos) << avx512_bf16;
+  EXPECT_NE(openblas_core_advice("Prescott", true, true, false).find("=SkylakeX"),
+            std::string::npos);
+  EXPECT_NE(openblas_core_advice("Nehalem", true, false, false).find("=Haswell"),
+            std::string::npos);
+  EXPECT_EQ(openblas_core_advice("Prescott", false, false, false), "");  // the CPU is old
+  EXPECT_EQ(openblas_core_advice("Zen", true, false, false), "");
+  EXPECT_EQ(openblas_core_advice("Cooperlake", true, true, true), "");
+}
+
 TEST(SgemmPath, BySizeSendsOnlyLargeProductsToOneDnn) {
   using kernels::by_size_takes_onednn;
   EXPECT_TRUE(by_size_takes_onednn(128, 128, 64));     // 2^20 multiply-adds
@@ -100,6 +114,8 @@ TEST(SgemmPath, ThisMachineFollowsTheRule) {
         (!detail::cpu_features().avx2 || !kernels::sgemm_onednn_usable()))
       GTEST_SKIP() << "needs AVX2 and oneDNN";
     EXPECT_EQ(name.rfind(want, 0), 0u) << name << " (OpenBLAS core " << core << ")";
+    const detail::CpuFeatures& cpu = detail::cpu_features();
+    EXPECT_NE(kernels::openblas_core_advice(core, cpu.avx2, cpu.avx512, cpu.avx512_bf16), "");
   }
   EXPECT_EQ(float32_matmul_backend(), name);
 }

@@ -86,6 +86,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   if constexpr (std::is_same_v<T, float>) {
     sgemm(ta == CblasTrans, tb == CblasTrans, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
+    warn_if_openblas_core_is_old();  // float64 stays on OpenBLAS (Note [OpenBLAS's core])
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
   } else {
     // Integer matmul: a plain triple loop (no BLAS for int64), wrapping on overflow as the

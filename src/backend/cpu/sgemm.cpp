@@ -27,12 +27,18 @@ namespace {
 // would fix it, but OpenBLAS reads it when the library loads, before any of our code runs. So
 // float32 products go to oneDNN's sgemm instead, which chooses its kernels by CPUID features
 // rather than model numbers, when OpenBLAS's core is one of the sets below (none has AVX2
-// kernels) and the CPU has AVX2 and FMA. float64 products and LAPACK stay on OpenBLAS.
+// kernels) and the CPU has AVX2 and FMA. float64 products and LAPACK stay on OpenBLAS, so the
+// first product of either kind also says on stderr which OPENBLAS_CORETYPE would speed them up.
 // ADJOINT_SGEMM=openblas|onednn|bysize overrides the rule.
 constexpr std::array<std::string_view, 20> kCoresWithoutAvx2{
     "Katmai", "Coppermine", "Northwood",  "Prescott",    "Banias",      "Atom",         "Core2",
     "Penryn", "Dunnington", "Nehalem",    "Athlon",      "Opteron",     "Opteron_SSE3", "Barcelona",
     "Bobcat", "Bulldozer",  "Piledriver", "Steamroller", "Sandybridge", "Nano"};
+
+bool is_old_core(std::string_view core) {
+  return std::find(kCoresWithoutAvx2.begin(), kCoresWithoutAvx2.end(), core) !=
+         kCoresWithoutAvx2.end();
+}
 
 // Note [float32 products by size]
 // On an AVX-512 CPU whose OpenBLAS core is right (Zen 4: Cooperlake), oneDNN's float32 kernels
@@ -53,6 +59,7 @@ SgemmPath default_path() {
     const char* core = openblas_get_corename();
     const detail::CpuFeatures& cpu = detail::cpu_features();
     SgemmPath p = choose_sgemm_path(core ? core : "", cpu.avx2, cpu.avx512, sgemm_onednn_usable());
+    warn_if_openblas_core_is_old();
     if (const char* env = std::getenv("ADJOINT_SGEMM"); env && *env) {
       const std::string_view v(env);
       if (v == "openblas") {
@@ -75,12 +82,33 @@ SgemmPath default_path() {
 
 }  // namespace
 
+std::string openblas_core_advice(std::string_view core, bool cpu_has_avx2, bool cpu_has_avx512,
+                                 bool cpu_has_avx512_bf16) {
+  if (!is_old_core(core) || !cpu_has_avx2) return "";
+  // The newest of OpenBLAS 0.3.21's kernel sets that the CPU runs.
+  const char* fit = cpu_has_avx512_bf16 ? "Cooperlake" : cpu_has_avx512 ? "SkylakeX" : "Haswell";
+  return "adjoint: OpenBLAS chose its " + std::string(core) +
+         " kernels on a CPU with AVX2 (a CPU newer than this OpenBLAS). float32 products run on "
+         "oneDNN instead, but float64 products and LAPACK stay slow: set OPENBLAS_CORETYPE=" +
+         fit + " before the program starts.\n";
+}
+
+void warn_if_openblas_core_is_old() {
+  static const bool once = [] {
+    const char* core = openblas_get_corename();
+    const detail::CpuFeatures& cpu = detail::cpu_features();
+    const std::string advice =
+        openblas_core_advice(core ? core : "", cpu.avx2, cpu.avx512, cpu.avx512_bf16);
+    if (!advice.empty()) std::fputs(advice.c_str(), stderr);
+    return true;
+  }();
+  (void)once;
+}
+
 SgemmPath choose_sgemm_path(std::string_view core, bool cpu_has_avx2, bool cpu_has_avx512,
                             bool onednn_usable) {
   if (!onednn_usable) return SgemmPath::OpenBlas;
-  const bool old_core = std::find(kCoresWithoutAvx2.begin(), kCoresWithoutAvx2.end(), core) !=
-                        kCoresWithoutAvx2.end();
-  if (old_core) return cpu_has_avx2 ? SgemmPath::OneDnn : SgemmPath::OpenBlas;
+  if (is_old_core(core)) return cpu_has_avx2 ? SgemmPath::OneDnn : SgemmPath::OpenBlas;
   return cpu_has_avx512 ? SgemmPath::BySize : SgemmPath::OpenBlas;
 }
 

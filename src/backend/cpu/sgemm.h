@@ -34,6 +34,13 @@ SgemmPath choose_sgemm_path(std::string_view openblas_core, bool cpu_has_avx2, b
 /// On the BySize path: whether one single-threaded product of this shape runs on oneDNN.
 bool by_size_takes_onednn(int64_t m, int64_t n, int64_t k);
 
+/// Where OpenBLAS runs kernels without AVX2 on a CPU that has AVX2 (Note [OpenBLAS's core]): what
+/// to set so that float64 products and LAPACK, which stay on OpenBLAS, are fast too. Empty
+/// elsewhere. warn_if_openblas_core_is_old() prints it on stderr, once per process.
+std::string openblas_core_advice(std::string_view openblas_core, bool cpu_has_avx2,
+                                 bool cpu_has_avx512, bool cpu_has_avx512_bf16);
+void warn_if_openblas_core_is_old();
+
 /// C = A B + beta C on the calling thread alone, row-major: A is m x k (element (i, p) at
 /// a[i * lda + p], or at a[p * lda + i] when trans_a), B is k x n likewise, C is m x n with row
 /// stride ldc.
