@@ -200,6 +200,7 @@ TEST(SgemmPath, ALayersGradientsOnEveryPath) {
 TEST(SgemmPath, ForcingOneDnnWithoutItIsAnError) {
   if (kernels::sgemm_onednn_usable()) GTEST_SKIP() << "oneDNN is in this build";
   EXPECT_THROW(kernels::set_sgemm_path(SgemmPath::OneDnn), Error);
+  EXPECT_THROW(kernels::set_sgemm_path(SgemmPath::BySize), Error);
 }
 
 }  // namespace

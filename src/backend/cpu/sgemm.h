@@ -23,7 +23,8 @@ SgemmPath sgemm_path();
 std::string sgemm_path_name();
 /// Whether this build can run float32 products on oneDNN.
 bool sgemm_onednn_usable();
-/// For tests and benchmarks: forces a path (OneDnn must be usable); returns the previous one.
+/// For tests and benchmarks: forces a path (OneDnn and BySize need oneDNN); returns the
+/// previous one.
 SgemmPath set_sgemm_path(SgemmPath path);
 
 /// The default rule, apart from ADJOINT_SGEMM (openblas, onednn or bysize), where oneDNN is in
