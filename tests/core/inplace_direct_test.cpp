@@ -2,6 +2,9 @@
 // alpha scaling, broadcasting of the operand, the dtype rules, and the version bump.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "adjoint/adjoint.h"
 
 using namespace adjoint;
@@ -59,4 +62,30 @@ TEST(InplaceDirect, FillZeroCopyAndClamp) {
   Tensor m = zeros({2, 3});
   m.select(0, 1).fill_(1);
   EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{0, 0, 0, 1, 1, 1}));
+}
+
+// A contiguous copy within one dtype is one memmove per thread's range: every bit arrives,
+// across the ranges' boundaries (2^20 + 3 elements span several), NaN payloads and -0 included,
+// for each element size.
+TEST(InplaceDirect, ContiguousCopiesKeepEveryBit) {
+  const int64_t n = (int64_t{1} << 20) + 3;
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(i % 1000) - 500.5;
+  v[0] = -0.0;
+  v[n - 1] = std::nan("0x5");
+  for (DType dt : {DType::Float64, DType::Float32, DType::BFloat16, DType::Int64}) {
+    if (dt == DType::Int64) v[0] = 0, v[n - 1] = 7;
+    Tensor src = tensor(v).to(dt);
+    Tensor cloned = src.clone();
+    Tensor dst = zeros({n}, dt);
+    dst.copy_(src);
+    const std::vector<double> want = src.to_vector<double>();
+    for (const Tensor& got : {cloned, dst}) {
+      const std::vector<double> g = got.to_vector<double>();
+      ASSERT_EQ(g.size(), want.size());
+      EXPECT_EQ(std::memcmp(g.data(), want.data(), g.size() * sizeof(double)), 0) << to_string(dt);
+    }
+    cloned.fill_(1);  // a buffer of its own
+    EXPECT_EQ(src.to_vector<double>()[1], want[1]);
+  }
 }

@@ -2,6 +2,7 @@
 // copies and fills. Every kernel is one call to strided_loop with a per-element lambda.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "adjoint/error.h"
 #include "backend/cpu/elementwise_reduced.h"
@@ -667,12 +668,31 @@ bool convert_contiguous(const Tensor& dst, const Tensor& src) {
   }
 }
 
+// Contiguous copies within one dtype (clone, a gradient into a DDP bucket) as memmove: glibc's
+// runs at the CPU's widest stores, where the element loop of map1 compiles to the baseline's
+// 16-byte ones (a 4 MiB float32 clone took 144 us on one Zen 4 thread, against 88 for x * 1.0).
+// memmove, not memcpy, in case dst and src are one buffer.
+template <class D, class S>
+bool copy_contiguous(const Tensor& dst, const Tensor& src) {
+  if constexpr (std::is_same_v<D, S>) {
+    if (!dst.is_contiguous() || !src.is_contiguous() || dst.shape() != src.shape()) return false;
+    char* o = operand_data<D>(dst);
+    const char* x = operand_data<S>(src);
+    parallel_for(dst.numel(), kFlatGrain, [&](int64_t begin, int64_t end) {
+      std::memmove(o + begin * sizeof(D), x + begin * sizeof(D), (end - begin) * sizeof(D));
+    });
+    return true;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
-      if (convert_contiguous<D, S>(dst, src)) return;
+      if (copy_contiguous<D, S>(dst, src) || convert_contiguous<D, S>(dst, src)) return;
       map1<D, S>(dst, src, [](S v) { return convert_element<D>(v); });
     });
   });
