@@ -23,8 +23,8 @@
 #define ADJOINT_SIMD_KINDS
 #define ADJOINT_SIMD_UNARY_KINDS(X)                                                         \
   X(Neg) X(AddScalar) X(MulScalar) X(RSubScalar) X(RDivScalar) X(Square) X(PowScalar)     \
-  X(Exp) X(Expm1) X(Log) X(Log1p) X(Sqrt) X(Rsqrt) X(Tanh) X(Erf) X(Sigmoid) X(Silu)      \
-  X(GeluErf) X(GeluTanh) X(Softplus)
+  X(Relu) X(Exp) X(Expm1) X(Log) X(Log1p) X(Sqrt) X(Rsqrt) X(Tanh) X(Erf) X(Sigmoid)      \
+  X(Silu) X(GeluErf) X(GeluTanh) X(Softplus)
 #define ADJOINT_SIMD_BINARY_KINDS(X)                                                        \
   X(Add) X(Sub) X(Mul) X(Div) X(Minimum) X(Maximum) X(TanhBackward) X(SigmoidBackward)    \
   X(ReluBackward) X(GeluTanhBackward) X(GeluErfBackward)
@@ -317,6 +317,8 @@ HWY_INLINE void UnaryT(Unary kind, const T* in, T* out, size_t n, T a, T b, E e 
     }
     case Unary::Square:
       return apply([](V x) HWY_ATTR { return hn::Mul(x, x); });
+    case Unary::Relu:  // x < 0 ? 0 : x, as the scalar loop: NaN and -0 pass through
+      return apply([d](V x) HWY_ATTR { return hn::IfThenZeroElse(hn::Lt(x, hn::Zero(d)), x); });
     case Unary::PowScalar:  // a is 2 or 3 (simd_unary_handles(kind, a)), as the scalar loop
       if (a == T(2)) return apply([](V x) HWY_ATTR { return hn::Mul(x, x); });
       return apply([](V x) HWY_ATTR { return hn::Mul(hn::Mul(x, x), x); });
@@ -575,6 +577,7 @@ void simd_exp_shifted(const double* x, double shift, double* y, int64_t n) {
 
 bool simd_unary_handles(Unary kind) {
   switch (kind) {
+    case Unary::Relu:
     case Unary::Neg:
     case Unary::AddScalar:
     case Unary::MulScalar:
@@ -602,6 +605,7 @@ bool simd_unary_handles(Unary kind) {
 
 bool simd_is_exact(Unary kind) {
   switch (kind) {
+    case Unary::Relu:
     case Unary::Neg:
     case Unary::AddScalar:
     case Unary::MulScalar:
