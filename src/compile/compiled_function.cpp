@@ -169,8 +169,8 @@ DynamicLookup dynamic_lookup(CompiledState& s, const std::vector<Tensor>& inputs
   if (!mismatch.empty()) s.warn_once(mismatch);
   if (!d.call) return d;
   d.key = signature(inputs, statics, &d.call->dims);
-  for (const auto& f : s.families)
-    if (f->key == d.key) d.family = f;
+  const auto it = std::ranges::find(s.families, d.key, &DynamicFamily::key);
+  if (it != s.families.end()) d.family = *it;
   if (d.family && !retrace && !tls_retrying) d.fitted = d.family->fitted;
   return d;
 }
@@ -187,13 +187,14 @@ std::shared_ptr<const CompiledEntry> new_entry(CompiledState& s, const std::stri
   std::vector<Tensor> stand_ins;
   for (const Tensor& x : inputs) stand_ins.push_back(stand_in(x));
   if (dynamic.fitted) {
+    std::optional<Graph> built;
     try {
-      finish_entry(*e, dynamic.fitted->at(dynamic.call->sizes), inputs, s.options);
+      built = dynamic.fitted->at(dynamic.call->sizes);
+    } catch (const Error&) {  // sizes the formulas cannot take (a negative dim): traced below
+    }
+    if (built) {
+      finish_entry(*e, std::move(*built), inputs, s.options);
       e->instance = true;
-    } catch (const Error&) {  // sizes the formulas cannot take (a negative dim): trace them
-      *e = CompiledEntry();
-      e->key = key;
-      e->family = dynamic.key;
     }
   }
   if (!e->instance) {

@@ -336,6 +336,32 @@ TEST(CompileDynamic, APiecewiseSizeIsCaughtByTheFarCheck) {
   EXPECT_EQ(c.stats().traces, 4);
 }
 
+TEST(CompileDynamic, SizesTheFormulasCannotTakeAreTraced) {
+  // narrow(x, 0, 2, n - 4): fitted from 8 and 10, it builds 6 without a trace; at 3 the length
+  // formula gives -1, so the graph is not built there but traced, and the function's own error
+  // (as eager code raises it) reaches the caller.
+  auto f = [](const Tensor& x) { return x.narrow(0, 2, x.size(0) - 4) * 2.0; };
+  CompiledFunction c = compile(f, batch_dynamic());
+  for (int64_t n : {8, 10, 6}) {
+    const Tensor x = randn({n, 2});
+    expect_same(c(x), f(x), "size " + std::to_string(n));
+  }
+  EXPECT_EQ(c.stats().instantiations, 1);
+  const Tensor small = randn({3, 2});
+  auto message = [&](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string eager = message([&] { f(small); });
+  EXPECT_NE(eager.find("narrow"), std::string::npos) << eager;
+  EXPECT_EQ(message([&] { c(small); }), eager);
+  EXPECT_EQ(c.stats().instantiations, 1);
+}
+
 TEST(CompileDynamic, SizesZeroAndOneAreTracedOnTheirOwn) {
   CompiledFunction c = compile([](const Tensor& x) { return (x * 2.0).sum({0}); }, batch_dynamic());
   for (int64_t n : {4, 6, 1, 0, 7}) {
