@@ -7,9 +7,12 @@
 namespace adjoint {
 
 /// The kernel bfloat16 matmuls run on here: "onednn:avx512_core_amx" or
-/// "onednn:avx512_core_bf16" where the CPU multiplies bfloat16 natively, else "sgemm" (operands
-/// widened to float32). float16 matmuls always widen and run sgemm.
+/// "onednn:avx512_core_bf16" where the CPU multiplies bfloat16 natively; else "packed:avx2" on
+/// CPUs with AVX2 but not AVX-512 (Zen 3: the operands are widened block by block while packed
+/// for adjoint's own kernel), else "sgemm" (operands widened to float32 copies, then sgemm).
 std::string bf16_matmul_backend();
+/// The same for float16 matmuls: "packed:avx2" or "sgemm" (no x86 CPU multiplies float16).
+std::string float16_matmul_backend();
 
 /// The kernels float32 matmuls run on here: "openblas:CORE" (OpenBLAS's kernel set for this
 /// CPU); on AVX-512 CPUs "openblas:CORE, onednn:ISA for large products"; or "onednn:ISA

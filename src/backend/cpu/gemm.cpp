@@ -11,7 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/threading.h"
 #include "backend/cpu/elementwise_reduced.h"
-#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/sgemm.h"
@@ -42,14 +42,17 @@ namespace {
 // OpenBLAS's thread count (set_num_threads sets it with the pool's) still caps how many pieces
 // run at once.
 // Note [Reduced-precision matmul]
-// bfloat16 products run on oneDNN where the CPU multiplies bfloat16 (Note [bfloat16 matmul]).
-// float16 ones, and bfloat16 ones elsewhere, convert their operands to float32 and run sgemm,
-// rounding the float32 result once (Note [Reduced-precision kernels]): no x86 CPU of ours
-// multiplies float16 natively, so the win of float16 is memory.
+// bfloat16 products run on oneDNN where the CPU multiplies bfloat16 (Note [bfloat16 matmul]), and
+// 16-bit products on AVX2 CPUs without AVX-512 on the packed kernel, which widens blocks of the
+// operands while packing them (Note [Packed 16-bit products]); gemm16.h has both. Elsewhere the
+// operands are converted to float32 copies and sgemm runs, rounding the float32 result once
+// (Note [Reduced-precision kernels]). No x86 CPU of ours multiplies float16 natively, so the win
+// of float16 is memory.
 constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is faster
 // Note [Widened products added in tiles]
-// On the sgemm path, c += widen(round16(a b)) (a weight gradient through autocast's cast) runs a
-// tile of c at a time: the tile's float32 product lands in a buffer that stays in cache, and is
+// On the sgemm and packed paths, c += widen(round16(a b)) (a weight gradient through autocast's
+// cast) runs a tile of c at a time (the packed kernel reads the 16-bit operands; sgemm widened
+// copies): the tile's float32 product lands in a buffer that stays in cache, and is
 // rounded and added into c from there, so the full float32 product is never written out and
 // read back. The tile is zeroed here and the product added with beta = 1: OpenBLAS's own
 // beta = 0 clearing is a slow pass (on Zen 3's kernels a [1024, 128] x [128, 1024] product took
@@ -137,10 +140,10 @@ void gemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, in
   }
 }
 
-// A bfloat16 product that oneDNN multiplies natively (Note [bfloat16 matmul]); every other
-// 16-bit product widens its operands and runs sgemm.
-bool onednn_bf16(const Tensor& t) {
-  return t.dtype() == DType::BFloat16 && bf16_gemm_path() == Bf16GemmPath::OneDnn;
+// A 16-bit product that reads its operands as they are (oneDNN or the packed kernel, gemm16.h);
+// the others widen their operands and run sgemm.
+bool direct16(const Tensor& t) {
+  return is_reduced(t) && gemm16_path(t.dtype()) != Gemm16Path::Widened;
 }
 
 }  // namespace
@@ -148,7 +151,7 @@ bool onednn_bf16(const Tensor& t) {
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
   if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
-    if (onednn_bf16(a_in)) return matmul_bf16(a_in, b_in);
+    if (direct16(a_in)) return matmul16(a_in, b_in);
     return narrow_to(matmul(widen_operand(a_in), widen_operand(b_in)), a_in.dtype());
   }
   const int64_t nd = a_in.dim();
@@ -208,7 +211,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
                  a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
-  if (onednn_bf16(c)) return matmul_add_into_bf16(c, a_in, b_in);
+  if (direct16(c)) return matmul_add_into16(c, a_in, b_in);
   if (is_reduced(c)) {  // See Note [Reduced-precision matmul]
     Tensor wide = widen(c);
     matmul_add_into(wide, widen_operand(a_in), widen_operand(b_in));
@@ -226,17 +229,19 @@ void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   });
 }
 
-void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) {
-  ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a) && b.dtype() == a.dtype());
+void matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+  ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a_in) && b_in.dtype() == a_in.dtype());
   // The float32 product that matmul(a, b) rounds to 16 bits, on its path; rounded here in the
   // add's pass instead of in a pass of its own.
-  if (onednn_bf16(a)) return add_widened_into(c, matmul_bf16_unrounded(a, b), a.dtype());
-  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  const Gemm16Path path = gemm16_path(a_in.dtype());
+  if (path == Gemm16Path::OneDnn)
+    return add_widened_into(c, matmul16_unrounded(a_in, b_in), a_in.dtype());
+  const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
   if (c.numel() == 0 || k == 0) return;  // a zero product adds nothing
-  Tensor a32 = widen_operand(a), b32 = widen_operand(b);
-  const MatrixArg la = blas_operand(a32, m, k), lb = blas_operand(b32, k, n);
-  const float* ap = a32.data_ptr<float>();
-  const float* bp = b32.data_ptr<float>();
+  // The packed kernel reads the 16-bit operands; sgemm needs float32 copies.
+  const bool packed = path == Gemm16Path::Packed;
+  Tensor a = packed ? a_in : widen_operand(a_in), b = packed ? b_in : widen_operand(b_in);
+  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   float* cp = c.data_ptr<float>();
   // Fewer rows per tile where that gives every thread one (a 256-row weight otherwise ran on one).
   const int64_t threads = std::max(1, get_num_threads());
@@ -244,7 +249,20 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) 
   const int64_t row_tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
   SingleThreadedBlas one;
-  dispatch_reduced_floating(a.dtype(), "matmul", [&]<class H>() {
+  dispatch_reduced_floating(a_in.dtype(), "matmul", [&]<class H>() {
+    // A rows x cols tile of the product, from row r0 and column c0, into `tile`.
+    auto tile_product = [&](int64_t r0, int64_t c0, int64_t rows, int64_t cols, float* tile) {
+      const bool ta = la.trans == CblasTrans, tb = lb.trans == CblasTrans;
+      const int64_t ao = ta ? r0 : r0 * la.ld, bo = tb ? c0 * lb.ld : c0;
+      if (packed) {
+        gemm16_single<H>(ta, tb, rows, cols, k, a.data_ptr<H>() + ao, la.ld, b.data_ptr<H>() + bo,
+                         lb.ld, 0.0f, tile, cols);
+      } else {
+        std::fill(tile, tile + rows * cols, 0.0f);
+        gemm<float>(la.trans, lb.trans, rows, cols, k, a.data_ptr<float>() + ao, la.ld,
+                    b.data_ptr<float>() + bo, lb.ld, 1.0f, tile, cols);
+      }
+    };
     // Note [Widened products added in tiles]
     parallel_for(row_tiles * col_tiles, 1, [&](int64_t t0, int64_t t1) {
       Tensor buffer = make_empty({std::min(m, tile_rows) * std::min(n, kTileCols)}, DType::Float32);
@@ -252,10 +270,7 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) 
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t r0 = t / col_tiles * tile_rows, c0 = t % col_tiles * kTileCols;
         const int64_t rows = std::min(tile_rows, m - r0), cols = std::min(kTileCols, n - c0);
-        const float* at = la.trans == CblasNoTrans ? ap + r0 * la.ld : ap + r0;
-        const float* bt = lb.trans == CblasNoTrans ? bp + c0 : bp + c0 * lb.ld;
-        std::fill(tile, tile + rows * cols, 0.0f);
-        gemm<float>(la.trans, lb.trans, rows, cols, k, at, la.ld, bt, lb.ld, 1.0f, tile, cols);
+        tile_product(r0, c0, rows, cols, tile);
         for (int64_t r = 0; r < rows; ++r)
           add_rounded_into<H>(cp + (r0 + r) * n + c0, tile + r * cols, cols);
       }
@@ -264,7 +279,7 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) 
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
-  if (onednn_bf16(x_in)) return linear_bf16(x_in, w_in, bias);
+  if (direct16(x_in)) return linear16(x_in, w_in, bias);
   if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
     return narrow_to(linear(widen_operand(x_in), widen_operand(w_in), widen(bias)), x_in.dtype());
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];

@@ -1,21 +1,13 @@
 // The bfloat16 products of gemm_bf16.h on oneDNN's matmul primitive (Debian's libdnnl 2.6). The
-// other path (operands widened to float32, then sgemm) is gemm.cpp's, shared with float16.
+// other paths (the packed kernel, widened copies and sgemm) are gemm16.cpp's and gemm.cpp's.
 #include "backend/cpu/gemm_bf16.h"
 
-#include <algorithm>
-#include <atomic>
 #include <map>
+#include <string>
 #include <tuple>
-#include <vector>
 
 #include "adjoint/error.h"
-#include "adjoint/mixed_precision.h"
-#include "adjoint/threading.h"
-#include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/onednn_cpu.h"
-#include "core/half_convert.h"
-#include "core/parallel.h"
-#include "core/tensor_factory.h"
 
 namespace adjoint::kernels {
 namespace {
@@ -26,15 +18,13 @@ namespace {
 // ISA that multiplies bfloat16 natively: AVX512-BF16 (vdpbf16ps, Zen 4 and Cooper Lake on) or
 // AMX (Sapphire Rapids on). With AVX-512 but no BF16, oneDNN emulates bfloat16 at about a
 // quarter of sgemm's speed, and with AVX2 only it has no bfloat16 matmul at all; there the
-// operands are widened to float32 (exactly) and sgemm runs. docs/mixed-precision.md has the
-// measurements behind this choice. Threading follows Note [Gemm threading]: large products are
-// cut into row or column blocks of C over adjoint's pool and each block runs on one thread
-// (oneDNN's OpenMP team is limited to one thread in the calling thread), so the blocks, and
-// the results, do not depend on timing. The paths sum in different orders, so their results
-// agree to float32 rounding, not bit for bit.
-constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;
-
-std::atomic<int> forced_path{-1};
+// packed kernel (Note [Packed 16-bit products]) or widened copies and sgemm run (Note [Choosing a
+// 16-bit product's path]). docs/mixed-precision.md has the measurements behind this choice.
+// Threading follows Note [Gemm threading]: gemm16.cpp cuts large products into row or column
+// blocks of C over adjoint's pool and each block runs here on one thread (oneDNN's OpenMP team
+// is limited to one thread in the calling thread), so the blocks, and the results, do not depend
+// on timing. The paths sum in different orders, so their results agree to float32 rounding, not
+// bit for bit.
 
 #ifdef ADJOINT_HAVE_ONEDNN
 bool onednn_isa_has_bf16() {
@@ -90,133 +80,24 @@ bool bf16_gemm_onednn_usable() {
 #endif
 }
 
-Bf16GemmPath bf16_gemm_path() {
-  const int forced = forced_path.load(std::memory_order_relaxed);
-  if (forced >= 0) return static_cast<Bf16GemmPath>(forced);
-  return bf16_gemm_onednn_usable() ? Bf16GemmPath::OneDnn : Bf16GemmPath::Sgemm;
-}
-
-std::string bf16_gemm_path_name() {
+std::string bf16_gemm_onednn_name() {
 #ifdef ADJOINT_HAVE_ONEDNN
-  if (bf16_gemm_path() == Bf16GemmPath::OneDnn) return std::string("onednn:") + onednn_isa_name();
+  return std::string("onednn:") + onednn_isa_name();
+#else
+  return "onednn:unavailable";
 #endif
-  return "sgemm";
 }
 
-Bf16GemmPath set_bf16_gemm_path(Bf16GemmPath path) {
-  ADJOINT_CHECK(path != Bf16GemmPath::OneDnn || bf16_gemm_onednn_usable(), Value, "matmul",
-                "the oneDNN bfloat16 path needs oneDNN and a CPU with AVX512-BF16 or AMX");
-  const Bf16GemmPath prev = bf16_gemm_path();
-  forced_path.store(static_cast<int>(path), std::memory_order_relaxed);
-  return prev;
-}
-
-void gemm_bf16_single(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a,
+void gemm_bf16_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a,
                       int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c,
                       int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : c[i * ldc + j];
-    return;
-  }
 #ifdef ADJOINT_HAVE_ONEDNN
   if (bf16_gemm_onednn_usable()) return gemm_onednn(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+#else
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
+      (void)c, (void)ldc;
 #endif
   ADJOINT_ASSERT(false, "the oneDNN bfloat16 gemm is not available here");
 }
 
-void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
-               const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const int threads = get_num_threads();
-  if (threads <= 1 || 2.0 * m * n * k < kSplitFlops * threads)
-    return gemm_bf16_single(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  // Row blocks unless C is wide and short (as gemm_split in gemm.cpp).
-  if (m >= n || m >= 128 * threads) {
-    parallel_for(m, 16, [&](int64_t r0, int64_t r1) {
-      const BFloat16* ap = ta ? a + r0 : a + r0 * lda;
-      gemm_bf16_single(ta, tb, r1 - r0, n, k, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
-    });
-  } else {
-    parallel_for(n, 16, [&](int64_t c0, int64_t c1) {
-      const BFloat16* bp = tb ? b + c0 * ldb : b + c0;
-      gemm_bf16_single(ta, tb, m, c1 - c0, k, a, lda, bp, ldb, beta, c + c0, ldc);
-    });
-  }
-}
-
-Tensor matmul_bf16(const Tensor& a, const Tensor& b) {
-  return cast(matmul_bf16_unrounded(a, b), DType::BFloat16);
-}
-
-Tensor matmul_bf16_unrounded(const Tensor& a_in, const Tensor& b_in) {
-  const int64_t nd = a_in.dim();
-  const int64_t m = a_in.shape()[nd - 2], k = a_in.shape()[nd - 1], n = b_in.shape()[nd - 1];
-  Shape out_shape = a_in.shape();
-  out_shape[nd - 1] = n;
-  Tensor out = make_empty(out_shape, DType::Float32);
-  if (out.numel() == 0) return out;
-  Tensor a = a_in, b = b_in;
-  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
-  const bool ta = la.trans == CblasTrans, tb = lb.trans == CblasTrans;
-  const BFloat16* ap = a.data_ptr<BFloat16>();
-  const BFloat16* bp = b.data_ptr<BFloat16>();
-  float* cp = out.data_ptr<float>();
-  const int64_t batch = out.numel() / (m * n);
-  if (batch == 1) {
-    gemm_bf16(ta, tb, m, n, k, ap, la.ld, bp, lb.ld, 0.0f, cp, n);
-  } else {
-    // Whole products of the batch per pool thread, each on one thread.
-    const int64_t grain =
-        std::max<int64_t>(1, static_cast<int64_t>(kSplitFlops / std::max(2.0 * m * n * k, 1.0)));
-    parallel_for(batch, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        int64_t ao = 0, bo = 0, rem = i;
-        for (int64_t d = nd - 3; d >= 0; --d) {
-          const int64_t idx = rem % out_shape[d];
-          rem /= out_shape[d];
-          ao += idx * a.strides()[d];
-          bo += idx * b.strides()[d];
-        }
-        gemm_bf16_single(ta, tb, m, n, k, ap + ao, la.ld, bp + bo, lb.ld, 0.0f, cp + i * m * n, n);
-      }
-    });
-  }
-  return out;
-}
-
-Tensor linear_bf16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
-  const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
-  Tensor out = make_empty({rows, outf}, DType::Float32);
-  if (bias.defined()) {
-    copy_into(out, bias);  // broadcast over the rows, widened: the product adds to it (beta 1)
-  } else {
-    fill(out, 0.0);
-  }
-  if (out.numel() == 0 || in == 0) return cast(out, DType::BFloat16);
-  Tensor x = x_in, w = w_in;
-  const MatrixArg lx = blas_operand(x, rows, in), lw = blas_operand(w, outf, in);
-  // Wᵀ: flip W's transpose flag.
-  gemm_bf16(lx.trans == CblasTrans, lw.trans != CblasTrans, rows, outf, in, x.data_ptr<BFloat16>(),
-            lx.ld, w.data_ptr<BFloat16>(), lw.ld, 1.0f, out.data_ptr<float>(), outf);
-  return cast(out, DType::BFloat16);
-}
-
-void matmul_add_into_bf16(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
-  const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
-  if (c.numel() == 0 || k == 0) return;
-  Tensor wide = cast(c, DType::Float32);
-  Tensor a = a_in, b = b_in;
-  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
-  gemm_bf16(la.trans == CblasTrans, lb.trans == CblasTrans, m, n, k, a.data_ptr<BFloat16>(), la.ld,
-            b.data_ptr<BFloat16>(), lb.ld, 1.0f, wide.data_ptr<float>(), n);
-  copy_into(c, wide);
-}
-
 }  // namespace adjoint::kernels
-
-namespace adjoint {
-
-std::string bf16_matmul_backend() { return kernels::bf16_gemm_path_name(); }
-
-}  // namespace adjoint

@@ -1,7 +1,7 @@
 // How BLAS-style kernels read a matrix operand: a 2-d operand whose rows or columns are
 // contiguous is passed as is, with a transpose flag and leading dimension read off its strides;
-// any other is copied to a contiguous tensor first. Shared by the float (gemm.cpp) and bfloat16
-// (gemm_bf16.cpp) products.
+// any other is copied to a contiguous tensor first. Shared by the float (gemm.cpp) and 16-bit
+// (gemm16.cpp) products.
 #pragma once
 
 #include <cblas.h>

@@ -20,7 +20,7 @@ namespace adjoint::kernels {
 // float32 code (SIMD paths included) and converts the result back. The values are those of an
 // element-by-element load-compute-store; the cost is one extra pass over each operand, paid only
 // by the 16-bit dtypes. Data-movement kernels (copy, fill, where, index_select, gather) handle the
-// 16-bit types natively, and the bfloat16 matmul has its own kernel (gemm_bf16.cpp).
+// 16-bit types natively, and the 16-bit matmuls have their own kernels (gemm16.h).
 
 // Read off the impl: this check runs at every kernel entry, float32 ones included.
 inline bool is_reduced(const Tensor& t) {

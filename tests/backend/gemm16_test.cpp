@@ -1,0 +1,260 @@
+// bfloat16 and float16 matrix products on every path this machine has (oneDNN where the CPU
+// multiplies bfloat16, the packed AVX2 kernel where the CPU has AVX2, widened float32 copies and
+// sgemm always) against float64 products of the same 16-bit inputs: each result element within
+// one rounding to the 16-bit dtype plus float32 accumulation error (k * 2^-23 * sum |a_ip b_pj|).
+// Covers transposed views, batches (broadcast too), shapes across the packed kernel's blocks and
+// tiles, linear with and without bias, matmul_add_into, the widened add into float32, and k = 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "adjoint/adjoint.h"
+#include "adjoint/mixed_precision.h"
+#include "backend/cpu/gemm16.h"
+#include "backend/cpu/gemm_packed16.h"
+#include "backend/kernels.h"
+#include "core/cpu_features.h"
+
+using namespace adjoint;
+using kernels::Gemm16Path;
+
+namespace {
+
+const DType kDtypes[] = {DType::BFloat16, DType::Float16};
+
+std::vector<Gemm16Path> paths(DType dtype) {
+  std::vector<Gemm16Path> out;
+  for (Gemm16Path p : {Gemm16Path::Widened, Gemm16Path::Packed, Gemm16Path::OneDnn})
+    if (kernels::gemm16_path_usable(dtype, p)) out.push_back(p);
+  return out;
+}
+
+class PathGuard {
+ public:
+  PathGuard(DType dtype, Gemm16Path p) : dtype_(dtype), prev_(kernels::set_gemm16_path(dtype, p)) {}
+  ~PathGuard() { kernels::set_gemm16_path(dtype_, prev_); }
+
+ private:
+  DType dtype_;
+  Gemm16Path prev_;
+};
+
+// The unit roundoff of the 16-bit result: 2^-8 for bfloat16, 2^-11 for float16.
+int rounding_exponent(DType dtype) { return dtype == DType::BFloat16 ? -8 : -11; }
+
+// got (16-bit, or float32 for an unrounded product) against the float64 product `ref` and the
+// bound of |a| |b| products `mag`.
+void expect_close(const Tensor& got, const Tensor& ref, const Tensor& mag, int64_t k, DType dtype,
+                  const std::string& what) {
+  ASSERT_EQ(got.shape(), ref.shape()) << what;
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(),
+                            m = mag.to_vector<double>();
+  const int e = got.dtype() == DType::Float32 ? -24 : rounding_exponent(dtype);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double bound =
+        std::ldexp(std::abs(r[i]), e) + static_cast<double>(k + 1) * std::ldexp(m[i], -23) + 1e-30;
+    ASSERT_LE(std::abs(g[i] - r[i]), bound)
+        << what << " element " << i << ": " << g[i] << " vs " << r[i];
+  }
+}
+
+Tensor randn16(const Shape& s, DType dtype, Generator& gen) {
+  return randn(s, DType::Float32, &gen).to(dtype);
+}
+
+std::string describe(DType dtype) {
+  return std::string(to_string(dtype)) + " on " + kernels::gemm16_path_name(dtype);
+}
+
+TEST(Gemm16, ThisMachineReportsItsPaths) {
+  const detail::CpuFeatures& f = detail::cpu_features();
+  const bool packed = f.avx2 && f.f16c && !f.avx512;
+  for (DType dtype : kDtypes) {
+    const std::string name = kernels::gemm16_path_name(dtype);
+    if (dtype == DType::BFloat16 && kernels::gemm16_path_usable(dtype, Gemm16Path::OneDnn)) {
+      EXPECT_EQ(name.rfind("onednn:", 0), 0u) << name;
+    } else {
+      EXPECT_EQ(name, packed ? "packed:avx2" : "sgemm") << to_string(dtype);
+    }
+  }
+  EXPECT_EQ(bf16_matmul_backend(), kernels::gemm16_path_name(DType::BFloat16));
+  EXPECT_EQ(float16_matmul_backend(), kernels::gemm16_path_name(DType::Float16));
+  std::cout << "[ bfloat16 gemm path: " << bf16_matmul_backend()
+            << ", float16: " << float16_matmul_backend() << " ]\n";
+}
+
+TEST(Gemm16, MatmulMatchesFloat64OnEveryPath) {
+  Generator gen(7);
+  struct Case {
+    Shape a, b;
+    bool ta, tb;  // operands given as transposed views
+  };
+  const Case cases[] = {
+      {{128, 784}, {784, 300}, false, false},
+      {{5, 3}, {3, 4}, false, false},
+      {{64, 96}, {96, 80}, true, false},
+      {{64, 96}, {96, 80}, false, true},
+      {{33, 17}, {17, 65}, true, true},
+      {{4, 8, 16}, {4, 16, 8}, false, false},
+      {{3, 2, 9, 5}, {5, 7}, false, false},
+      {{1, 1}, {1, 1}, false, false},
+      {{256, 1024}, {1024, 256}, false, true},
+      // Across the packed kernel's blocks: k over one 256 block (equal blocks of whole 8s and a
+      // tail), columns over one 1024 block, rows over one 72 block, edges of the 6 x 16 tile.
+      {{77, 600}, {600, 35}, false, true},
+      {{80, 517}, {517, 1100}, true, false},
+      {{7, 13}, {13, 1041}, true, true},
+      {{150, 9}, {9, 17}, false, false},
+  };
+  for (DType dtype : kDtypes)
+    for (Gemm16Path p : paths(dtype)) {
+      PathGuard guard(dtype, p);
+      for (const Case& c : cases) {
+        // A transposed operand (2-d cases only) is made in the other orientation and viewed back.
+        Tensor a = c.ta ? randn16({c.a[1], c.a[0]}, dtype, gen).t() : randn16(c.a, dtype, gen);
+        Tensor b = c.tb ? randn16({c.b[1], c.b[0]}, dtype, gen).t() : randn16(c.b, dtype, gen);
+        Tensor got = matmul(a, b);
+        ASSERT_EQ(got.dtype(), dtype);
+        Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
+        expect_close(got, matmul(a64, b64), matmul(a64.abs(), b64.abs()), a.size(-1), dtype,
+                     "matmul " + describe(dtype));
+      }
+    }
+}
+
+TEST(Gemm16, LinearAndMatmulAddIntoAddInFloat32) {
+  Generator gen(8);
+  for (DType dtype : kDtypes)
+    for (Gemm16Path p : paths(dtype)) {
+      PathGuard guard(dtype, p);
+      const std::string name = describe(dtype);
+      Tensor x = randn16({100, 48}, dtype, gen), w = randn16({20, 48}, dtype, gen),
+             b = randn16({20}, dtype, gen);
+      Tensor x64 = x.to(DType::Float64), w64 = w.to(DType::Float64), b64 = b.to(DType::Float64);
+      Tensor mag = matmul(x64.abs(), w64.abs().t()) + b64.abs();
+      expect_close(linear(x, w, b), matmul(x64, w64.t()) + b64, mag, 48, dtype, "linear " + name);
+      expect_close(linear(x, w), matmul(x64, w64.t()), mag, 48, dtype,
+                   "linear without bias " + name);
+      // kernels::matmul_add_into: c += a b, beta 1.
+      Tensor c = randn16({100, 20}, dtype, gen);
+      Tensor c64 = c.to(DType::Float64);
+      kernels::matmul_add_into(c, x, w.t());
+      expect_close(c, c64 + matmul(x64, w64.t()), mag + c64.abs(), 48, dtype,
+                   "matmul_add_into " + name);
+      // k = 0: the bias alone, and zeros.
+      Tensor e = linear(zeros({3, 0}, dtype), zeros({2, 0}, dtype), b.slice(0, 0, 2));
+      EXPECT_EQ(e.to_vector<double>(),
+                expand(b.slice(0, 0, 2), {3, 2}).contiguous().to_vector<double>());
+      EXPECT_EQ(matmul(zeros({2, 0}, dtype), zeros({0, 3}, dtype)).to_vector<double>(),
+                std::vector<double>(6, 0.0));
+    }
+}
+
+// c += float32(matmul(a, b)) must give the bits of the 16-bit product on its own path (a weight
+// gradient through autocast's cast), for tiles of several rows and columns and a transposed a.
+// On the packed path each element's sum depends on k alone, and on oneDNN's the product is the
+// same call; on the widened path sgemm's pieces and tiles differ in shape, and oneDNN's float32
+// kernels (Note [float32 products by size]) may sum a piece in a shape-dependent order, so there
+// the two agree within the product's 16-bit rounding.
+TEST(Gemm16, WidenedAddIntoHasTheBitsOfTheProduct) {
+  Generator gen(10);
+  for (DType dtype : kDtypes)
+    for (Gemm16Path p : paths(dtype)) {
+      PathGuard guard(dtype, p);
+      for (const Shape& mkn : {Shape{1024, 128, 1100}, Shape{37, 300, 19}}) {
+        Tensor a = randn16({mkn[1], mkn[0]}, dtype, gen).t();  // gᵀ as a view, as in dW = gᵀ x
+        Tensor b = randn16({mkn[1], mkn[2]}, dtype, gen);
+        Tensor c = randn({mkn[0], mkn[2]}, DType::Float32, &gen);
+        const Tensor product = matmul(a, b).to(DType::Float32);
+        Tensor expected = c + product;
+        kernels::matmul_widened_add_into(c, a, b);
+        if (p != Gemm16Path::Widened) {
+          ASSERT_EQ(c.to_vector<float>(), expected.to_vector<float>()) << describe(dtype);
+          continue;
+        }
+        // One 16-bit step of the product, the two float32 sums' difference, and c's rounding.
+        const Tensor mag = matmul(a.to(DType::Float64).abs(), b.to(DType::Float64).abs());
+        const std::vector<double> got = c.to_vector<double>(), want = expected.to_vector<double>(),
+                                  prod = product.to_vector<double>(), sum = mag.to_vector<double>();
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i],
+                      std::ldexp(std::abs(prod[i]), rounding_exponent(dtype) + 1) +
+                          static_cast<double>(mkn[1] + 1) * std::ldexp(sum[i], -23) +
+                          std::ldexp(std::abs(want[i]), -22))
+              << describe(dtype) << " element " << i;
+      }
+    }
+}
+
+TEST(Gemm16, PathsAgreeOnAnMlpLayerAndItsGradients) {
+  Generator gen(9);
+  for (DType dtype : kDtypes) {
+    Tensor x = randn16({128, 784}, dtype, gen), w = randn16({1024, 784}, dtype, gen) * 0.03;
+    std::vector<std::vector<double>> outs;
+    for (Gemm16Path p : paths(dtype)) {
+      PathGuard guard(dtype, p);
+      Tensor wl = w.detach().requires_grad_(true);
+      Tensor y = linear(x, wl);
+      y.sum().backward();
+      outs.push_back(y.to_vector<double>());
+      outs.push_back(wl.grad().to_vector<double>());
+    }
+    ASSERT_GE(outs.size(), 4u) << "at least the widened and the packed paths";
+    // Same inputs, float32 accumulation in different orders: within one rounding step.
+    const int e = rounding_exponent(dtype) + 1;
+    for (std::size_t q = 2; q < outs.size(); ++q)
+      for (std::size_t i = 0; i < outs[q].size(); ++i)
+        ASSERT_NEAR(outs[q % 2][i], outs[q][i], std::ldexp(std::abs(outs[q % 2][i]), e) + 1e-6)
+            << to_string(dtype) << " output " << q << " element " << i;
+  }
+}
+
+// The packed kernel alone, against a float64 loop: beta 0 and 1, leading dimensions larger than
+// the matrices, and C's padding left alone.
+TEST(Gemm16, PackedKernelHonoursStridesAndBeta) {
+  if (!kernels::gemm_packed16_supported()) GTEST_SKIP() << "no AVX2, FMA and F16C here";
+  Generator gen(11);
+  const int64_t m = 31, n = 45, k = 270, lda = 300, ldc = 50;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        const int64_t ldb = tb ? 280 : 60;  // at least k (B's rows in memory) or n
+        // Storage for A as (m x lda) or (k x lda), B as (k x ldb) or (n x ldb).
+        Tensor a = randn16({ta ? k : m, lda}, DType::BFloat16, gen);
+        Tensor b = randn16({tb ? n : k, ldb}, DType::BFloat16, gen);
+        Tensor c = randn({m, ldc}, DType::Float32, &gen);
+        const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(),
+                                  c0 = c.to_vector<double>();
+        kernels::gemm_packed16(ta, tb, m, n, k, a.data_ptr<BFloat16>(), lda, b.data_ptr<BFloat16>(),
+                               ldb, beta, c.data_ptr<float>(), ldc);
+        const std::vector<double> got = c.to_vector<double>();
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            if (j >= n) {
+              ASSERT_EQ(got[i * ldc + j], c0[i * ldc + j]) << "padding " << i << " " << j;
+              continue;
+            }
+            double ref = beta * c0[i * ldc + j], mag = std::abs(ref);
+            for (int64_t p = 0; p < k; ++p) {
+              const double x = ta ? av[p * lda + i] : av[i * lda + p];
+              const double y = tb ? bv[j * ldb + p] : bv[p * ldb + j];
+              ref += x * y;
+              mag += std::abs(x * y);
+            }
+            ASSERT_LE(std::abs(got[i * ldc + j] - ref), (k + 2) * std::ldexp(mag, -23))
+                << ta << tb << " beta " << beta << " at " << i << " " << j;
+          }
+      }
+}
+
+TEST(Gemm16, ForcingAPathItCannotRunIsAnError) {
+  EXPECT_THROW(kernels::set_gemm16_path(DType::Float16, Gemm16Path::OneDnn), Error);
+  if (!kernels::gemm16_path_usable(DType::BFloat16, Gemm16Path::OneDnn)) {
+    EXPECT_THROW(kernels::set_gemm16_path(DType::BFloat16, Gemm16Path::OneDnn), Error);
+  }
+  if (!kernels::gemm_packed16_supported()) {
+    EXPECT_THROW(kernels::set_gemm16_path(DType::BFloat16, Gemm16Path::Packed), Error);
+  }
+}
+
+}  // namespace
