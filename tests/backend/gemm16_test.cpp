@@ -6,7 +6,9 @@
 // tiles, linear with and without bias, matmul_add_into, the widened add into float32, and k = 0.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "adjoint/adjoint.h"
 #include "adjoint/mixed_precision.h"
@@ -245,6 +247,60 @@ TEST(Gemm16, PackedKernelHonoursStridesAndBeta) {
                 << ta << tb << " beta " << beta << " at " << i << " " << j;
           }
       }
+}
+
+// The packed kernel's rounding add, sum by sum, against the cast: a float32 x split into three
+// bfloat16 parts (x = h + m + l exactly, 8 significant bits each) is the kernel's k = 3 sum of
+// those parts times one, so c += widen(bfloat16(x)) must give the cast's bits for every x: ties
+// on both sides of even across every exponent, and infinities and NaNs (made quiet, top bits
+// kept). float32 subnormals do not split into bfloat16 parts and are left to the cast's own
+// exhaustive test.
+TEST(Gemm16, PackedAddRoundedRoundsAsTheCast) {
+  if (!kernels::gemm_packed16_supported()) GTEST_SKIP() << "no AVX2, FMA and F16C here";
+  auto truncate = [](float v) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & ~0xffffu);
+  };
+  std::vector<float> xs;
+  std::vector<BFloat16> h, m, l;
+  for (uint32_t top = 0; top < 65536; top += 3)  // a tie below every third bfloat16 pattern
+    for (uint32_t low : {0x8000u, 0x7fffu, 0x8001u, 0x1234u}) {
+      const float x = std::bit_cast<float>(top << 16 | low);
+      if (!std::isfinite(x)) continue;
+      const float hi = truncate(x), r = x - hi, mid = truncate(r), lo = r - mid;
+      if (static_cast<float>(BFloat16(lo)) != lo) continue;  // a subnormal: not three parts
+      xs.push_back(x);
+      h.push_back(BFloat16(hi));
+      m.push_back(BFloat16(mid));
+      l.push_back(BFloat16(lo));
+    }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  ASSERT_GT(n, 70000);
+  std::vector<BFloat16> b = h, a(3, BFloat16(1.0f));
+  b.insert(b.end(), m.begin(), m.end());
+  b.insert(b.end(), l.begin(), l.end());
+  std::vector<float> c(n, 0.0f);
+  kernels::gemm_packed16_add_rounded(false, false, 1, n, 3, a.data(), 3, b.data(), n, c.data(), n);
+  const std::vector<float> want =
+      tensor(xs, Shape{n}).to(DType::BFloat16).to(DType::Float32).to_vector<float>();
+  for (int64_t j = 0; j < n; ++j)
+    ASSERT_EQ(std::bit_cast<uint32_t>(c[j]), std::bit_cast<uint32_t>(0.0f + want[j]))
+        << "x bits " << std::hex << std::bit_cast<uint32_t>(xs[j]);
+  // Infinities and NaNs as the sum's first part alone (the others zero).
+  for (float x : {INFINITY, -INFINITY, std::bit_cast<float>(0x7f812345u),
+                  std::bit_cast<float>(0xffc0abcdu)}) {
+    std::vector<BFloat16> parts = {BFloat16(0.0f), BFloat16(0.0f), BFloat16(0.0f)};
+    parts[0].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16);
+    float got = 0.0f;
+    kernels::gemm_packed16_add_rounded(false, false, 1, 1, 3, a.data(), 3, parts.data(), 1, &got,
+                                       1);
+    const float sum = static_cast<float>(parts[0]);
+    const float want1 = tensor(std::vector<float>{sum}, Shape{1})
+                            .to(DType::BFloat16)
+                            .to(DType::Float32)
+                            .to_vector<float>()[0];
+    EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(0.0f + want1))
+        << std::hex << std::bit_cast<uint32_t>(x);
+  }
 }
 
 TEST(Gemm16, ForcingAPathItCannotRunIsAnError) {

@@ -13,6 +13,7 @@
 #include "backend/cpu/elementwise_reduced.h"
 #include "backend/cpu/gemm16.h"
 #include "backend/cpu/gemm_layout.h"
+#include "backend/cpu/gemm_packed16.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/wrapping.h"
@@ -238,8 +239,10 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& 
     return add_widened_into(c, matmul16_unrounded(a_in, b_in), a_in.dtype());
   const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
   if (c.numel() == 0 || k == 0) return;  // a zero product adds nothing
-  // The packed kernel reads the 16-bit operands; sgemm needs float32 copies.
+  // The packed kernel reads the 16-bit operands, and rounds and adds in its store when each sum
+  // is complete in registers (k within its block); sgemm needs float32 copies.
   const bool packed = path == Gemm16Path::Packed;
+  if (packed && k <= kPackedAddRoundedMaxK) return matmul_add_rounded_into16(c, a_in, b_in);
   Tensor a = packed ? a_in : widen_operand(a_in), b = packed ? b_in : widen_operand(b_in);
   const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
   float* cp = c.data_ptr<float>();

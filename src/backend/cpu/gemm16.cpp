@@ -134,24 +134,28 @@ void gemm16_single(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a
   gemm_packed16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Runs piece(r0, r1, c0, c1) over blocks of C's m x n: all of it on the calling thread when the
+// product is small, else row blocks, or column blocks when C is wide and short (as gemm_split in
+// gemm.cpp), one per pool thread.
+template <class Piece>
+void split_product(int64_t m, int64_t n, int64_t k, Piece&& piece) {
+  const int threads = get_num_threads();
+  if (threads <= 1 || 2.0 * m * n * k < kSplitFlops * threads) return piece(0, m, 0, n);
+  if (m >= n || m >= 128 * threads) {
+    parallel_for(m, 16, [&](int64_t r0, int64_t r1) { piece(r0, r1, 0, n); });
+  } else {
+    parallel_for(n, 16, [&](int64_t c0, int64_t c1) { piece(0, m, c0, c1); });
+  }
+}
+
 template <class H>
 void gemm16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a, int64_t lda, const H* b,
             int64_t ldb, float beta, float* c, int64_t ldc) {
-  const int threads = get_num_threads();
-  if (threads <= 1 || 2.0 * m * n * k < kSplitFlops * threads)
-    return gemm16_single(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  // Row blocks unless C is wide and short (as gemm_split in gemm.cpp).
-  if (m >= n || m >= 128 * threads) {
-    parallel_for(m, 16, [&](int64_t r0, int64_t r1) {
-      const H* ap = ta ? a + r0 : a + r0 * lda;
-      gemm16_single(ta, tb, r1 - r0, n, k, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
-    });
-  } else {
-    parallel_for(n, 16, [&](int64_t c0, int64_t c1) {
-      const H* bp = tb ? b + c0 * ldb : b + c0;
-      gemm16_single(ta, tb, m, c1 - c0, k, a, lda, bp, ldb, beta, c + c0, ldc);
-    });
-  }
+  split_product(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const H* ap = ta ? a + r0 : a + r0 * lda;
+    const H* bp = tb ? b + c0 * ldb : b + c0;
+    gemm16_single(ta, tb, r1 - r0, c1 - c0, k, ap, lda, bp, ldb, beta, c + r0 * ldc + c0, ldc);
+  });
 }
 
 template void gemm16_single<BFloat16>(bool, bool, int64_t, int64_t, int64_t, const BFloat16*,
@@ -219,6 +223,25 @@ Tensor linear16(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
            w.data_ptr<H>(), lw.ld, 1.0f, out.data_ptr<float>(), outf);
   });
   return cast(out, x_in.dtype());
+}
+
+void matmul_add_rounded_into16(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+  const int64_t m = a_in.shape()[0], k = a_in.shape()[1], n = b_in.shape()[1];
+  ADJOINT_ASSERT(c.dtype() == DType::Float32 && c.is_contiguous() &&
+                 gemm16_path(a_in.dtype()) == Gemm16Path::Packed && k > 0 &&
+                 k <= kPackedAddRoundedMaxK);
+  Tensor a = a_in, b = b_in;
+  const MatrixArg la = blas_operand(a, m, k), lb = blas_operand(b, k, n);
+  const bool ta = la.trans == CblasTrans, tb = lb.trans == CblasTrans;
+  float* cp = c.data_ptr<float>();
+  dispatch_reduced_floating(a.dtype(), "matmul", [&]<class H>() {
+    const H* ap = a.data_ptr<H>();
+    const H* bp = b.data_ptr<H>();
+    split_product(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      gemm_packed16_add_rounded(ta, tb, r1 - r0, c1 - c0, k, ta ? ap + r0 : ap + r0 * la.ld, la.ld,
+                                tb ? bp + c0 * lb.ld : bp + c0, lb.ld, cp + r0 * n + c0, n);
+    });
+  });
 }
 
 void matmul_add_into16(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {

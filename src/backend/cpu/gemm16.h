@@ -32,6 +32,9 @@ Tensor matmul16(const Tensor& a, const Tensor& b);
 Tensor matmul16_unrounded(const Tensor& a, const Tensor& b);
 Tensor linear16(const Tensor& x, const Tensor& w, const Tensor& bias);
 void matmul_add_into16(const Tensor& c, const Tensor& a, const Tensor& b);
+/// c += widen(round16(a b)) for a contiguous float32 c on the packed path, k at most
+/// kPackedAddRoundedMaxK (gemm_packed16.h): the rounding and the add in the kernel's store.
+void matmul_add_rounded_into16(const Tensor& c, const Tensor& a, const Tensor& b);
 
 /// C = A B + beta C (beta 0 or 1) for one product on the dtype's path, in the layout of
 /// gemm_packed16.h. gemm16 splits large products over adjoint's pool (Note [Gemm threading]);

@@ -30,10 +30,10 @@ namespace {
 // 512-bit FMAs (Intel's two ports) sgemm's AVX-512 kernels on widened copies are up to twice as
 // fast, so there the widened path stays (gemm16.cpp chooses). docs/mixed-precision.md has the
 // measurements.
-constexpr int64_t kMr = 6, kNr = 16;  // the micro-kernel's tile of C
-constexpr int64_t kKc = 256;          // k per block: a 256 x 16 panel of B is 16 KiB (L1)
-constexpr int64_t kMc = 72;           // rows of A per block: 72 x 256 floats, 72 KiB (L2)
-constexpr int64_t kNc = 1024;         // columns of B per block: 1 MiB (L2 on Zen 4, L3 on Zen 3)
+constexpr int64_t kMr = 6, kNr = 16;            // the micro-kernel's tile of C
+constexpr int64_t kKc = kPackedAddRoundedMaxK;  // k per block: a 256 x 16 panel of B, 16 KiB (L1)
+constexpr int64_t kMc = 72;                     // rows of A per block: 72 x 256 floats, 72 KiB (L2)
+constexpr int64_t kNc = 1024;  // columns of B per block: 1 MiB (L2 on Zen 4, L3 on Zen 3)
 
 #define ADJOINT_PACKED16_TARGET __attribute__((target("avx2,fma,f16c")))
 
@@ -128,10 +128,45 @@ ADJOINT_PACKED16_TARGET void pack_a(bool trans, int64_t mc, int64_t kc, const H*
   }
 }
 
-// C's mr x nr tile (mr <= 6, nr <= 16) = (accumulate ? C : 0) + the kc-long product of a packed
-// 6-row panel of A and a packed 16-column panel of B.
+// How the micro-kernel writes its sums into C: c = sum, c += sum, or c += widen(round16(sum))
+// (gemm_packed16_add_rounded: the bits that rounding the product to 16 bits and adding it give).
+enum class Store { Assign, Accumulate, AddRoundedBf16, AddRoundedHalf };
+
+// sum rounded to the 16-bit type and widened back: the bits of round_through_bfloat16_avx2 and
+// round_through_half_f16c in core/half_convert.cpp (and so of the portable code). bfloat16: a
+// NaN keeps its top bits and is made quiet (an FMA's NaN already is; the blend matters because
+// adding the rounding bias to a NaN's payload could carry into its exponent and sign), anything
+// else rounds to nearest even on the low 16 bits (u + 0x7fff + ((u >> 16) & 1)).
+ADJOINT_PACKED16_TARGET inline __m256 round_through_bf16(__m256 sum) {
+  const __m256i u = _mm256_castps_si256(sum);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i top = _mm256_blendv_epi8(rounded, quiet, nan);
+  return _mm256_castsi256_ps(_mm256_and_si256(top, _mm256_set1_epi32(-65536)));
+}
+ADJOINT_PACKED16_TARGET inline __m256 round_through_half(__m256 sum) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(sum, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// What store S writes for sum at c (8 floats).
+template <Store S>
+ADJOINT_PACKED16_TARGET inline __m256 stored(__m256 sum, const float* c) {
+  if constexpr (S == Store::Assign) return sum;
+  if constexpr (S == Store::Accumulate) return _mm256_add_ps(_mm256_loadu_ps(c), sum);
+  if constexpr (S == Store::AddRoundedBf16)
+    return _mm256_add_ps(_mm256_loadu_ps(c), round_through_bf16(sum));
+  if constexpr (S == Store::AddRoundedHalf)
+    return _mm256_add_ps(_mm256_loadu_ps(c), round_through_half(sum));
+}
+
+// C's mr x nr tile (mr <= 6, nr <= 16) gets the kc-long product of a packed 6-row panel of A and
+// a packed 16-column panel of B, stored as S says.
+template <Store S>
 ADJOINT_PACKED16_TARGET void micro_kernel(int64_t kc, const float* a, const float* b, float* c,
-                                          int64_t ldc, bool accumulate, int64_t mr, int64_t nr) {
+                                          int64_t ldc, int64_t mr, int64_t nr) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (int64_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
@@ -160,24 +195,23 @@ ADJOINT_PACKED16_TARGET void micro_kernel(int64_t kc, const float* a, const floa
   if (mr == kMr && nr == kNr) {
     for (int64_t i = 0; i < kMr; ++i) {
       float* row = c + i * ldc;
-      __m256 lo = sums[i][0], hi = sums[i][1];
-      if (accumulate) {
-        lo = _mm256_add_ps(lo, _mm256_loadu_ps(row));
-        hi = _mm256_add_ps(hi, _mm256_loadu_ps(row + 8));
-      }
+      const __m256 lo = stored<S>(sums[i][0], row), hi = stored<S>(sums[i][1], row + 8);
       _mm256_storeu_ps(row, lo);
       _mm256_storeu_ps(row + 8, hi);
     }
     return;
   }
-  alignas(32) float tile[kMr * kNr];
+  // An edge tile: through a full-size copy of C's part (zeros elsewhere), then back.
+  alignas(32) float tile[kMr * kNr] = {};
+  if constexpr (S != Store::Assign)
+    for (int64_t i = 0; i < mr; ++i) std::copy(c + i * ldc, c + i * ldc + nr, tile + i * kNr);
   for (int64_t i = 0; i < kMr; ++i) {
-    _mm256_store_ps(tile + i * kNr, sums[i][0]);
-    _mm256_store_ps(tile + i * kNr + 8, sums[i][1]);
+    float* row = tile + i * kNr;
+    const __m256 lo = stored<S>(sums[i][0], row), hi = stored<S>(sums[i][1], row + 8);
+    _mm256_store_ps(row, lo);
+    _mm256_store_ps(row + 8, hi);
   }
-  for (int64_t i = 0; i < mr; ++i)
-    for (int64_t j = 0; j < nr; ++j)
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * kNr + j] : tile[i * kNr + j];
+  for (int64_t i = 0; i < mr; ++i) std::copy(tile + i * kNr, tile + i * kNr + nr, c + i * ldc);
 }
 
 // The packing buffers of the calling thread (about 1 MiB for B and 80 KiB for A, kept for the
@@ -196,6 +230,49 @@ struct PackBuffers {
   }
 };
 
+// The blocked loops of Note [Packed 16-bit products]; each kc block's sums are stored as
+// store(first block?) says.
+template <class H, class StoreOf>
+void packed_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a, int64_t lda,
+                    const H* b, int64_t ldb, float* c, int64_t ldc, StoreOf store_of) {
+  thread_local PackBuffers buffers;
+  // k in equal blocks of at most kKc, rounded up to whole 8s for the packing's vector loops.
+  const int64_t k_blocks = (k + kKc - 1) / kKc;
+  const int64_t kc_step = std::min(kKc, ((k + k_blocks - 1) / k_blocks + 7) / 8 * 8);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kc_step) {
+      const int64_t kc = std::min(kc_step, k - pc);
+      pack_b(tb, kc, nc, tb ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, buffers.b);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic);
+        pack_a(ta, mc, kc, ta ? a + pc * lda + ic : a + ic * lda + pc, lda, buffers.a);
+        auto tiles = [&]<Store S>() {
+          for (int64_t jr = 0; jr < nc; jr += kNr)
+            for (int64_t ir = 0; ir < mc; ir += kMr)
+              micro_kernel<S>(kc, buffers.a + ir * kc, buffers.b + jr * kc,
+                              c + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
+                              std::min(kNr, nc - jr));
+        };
+        switch (store_of(pc == 0)) {
+          case Store::Assign:
+            tiles.template operator()<Store::Assign>();
+            break;
+          case Store::Accumulate:
+            tiles.template operator()<Store::Accumulate>();
+            break;
+          case Store::AddRoundedBf16:
+            tiles.template operator()<Store::AddRoundedBf16>();
+            break;
+          case Store::AddRoundedHalf:
+            tiles.template operator()<Store::AddRoundedHalf>();
+            break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool gemm_packed16_supported() {
@@ -207,32 +284,28 @@ template <class H>
 void gemm_packed16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a, int64_t lda,
                    const H* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   ADJOINT_ASSERT(gemm_packed16_supported() && (beta == 0 || beta == 1) && k > 0);
-  thread_local PackBuffers buffers;
-  // k in equal blocks of at most kKc, rounded up to whole 8s for the packing's vector loops.
-  const int64_t k_blocks = (k + kKc - 1) / kKc;
-  const int64_t kc_step = std::min(kKc, ((k + k_blocks - 1) / k_blocks + 7) / 8 * 8);
-  for (int64_t jc = 0; jc < n; jc += kNc) {
-    const int64_t nc = std::min(kNc, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kc_step) {
-      const int64_t kc = std::min(kc_step, k - pc);
-      pack_b(tb, kc, nc, tb ? b + jc * ldb + pc : b + pc * ldb + jc, ldb, buffers.b);
-      const bool accumulate = pc > 0 || beta != 0;
-      for (int64_t ic = 0; ic < m; ic += kMc) {
-        const int64_t mc = std::min(kMc, m - ic);
-        pack_a(ta, mc, kc, ta ? a + pc * lda + ic : a + ic * lda + pc, lda, buffers.a);
-        for (int64_t jr = 0; jr < nc; jr += kNr)
-          for (int64_t ir = 0; ir < mc; ir += kMr)
-            micro_kernel(kc, buffers.a + ir * kc, buffers.b + jr * kc,
-                         c + (ic + ir) * ldc + jc + jr, ldc, accumulate, std::min(kMr, mc - ir),
-                         std::min(kNr, nc - jr));
-      }
-    }
-  }
+  packed_product(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, [&](bool first) {
+    return first && beta == 0 ? Store::Assign : Store::Accumulate;
+  });
+}
+
+template <class H>
+void gemm_packed16_add_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a,
+                               int64_t lda, const H* b, int64_t ldb, float* c, int64_t ldc) {
+  ADJOINT_ASSERT(gemm_packed16_supported() && k > 0 && k <= kPackedAddRoundedMaxK);
+  constexpr Store store =
+      std::is_same_v<H, BFloat16> ? Store::AddRoundedBf16 : Store::AddRoundedHalf;
+  packed_product(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, [](bool) { return store; });
 }
 
 template void gemm_packed16<BFloat16>(bool, bool, int64_t, int64_t, int64_t, const BFloat16*,
                                       int64_t, const BFloat16*, int64_t, float, float*, int64_t);
 template void gemm_packed16<Half>(bool, bool, int64_t, int64_t, int64_t, const Half*, int64_t,
                                   const Half*, int64_t, float, float*, int64_t);
+template void gemm_packed16_add_rounded<BFloat16>(bool, bool, int64_t, int64_t, int64_t,
+                                                  const BFloat16*, int64_t, const BFloat16*,
+                                                  int64_t, float*, int64_t);
+template void gemm_packed16_add_rounded<Half>(bool, bool, int64_t, int64_t, int64_t, const Half*,
+                                              int64_t, const Half*, int64_t, float*, int64_t);
 
 }  // namespace adjoint::kernels
