@@ -51,9 +51,10 @@ namespace {
 // of float16 is memory.
 constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is faster
 // Note [Widened products added in tiles]
-// On the sgemm and packed paths, c += widen(round16(a b)) (a weight gradient through autocast's
-// cast) runs a tile of c at a time (the packed kernel reads the 16-bit operands; sgemm widened
-// copies): the tile's float32 product lands in a buffer that stays in cache, and is
+// On the sgemm path, and on the packed one when k is longer than the kernel's block (shorter
+// products round and add in its store), c += widen(round16(a b)) (a weight gradient through
+// autocast's cast) runs a tile of c at a time (the packed kernel reads the 16-bit operands, sgemm
+// widened copies): the tile's float32 product lands in a buffer that stays in cache, and is
 // rounded and added into c from there, so the full float32 product is never written out and
 // read back. The tile is zeroed here and the product added with beta = 1: OpenBLAS's own
 // beta = 0 clearing is a slow pass (on Zen 3's kernels a [1024, 128] x [128, 1024] product took

@@ -111,9 +111,8 @@ Gemm16Path set_gemm16_path(DType dtype, Gemm16Path path) {
           std::string(to_string(dtype)) + " products needs " +
           (path == Gemm16Path::OneDnn ? "bfloat16, oneDNN and a CPU with AVX512-BF16 or AMX"
                                       : "a CPU with AVX2, FMA and F16C"));
-  const Gemm16Path prev = gemm16_path(dtype);
-  forced_for(dtype).store(static_cast<int>(path), std::memory_order_relaxed);
-  return prev;
+  const int prev = forced_for(dtype).exchange(static_cast<int>(path), std::memory_order_relaxed);
+  return prev >= 0 ? static_cast<Gemm16Path>(prev) : default_path(dtype);
 }
 
 template <class H>

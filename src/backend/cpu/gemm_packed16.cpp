@@ -25,8 +25,9 @@ namespace {
 // widens them, exactly, on the way: each operand is read once at half float32's bytes and no
 // widened copy is ever written. The micro-kernel keeps 6 x 16 float32 sums in 12 ymm registers
 // and adds one rank-1 update per k with 12 FMAs (2 loads of B, 6 broadcasts of A). Each element
-// of C is one chain of FMAs over k in order, seeded by the previous kc block's sum; sgemm sums in
-// its own order, so the paths agree to float32 rounding, not bit for bit. AVX2 only: on CPUs with
+// of C is the sum, in order, of one FMA chain per kc block, and the blocks depend on k alone, so
+// its bits do not depend on how a product is split over threads or tiles; sgemm sums in its own
+// order, so the paths agree to float32 rounding, not bit for bit. AVX2 only: on CPUs with
 // 512-bit FMAs (Intel's two ports) sgemm's AVX-512 kernels on widened copies are up to twice as
 // fast, so there the widened path stays (gemm16.cpp chooses). docs/mixed-precision.md has the
 // measurements.
@@ -230,12 +231,18 @@ struct PackBuffers {
   }
 };
 
+// One set per thread, shared by every instantiation of packed_product.
+PackBuffers& pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
 // The blocked loops of Note [Packed 16-bit products]; each kc block's sums are stored as
 // store(first block?) says.
 template <class H, class StoreOf>
 void packed_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const H* a, int64_t lda,
                     const H* b, int64_t ldb, float* c, int64_t ldc, StoreOf store_of) {
-  thread_local PackBuffers buffers;
+  PackBuffers& buffers = pack_buffers();
   // k in equal blocks of at most kKc, rounded up to whole 8s for the packing's vector loops.
   const int64_t k_blocks = (k + kKc - 1) / kKc;
   const int64_t kc_step = std::min(kKc, ((k + k_blocks - 1) / k_blocks + 7) / 8 * 8);
