@@ -5,7 +5,9 @@
 // nn::Module::to.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "adjoint/adjoint.h"
@@ -102,6 +104,44 @@ TEST(ReducedFloat, ToRoundsEachElementAsTheScalarConversion) {
             (std::vector<int64_t>{2, -3, 99840}));
   EXPECT_EQ(full({2}, 3, DType::Int64).to(kF16).to_vector<double>(), (std::vector<double>{3, 3}));
   EXPECT_EQ(ones({1}, DType::Bool).to(kBF16).item<double>(), 1.0);
+}
+
+// Conversions of strided and broadcast views: per-head views whose rows are contiguous (the
+// runs convert as vector blocks), transposes (element by element), row slices and expands, both
+// ways, against the scalar conversion of each element.
+TEST(ReducedFloat, StridedViewsConvertAsEachElement) {
+  Generator gen(3);
+  const Tensor base = randn({4, 6, 3, 40}, DType::Float32, &gen) * 300;
+  const std::vector<std::function<Tensor(const Tensor&)>> views = {
+      [](const Tensor& t) {
+        return t.permute({0, 2, 1, 3});
+      },  // [B, H, T, D] of [B, T, H, D]
+      [](const Tensor& t) {
+        return t.permute({0, 2, 3, 1});
+      },                                                  // and transposed per head
+      [](const Tensor& t) { return t.slice(3, 1, 38); },  // rows shorter than their stride
+      [](const Tensor& t) {
+        return t.slice(0, 0, 1).expand({5, 6, 3, 40});
+      },  // a broadcast
+  };
+  for (DType d : {kF16, kBF16})
+    for (const auto& view : views) {
+      // float32 view -> 16 bits, each element rounded as the scalar conversion.
+      const Tensor v = view(base);
+      ASSERT_EQ(bits_of(v.to(d)), rounded_bits(v.contiguous().to_vector<float>(), d))
+          << d << " " << v.shape();
+      // The same view of a 16-bit tensor -> float32: exact, each element the scalar widening.
+      const Tensor v16 = view(base.to(d));
+      const std::vector<uint16_t> bits = bits_of(v16);
+      const std::vector<float> widened = v16.to(DType::Float32).contiguous().to_vector<float>();
+      ASSERT_EQ(widened.size(), bits.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        const float want = d == kF16 ? detail::half_bits_to_float(bits[i])
+                                     : detail::bfloat16_bits_to_float(bits[i]);
+        ASSERT_EQ(std::bit_cast<uint32_t>(widened[i]), std::bit_cast<uint32_t>(want))
+            << d << " " << v.shape() << " element " << i;
+      }
+    }
 }
 
 TEST(ReducedFloat, FactoriesFillInFloat32AndRoundOnce) {
