@@ -85,12 +85,24 @@ void check_sample(const OpSample& s, int symbols) {
       EXPECT_THROW(compiled(xc), Error) << what;
       return;
     }
-    Tensor yc = compiled(xc)[0];
+    const std::vector<Tensor> re = needing_grad(xe), rc = needing_grad(xc);
+    auto eager_grad = [&] {
+      return autograd::grad({ye}, re, {fixed_cotangent(ye)}, false, false, true);
+    };
+    Tensor yc;
+    try {
+      yc = compiled(xc)[0];
+    } catch (const Error&) {
+      // Repeated rows and columns make some inputs singular (qr's R with an exactly zero
+      // diagonal on OpenBLAS's Haswell and Zen kernels). compile traces the backward with the
+      // forward, so the backward's error comes at the call; eager's backward must throw it.
+      ASSERT_TRUE(is_floating(ye.dtype()) && ye.requires_grad()) << what;
+      EXPECT_THROW(eager_grad(), Error) << what;
+      continue;
+    }
     adjoint::testing::expect_same_values(yc, ye, 0, what + ": value");
     if (!is_floating(ye.dtype()) || !ye.requires_grad()) continue;
-    const std::vector<Tensor> re = needing_grad(xe), rc = needing_grad(xc);
-    const std::vector<Tensor> ge =
-        autograd::grad({ye}, re, {fixed_cotangent(ye)}, false, false, true);
+    const std::vector<Tensor> ge = eager_grad();
     const std::vector<Tensor> gc =
         autograd::grad({yc}, rc, {fixed_cotangent(yc)}, false, false, true);
     for (std::size_t i = 0; i < ge.size(); ++i)
