@@ -16,8 +16,10 @@
 #include "backend/cpu/gemm_packed16.h"
 #include "backend/kernels.h"
 #include "core/cpu_features.h"
+#include "support/matmul_oracle.h"
 
 using namespace adjoint;
+using adjoint::testing::MatmulCase;
 using kernels::Gemm16Path;
 
 namespace {
@@ -45,19 +47,13 @@ class PathGuard {
 int rounding_exponent(DType dtype) { return dtype == DType::BFloat16 ? -8 : -11; }
 
 // got (16-bit, or float32 for an unrounded product) against the float64 product `ref` and the
-// bound of |a| |b| products `mag`.
+// bound of |a| |b| products `mag`: one rounding of the result, and (k + 1) 2^-23 of mag for the
+// float32 sums in their several orders.
 void expect_close(const Tensor& got, const Tensor& ref, const Tensor& mag, int64_t k, DType dtype,
                   const std::string& what) {
-  ASSERT_EQ(got.shape(), ref.shape()) << what;
-  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(),
-                            m = mag.to_vector<double>();
   const int e = got.dtype() == DType::Float32 ? -24 : rounding_exponent(dtype);
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double bound =
-        std::ldexp(std::abs(r[i]), e) + static_cast<double>(k + 1) * std::ldexp(m[i], -23) + 1e-30;
-    ASSERT_LE(std::abs(g[i] - r[i]), bound)
-        << what << " element " << i << ": " << g[i] << " vs " << r[i];
-  }
+  adjoint::testing::expect_within_product_bound(got, ref, mag, e, 2.0 * static_cast<double>(k + 1),
+                                                what);
 }
 
 Tensor randn16(const Shape& s, DType dtype, Generator& gen) {
@@ -88,37 +84,22 @@ TEST(Gemm16, ThisMachineReportsItsPaths) {
 
 TEST(Gemm16, MatmulMatchesFloat64OnEveryPath) {
   Generator gen(7);
-  struct Case {
-    Shape a, b;
-    bool ta, tb;  // operands given as transposed views
-  };
-  const Case cases[] = {
-      {{128, 784}, {784, 300}, false, false},
-      {{5, 3}, {3, 4}, false, false},
-      {{64, 96}, {96, 80}, true, false},
-      {{64, 96}, {96, 80}, false, true},
-      {{33, 17}, {17, 65}, true, true},
-      {{4, 8, 16}, {4, 16, 8}, false, false},
-      {{3, 2, 9, 5}, {5, 7}, false, false},
-      {{1, 1}, {1, 1}, false, false},
-      {{256, 1024}, {1024, 256}, false, true},
-      // Across the packed kernel's blocks: k over one 256 block (equal blocks of whole 8s and a
-      // tail), columns over one 1024 block, rows over one 72 block, edges of the 6 x 16 tile.
-      {{77, 600}, {600, 35}, false, true},
-      {{80, 517}, {517, 1100}, true, false},
-      {{7, 13}, {13, 1041}, true, true},
-      {{150, 9}, {9, 17}, false, false},
-  };
+  std::vector<MatmulCase> cases = adjoint::testing::common_matmul_cases();
+  // Across the packed kernel's blocks: k over one 256 block (equal blocks of whole 8s and a
+  // tail), columns over one 1024 block, rows over one 72 block, edges of the 6 x 16 tile.
+  cases.insert(cases.end(), {{{77, 600}, {600, 35}, false, true},
+                             {{80, 517}, {517, 1100}, true, false},
+                             {{7, 13}, {13, 1041}, true, true},
+                             {{150, 9}, {9, 17}, false, false}});
   for (DType dtype : kDtypes)
     for (Gemm16Path p : paths(dtype)) {
       PathGuard guard(dtype, p);
-      for (const Case& c : cases) {
-        // A transposed operand (2-d cases only) is made in the other orientation and viewed back.
-        Tensor a = c.ta ? randn16({c.a[1], c.a[0]}, dtype, gen).t() : randn16(c.a, dtype, gen);
-        Tensor b = c.tb ? randn16({c.b[1], c.b[0]}, dtype, gen).t() : randn16(c.b, dtype, gen);
-        Tensor got = matmul(a, b);
+      for (const MatmulCase& c : cases) {
+        const Tensor a = adjoint::testing::matmul_operand(c.a, c.ta, dtype, gen);
+        const Tensor b = adjoint::testing::matmul_operand(c.b, c.tb, dtype, gen);
+        const Tensor got = matmul(a, b);
         ASSERT_EQ(got.dtype(), dtype);
-        Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
+        const Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
         expect_close(got, matmul(a64, b64), matmul(a64.abs(), b64.abs()), a.size(-1), dtype,
                      "matmul " + describe(dtype));
       }

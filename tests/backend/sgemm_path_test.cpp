@@ -15,13 +15,17 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/kernels.h"
 #include "core/cpu_features.h"
+#include "support/matmul_oracle.h"
 
 extern "C" char* openblas_get_corename(void);
 
 using namespace adjoint;
+using adjoint::testing::MatmulCase;
 using kernels::SgemmPath;
 
 namespace {
+
+constexpr int kNoRounding = -1000;  // float32 results are not rounded again
 
 std::vector<SgemmPath> paths() {
   std::vector<SgemmPath> out{SgemmPath::OpenBlas};
@@ -41,17 +45,12 @@ class PathGuard {
   SgemmPath prev_;
 };
 
+// got against the float64 product: float32 accumulation error only, (k + 2) 2^-24 sum |a b|.
 void expect_close(const Tensor& got, const Tensor& ref, const Tensor& mag, int64_t k,
                   const std::string& what) {
   ASSERT_EQ(got.dtype(), DType::Float32) << what;
-  ASSERT_EQ(got.shape(), ref.shape()) << what;
-  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>(),
-                            m = mag.to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    const double bound = static_cast<double>(k + 2) * std::ldexp(m[i], -24) + 1e-30;
-    ASSERT_LE(std::abs(g[i] - r[i]), bound)
-        << what << " element " << i << ": " << g[i] << " vs " << r[i];
-  }
+  adjoint::testing::expect_within_product_bound(got, ref, mag, kNoRounding,
+                                                static_cast<double>(k + 2), what);
 }
 
 TEST(SgemmPath, TheRule) {
@@ -122,33 +121,18 @@ TEST(SgemmPath, ThisMachineFollowsTheRule) {
 
 TEST(SgemmPath, MatmulMatchesFloat64OnEveryPath) {
   Generator gen(11);
-  struct Case {
-    Shape a, b;
-    bool ta, tb;  // operands given as transposed views
-  };
-  const Case cases[] = {
-      {{128, 784}, {784, 300}, false, false},
-      {{5, 3}, {3, 4}, false, false},
-      {{64, 96}, {96, 80}, true, false},
-      {{64, 96}, {96, 80}, false, true},
-      {{33, 17}, {17, 65}, true, true},
-      {{4, 8, 16}, {4, 16, 8}, false, false},
-      {{3, 2, 9, 5}, {5, 7}, false, false},
-      {{1, 1}, {1, 1}, false, false},
-      {{256, 1024}, {1024, 256}, false, true},
-      {{8, 700}, {700, 900}, false, false},
-      {{64, 16, 64}, {64, 64, 16}, false, false},
-      {{512, 256}, {256, 128}, true, false},
-      {{4, 128, 128}, {4, 128, 128}, false, false},
-  };
+  std::vector<MatmulCase> cases = adjoint::testing::common_matmul_cases();
+  // Around oneDNN's size threshold (Note [float32 products by size]), both sides of it.
+  cases.insert(cases.end(), {{{8, 700}, {700, 900}, false, false},
+                             {{64, 16, 64}, {64, 64, 16}, false, false},
+                             {{512, 256}, {256, 128}, true, false},
+                             {{4, 128, 128}, {4, 128, 128}, false, false}});
   for (SgemmPath p : paths()) {
     PathGuard guard(p);
-    for (const Case& c : cases) {
-      Tensor a = c.ta ? randn({c.a[1], c.a[0]}, DType::Float32, &gen).t()
-                      : randn(c.a, DType::Float32, &gen);
-      Tensor b = c.tb ? randn({c.b[1], c.b[0]}, DType::Float32, &gen).t()
-                      : randn(c.b, DType::Float32, &gen);
-      Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
+    for (const MatmulCase& c : cases) {
+      const Tensor a = adjoint::testing::matmul_operand(c.a, c.ta, DType::Float32, gen);
+      const Tensor b = adjoint::testing::matmul_operand(c.b, c.tb, DType::Float32, gen);
+      const Tensor a64 = a.to(DType::Float64), b64 = b.to(DType::Float64);
       expect_close(matmul(a, b), matmul(a64, b64), matmul(a64.abs(), b64.abs()), a.size(-1),
                    "matmul " + kernels::sgemm_path_name());
     }

@@ -144,9 +144,8 @@ std::string sgemm_path_name() {
 SgemmPath set_sgemm_path(SgemmPath path) {
   ADJOINT_CHECK(path == SgemmPath::OpenBlas || sgemm_onednn_usable(), Value, "matmul",
                 "the oneDNN float32 paths need a build with oneDNN");
-  const SgemmPath prev = sgemm_path();
-  forced_path.store(static_cast<int>(path), std::memory_order_relaxed);
-  return prev;
+  const int prev = forced_path.exchange(static_cast<int>(path), std::memory_order_relaxed);
+  return prev >= 0 ? static_cast<SgemmPath>(prev) : default_path();
 }
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

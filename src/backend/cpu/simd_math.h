@@ -17,8 +17,7 @@ namespace adjoint::kernels {
 
 /// True for the kinds simd_unary computes: Neg, Relu and the scalar arithmetic (AddScalar,
 /// MulScalar, RSubScalar, RDivScalar: one rounding each, so bitwise equal to the scalar loop),
-/// Exp, Log,
-/// Log1p, Expm1, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Softplus, GeluErf, GeluTanh, Silu.
+/// Exp, Log, Log1p, Expm1, Sqrt, Rsqrt, Tanh, Erf, Sigmoid, Softplus, GeluErf, GeluTanh, Silu.
 bool simd_unary_handles(Unary kind);
 /// The same for a kind with its parameter: also PowScalar with a = 2 or 3 (x * x, x * x * x).
 bool simd_unary_handles(Unary kind, double a);
