@@ -34,6 +34,12 @@ struct AutogradMeta {
   /// A leaf's hooks run once its .grad is final for a backward run, by id.
   std::vector<std::pair<int, std::function<void(const Tensor&)>>> post_accumulate_hooks;
   uint32_t output_nr = 0;  ///< which output of grad_fn this tensor is
+  /// For a leaf a function transform made as its own input (from a primal that does not
+  /// require grad): the sequence number taken when it was made, so that an outer transform
+  /// started before it knows the leaf is its own business (Note [When a transform records its
+  /// backward] in src/transforms/reverse.cpp). kNoSequence for every other tensor.
+  static constexpr uint64_t kNoSequence = ~uint64_t{0};
+  uint64_t transform_input_seq = kNoSequence;
   bool requires_grad = false;
   bool retains_grad = false;
   int retain_hook_id = -1;

@@ -17,6 +17,7 @@ std::atomic<int> next_hook_id{0};
 
 namespace detail {
 uint64_t next_sequence_nr() { return sequence_counter.load(std::memory_order_relaxed); }
+uint64_t take_sequence_nr() { return sequence_counter.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace detail
 
 Node::Node(uint32_t num_outputs)

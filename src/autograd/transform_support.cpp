@@ -32,9 +32,25 @@ Tensor fresh_input(const Tensor& x) {
     return apply(Alias{}, x);
   }
   Tensor t = detach_keep_tangents(x);
-  t.impl()->meta().requires_grad = true;
+  AutogradMeta& meta = t.impl()->meta();
+  meta.requires_grad = true;
+  meta.transform_input_seq = take_sequence_nr();
   return t;
 }
+
+namespace {
+
+// A leaf that a transform started at or after first_seq made for its own input: gradients
+// reaching it stay inside (an inner grad over a constant primal, whose function closes over
+// the outer input). Not a leaf of the caller's, nor of a transform further out.
+bool inner_transform_input(const Node* n, uint64_t first_seq) {
+  const auto* acc = dynamic_cast<const AccumulateGrad*>(n);
+  const AutogradMeta* meta = acc && acc->leaf() ? acc->leaf()->autograd.get() : nullptr;
+  return meta && meta->transform_input_seq != AutogradMeta::kNoSequence &&
+         meta->transform_input_seq >= first_seq;
+}
+
+}  // namespace
 
 bool graph_reaches_outside(const std::vector<Tensor>& outputs,
                            const std::vector<Tensor>& own_inputs, uint64_t first_seq) {
@@ -58,7 +74,8 @@ bool graph_reaches_outside(const std::vector<Tensor>& outputs,
     stack.pop_back();
     if (!n || !seen.insert(n).second) continue;
     // An own input's alias node is new, but its edge leads on to the outer graph.
-    if (!own.count(n) && (n->sequence_nr() < first_seq || dynamic_cast<const AccumulateGrad*>(n)))
+    if (!own.count(n) && !inner_transform_input(n, first_seq) &&
+        (n->sequence_nr() < first_seq || dynamic_cast<const AccumulateGrad*>(n)))
       return true;
     for (const Edge& e : n->next_edges()) stack.push_back(e.node.get());
   }

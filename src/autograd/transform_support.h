@@ -20,9 +20,13 @@ Tensor fresh_input(const Tensor& x);
 /// smaller ones.
 uint64_t next_sequence_nr();
 
+/// Takes a sequence number, as making a node does.
+uint64_t take_sequence_nr();
+
 /// Whether the graph behind `outputs` reaches a node made before `first_seq` or a leaf other
-/// than `own_inputs`: then the gradients a transform computes depend on tensors an outer
-/// computation may differentiate, and must be recorded (create_graph).
+/// than `own_inputs` and the inputs of transforms started since `first_seq`: then the gradients a
+/// transform computes depend on tensors an outer computation may differentiate, and must be
+/// recorded (create_graph).
 bool graph_reaches_outside(const std::vector<Tensor>& outputs,
                            const std::vector<Tensor>& own_inputs, uint64_t first_seq);
 

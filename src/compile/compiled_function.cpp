@@ -203,6 +203,18 @@ std::shared_ptr<const CompiledEntry> new_entry(CompiledState& s, const std::stri
     } catch (const GraphBreak& b) {
       if (s.options.on_graph_break == OnGraphBreak::Throw) throw;
       e->graph_break = b.reason();
+    } catch (const Error& err) {
+      // An undefined argument is allowed (an optional input), but a function that reads it
+      // fails far from the call (in an accessor: "[dtype] called on an undefined tensor"):
+      // say which argument it was.
+      const auto undefined =
+          std::ranges::find_if(inputs, [](const Tensor& x) { return !x.defined(); });
+      const bool read_undefined =
+          std::string_view(err.what()).find("undefined tensor") != std::string::npos;
+      if (undefined == inputs.end() || !read_undefined) throw;
+      throw Error(err.kind(), "compile",
+                  str("argument ", undefined - inputs.begin(),
+                      " is an undefined tensor, and the function failed on it: ", err.what()));
     }
   }
   std::shared_ptr<DynamicFamily>& family = dynamic.family;

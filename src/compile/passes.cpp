@@ -231,11 +231,19 @@ Plan make_plan(Graph traced, const CompileOptions& options) {
       p.constant_ids[static_cast<std::size_t>(v.index)] = static_cast<int>(id);
   }
   for (const GraphNode& n : g.nodes)
-    for (int id : n.inputs)
-      if (!n.backward && id >= 0 &&
-          g.values[static_cast<std::size_t>(id)].kind == ValueKind::Result &&
-          g.values[static_cast<std::size_t>(id)].index > 0)
+    for (int id : n.inputs) {
+      if (id < 0) continue;
+      // A fused node's further outputs are results, which it hands out when it runs through
+      // the stack too; other nodes' are what their forward saved.
+      const Value& v = g.values[static_cast<std::size_t>(id)];
+      if (v.kind != ValueKind::Result || v.index == 0) continue;
+      const GraphNode& maker = g.nodes[static_cast<std::size_t>(v.node)];
+      if (maker.op->fused()) continue;
+      if (!n.backward)
         p.forward_reads_saved = true;
+      else if (maker.backward)
+        p.backward_reads_saved = true;
+    }
   p.forward = schedule(g, false, keep_forward);
   p.backward = schedule(g, true, keep_backward);
   p.forward_peak_bytes = predicted_peak(g, p.forward);

@@ -35,6 +35,9 @@ struct Plan {
   /// A forward node reads what another saved for its backward (the function takes a gradient
   /// itself): the graph cannot run op by op through the stack, which does not hand those out.
   bool forward_reads_saved = false;
+  /// A backward node reads what another backward node saved: a backward over transformed
+  /// cotangents, which goes op by op through the stack, runs eagerly instead.
+  bool backward_reads_saved = false;
   int nodes_traced = 0;
   int merged = 0;
   int dropped = 0;

@@ -27,6 +27,14 @@ namespace adjoint::detail {
 // code: it runs the function again on the saved arguments (which records it), and
 // differentiates that with create_graph; the double backward then runs through ordinary
 // nodes, exactly as without compile.
+//
+// Cotangents that a transform acts on (batched by vmap, as jacrev's one-hot rows are, or
+// carrying jvp tangents) cannot go through the kernels, which know nothing of batch dims or
+// tangents: a kernel would read a batched cotangent's memory as if it were one example (a
+// traced transpose then viewed the batch's first row for every row). That run goes op by op
+// through the dispatch stack, as a transformed forward does, so every op's batching and JVP
+// rules apply. A backward graph whose ops read what other backward ops saved cannot go
+// through the stack (which does not hand those out); it runs eagerly, as with create_graph.
 
 namespace {
 
@@ -77,6 +85,21 @@ void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
   }
 }
 
+/// Runs a schedule op by op through the dispatch stack over env, so that every transform
+/// that is on (vmap, jvp, recording for backward) sees each op.
+void run_dispatched(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
+  std::vector<Tensor> args, extras;
+  for (std::size_t step = 0; step < s.nodes.size(); ++step) {
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(s.nodes[step])];
+    args.clear();
+    for (int id : n.inputs) args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
+    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args, extras);
+    for (std::size_t k = 0; k < extras.size() && k + 1 < n.outputs.size(); ++k)
+      env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
+    for (int id : s.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
+  }
+}
+
 /// The caller's tensor behind a leaf value (an argument or a captured tensor).
 const Tensor& leaf_tensor(const Graph& g, int id, const std::vector<Tensor>& inputs) {
   const Value& v = g.values[static_cast<std::size_t>(id)];
@@ -112,8 +135,9 @@ class CompiledBackward final : public Node {
     std::vector<Tensor> captures;
     for (const SavedTensor& s : captures_) captures.push_back(s.unpack(self));
     TensorList result(next_edges_.size());
-    if (run.create_graph) {
-      eager_backward(grads, inputs, result);
+    const bool transformed_grads = transformed(grads, nullptr);
+    if (run.create_graph || (transformed_grads && plan_->backward_reads_saved)) {
+      eager_backward(grads, inputs, result, run.create_graph);
     } else {
       std::vector<Tensor> env(g.values.size());
       bind_leaves(*plan_, env, inputs, captures);
@@ -129,7 +153,10 @@ class CompiledBackward final : public Node {
         env[static_cast<std::size_t>(c)] =
             grads[k].defined() ? grads[k] : zeros(outputs_[k].shape, outputs_[k].dtype);
       }
-      run_kernels(g, plan_->backward, env);
+      if (transformed_grads)
+        run_dispatched(g, plan_->backward, env);
+      else
+        run_kernels(g, plan_->backward, env);
       for (std::size_t k = 0; k < result.size(); ++k)
         if (next_edges_[k].valid() && g.grads[k] >= 0)
           result[k] = env[static_cast<std::size_t>(g.grads[k])];
@@ -149,11 +176,16 @@ class CompiledBackward final : public Node {
   }
 
  private:
-  // Note [Compiled backward]: replays the forward with recording and differentiates it.
+  // Note [Compiled backward]: replays the forward with recording and differentiates it (with
+  // create_graph as the engine's run asks; the engine runs a node with grad mode off unless
+  // it records, and the replay must record all the same).
   void eager_backward(const TensorList& grads, const std::vector<Tensor>& inputs,
-                      TensorList& result) const {
+                      TensorList& result, bool create_graph) const {
     const Graph& g = plan_->graph;
-    const std::vector<Tensor> outs = eager_(inputs);
+    const std::vector<Tensor> outs = [&] {
+      EnableGradGuard record;
+      return eager_(inputs);
+    }();
     std::vector<Tensor> roots, root_grads, leaves;
     std::vector<std::size_t> leaf_slot;
     for (std::size_t k = 0; k < outs.size(); ++k) {
@@ -168,7 +200,8 @@ class CompiledBackward final : public Node {
       leaf_slot.push_back(k);
     }
     if (roots.empty() || leaves.empty()) return;
-    const std::vector<Tensor> gs = autograd::grad(roots, leaves, root_grads, true, true, true);
+    const std::vector<Tensor> gs =
+        autograd::grad(roots, leaves, root_grads, create_graph, create_graph, true);
     for (std::size_t i = 0; i < gs.size(); ++i) result[leaf_slot[i]] = gs[i];
   }
 
@@ -225,7 +258,7 @@ std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
   return outs;
 }
 
-bool transformed(const std::vector<Tensor>& inputs, const Graph* g) {
+bool transformed(std::span<const Tensor> inputs, const Graph* g) {
   for (const Tensor& x : inputs)
     if (batch_level(x) != 0 || (tls_mode.dual_visible != 0 && has_visible_tangent(x))) return true;
   if (g && tls_mode.dual_visible != 0)
@@ -238,18 +271,7 @@ std::vector<Tensor> run_plan_dispatched(const Plan& plan, const std::vector<Tens
   const Graph& g = plan.graph;
   std::vector<Tensor> env(g.values.size());
   bind_leaves(plan, env, inputs, g.captures);
-  std::vector<Tensor> args, extras;
-  for (std::size_t step = 0; step < plan.forward.nodes.size(); ++step) {
-    const GraphNode& n = g.nodes[static_cast<std::size_t>(plan.forward.nodes[step])];
-    args.clear();
-    for (int id : n.inputs) {
-      args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
-    }
-    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args, extras);
-    for (std::size_t k = 0; k < extras.size() && k + 1 < n.outputs.size(); ++k)
-      env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
-    for (int id : plan.forward.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
-  }
+  run_dispatched(g, plan.forward, env);
   return results_of(g, env);
 }
 

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "compile/passes.h"
@@ -21,7 +22,7 @@ std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
 
 /// Whether a transform acts on the call (an input batched by vmap, or a tangent of jvp on an
 /// input or a captured tensor of g): the graph then runs op by op through the dispatch stack.
-bool transformed(const std::vector<Tensor>& inputs, const Graph* g);
+bool transformed(std::span<const Tensor> inputs, const Graph* g);
 
 /// The forward ops one by one through the dispatch stack, so that every transform that is on
 /// (vmap, jvp, recording for backward) sees them.

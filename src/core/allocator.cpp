@@ -70,17 +70,22 @@ std::size_t block_bytes(std::size_t nbytes) { return size_class(nbytes); }
 void* allocate(std::size_t nbytes) {
   std::size_t cls = size_class(nbytes);
   Cache& c = cache();
-  {
-    std::lock_guard lock(c.mu);
+  // Only memory handed out counts: a request the system refuses (zeros({1LL << 40})) leaves
+  // the current bytes and the peak as they were.
+  auto count = [&] {
     c.stats.allocations++;
     c.stats.current_bytes += cls;
     c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.current_bytes);
+  };
+  {
+    std::lock_guard lock(c.mu);
     std::vector<void*>& list = c.list(cls);
     if (!list.empty()) {
       void* p = list.back();
       list.pop_back();
       c.stats.cached_bytes -= cls;
       c.stats.cache_hits++;
+      count();
       return p;
     }
   }
@@ -89,11 +94,9 @@ void* allocate(std::size_t nbytes) {
     empty_cache();
     p = std::aligned_alloc(kAlignment, cls);
   }
-  if (!p) {
-    std::lock_guard lock(c.mu);
-    c.stats.current_bytes -= cls;
-    throw std::bad_alloc();
-  }
+  if (!p) throw std::bad_alloc();
+  std::lock_guard lock(c.mu);
+  count();
   return p;
 }
 

@@ -13,7 +13,7 @@ using nlohmann::json;
 // Note [The export file]
 // A safetensors file (io/safetensors.h): tensors "capture.<i>" (what the function read from
 // outside, by value) and "constant.<i>" (tensors factories made while tracing), and in the
-// metadata "adjoint.export" = "1" and "adjoint.graph", the traced graph as JSON:
+// metadata "adjoint.export" = "2" and "adjoint.graph", the traced graph as JSON:
 //   values       [kind, index, node, shape, dtype, alias_of] per value (ValueKind's order)
 //   nodes        {"op": key, "fields": [...], "in": [...], "out": [...], "backward", "random"}
 //   inputs, outputs, cotangents, grad_leaves, grads   value ids, as in Graph

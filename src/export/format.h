@@ -13,7 +13,7 @@ inline constexpr const char* kExportOp = "export_function";
 inline constexpr const char* kImportOp = "import_function";
 /// Metadata keys: the format's version, and the graph as JSON.
 inline constexpr const char* kFormatKey = "adjoint.export";
-inline constexpr const char* kFormatVersion = "1";
+inline constexpr const char* kFormatVersion = "2";  // 2: cross_entropy has no scale field
 inline constexpr const char* kGraphKey = "adjoint.graph";
 
 nlohmann::json field_to_json(const Field& f);

@@ -84,23 +84,28 @@ struct CrossEntropyBackward {
 
 struct CrossEntropy {
   static constexpr const char* name = "cross_entropy";
-  auto fields() { return std::tie(reduction, ignore_index, scale); }
+  auto fields() { return std::tie(reduction, ignore_index); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Reduction reduction;
   int64_t ignore_index;
-  double scale = 1;  // set by forward: 1 / (non-ignored rows) for Mean, 0 when there are none
-  // What the forward sets, which the VJP reads: compile traces again when it changes.
-  double forward_state() const { return scale; }
 
-  Tensor forward(const Tensor& logits, const Tensor& target) {
+  Tensor forward(const Tensor& logits, const Tensor& target) const {
     kernels::CrossEntropyForward r = kernels::cross_entropy(logits, target, ignore_index);
     if (reduction == Reduction::None) return r.loss;
     Tensor total = kernels::reduce(kernels::Reduce::Sum, r.loss, {}, false);
     if (reduction == Reduction::Sum) return total;
-    scale = r.valid > 0 ? 1.0 / static_cast<double>(r.valid) : 0.0;
     // NaN (0 / 0) when every row is ignored, as PyTorch
-    return kernels::unary(Unary::MulScalar, total, r.valid > 0 ? scale : kNaN);
+    return kernels::unary(Unary::MulScalar, total,
+                          r.valid > 0 ? 1.0 / static_cast<double>(r.valid) : kNaN);
+  }
+
+  // Mean's divisor, the rows not ignored (1 when there are none: their gradients are 0), as a
+  // tensor computed from the target: the rules read nothing the forward set, so they are right
+  // for whatever target a compiled replay gets, and per example under vmap, where the forward
+  // that runs is the batching rule's.
+  Tensor valid_rows(const Ctx& c, DType dtype) const {
+    return clamp(sum(ne(c.input(1), ignore_index)).to(dtype), 1.0, std::nullopt);
   }
 
   // d loss_i / d logits_i = softmax(logits_i) - one_hot(target_i); 0 on ignored rows
@@ -113,7 +118,7 @@ struct CrossEntropy {
 
   // dlogits = (softmax - one_hot) * gy, with gy / (non-ignored rows) for Mean
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    Tensor g = reduction == Reduction::Mean ? gy * scale : gy;
+    Tensor g = reduction == Reduction::Mean ? gy / valid_rows(c, gy.dtype()) : gy;
     return {cross_entropy_backward(g, c.input(0), c.input(1), ignore_index), Tensor()};
   }
 
@@ -122,17 +127,22 @@ struct CrossEntropy {
     Tensor per_row = sum(dlogits(c) * tx, {1});
     if (reduction == Reduction::None) return per_row;
     Tensor total = sum(per_row);
-    return reduction == Reduction::Mean ? total * scale : total;
+    return reduction == Reduction::Mean ? total / valid_rows(c, total.dtype()) : total;
   }
-  // Batching: per-row losses of all examples' rows at once. Only Reduction::None comes here:
-  // cross_entropy() reduces batched losses with ops, since each example has its own count of
-  // rows that are not ignored.
+  // Batching: the per-row losses of all examples' rows at once, then each example reduces its
+  // own rows (Mean divides by its own count of rows not ignored). The rule, not the public
+  // function, makes that choice, so a trace replayed under vmap (vmap(compile(f))) makes it too.
   Tensor vmap(const BatchArgs& b) const {
-    const Tensor x = b.with_batch(0);
-    const int64_t rows = x.size(0) * x.size(1), classes = x.size(2);
-    Tensor r = apply(CrossEntropy{Reduction::None, ignore_index}, x.reshape({rows, classes}),
-                     b.with_batch(1).reshape({rows}));
-    return r.reshape({x.size(0), x.size(1)});
+    const Tensor x = b.with_batch(0), t = b.with_batch(1);
+    const int64_t examples = x.size(0), rows = x.size(1);
+    Tensor per_row = apply(CrossEntropy{Reduction::None, ignore_index},
+                           x.reshape({examples * rows, x.size(2)}), t.reshape({examples * rows}))
+                         .reshape({examples, rows});
+    if (reduction == Reduction::None) return per_row;
+    Tensor total = sum(per_row, {1});
+    if (reduction == Reduction::Sum) return total;
+    // NaN (0 / 0) for an example whose rows are all ignored, as unbatched.
+    return total / sum(ne(t, ignore_index), {1}).to(per_row.dtype());
   }
 };
 
@@ -166,13 +176,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   if (check_class_inputs(logits, target, "cross_entropy")) {
     Tensor r = cross_entropy(logits.unsqueeze(0), target.reshape({1}), reduction, ignore_index);
     return reduction == Reduction::None ? r.reshape({}) : r;
-  }
-  if (reduction != Reduction::None && tls_mode.vmap_depth != 0 &&
-      (detail::batch_level(logits) != 0 || detail::batch_level(target) != 0)) {
-    // Under vmap each example reduces its own rows (see CrossEntropy's batching rule).
-    Tensor per_row = cross_entropy(logits, target, Reduction::None, ignore_index);
-    if (reduction == Reduction::Sum) return sum(per_row);
-    return sum(per_row) / sum(ne(target, ignore_index)).to(per_row.dtype());
   }
   return apply(CrossEntropy{reduction, ignore_index}, to_floating(logits), target);
 }

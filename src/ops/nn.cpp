@@ -296,7 +296,9 @@ struct LayerNorm {
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     LayerNorm ln{detail::shift_dims(norm_dims), {0}, eps};
     for (int64_t d : lead_dims) ln.lead_dims.push_back(d + 1);
-    const Tensor& x = b[0];
+    // [B, *logical] even when only the weight or the bias is batched: each example normalises
+    // the same x with its own affine transform.
+    const Tensor x = b.with_batch(0);
     Tensor mu = mean(x, ln.norm_dims, true);
     s.save(detail::make_batched(mu, 0, b.level()));
     s.save(detail::make_batched(rsqrt(mean((x - mu).square(), ln.norm_dims, true) + eps), 0,

@@ -1,7 +1,8 @@
 // Statistical reductions: var and std (composites of mean, sub, square and sum), prod (its own
-// op, with a zero-safe VJP), logsumexp (stable composite) and the vector p-norm (p = 2 is its
+// op, with a VJP exact at zeros), logsumexp (stable composite) and the vector p-norm (p = 2 is its
 // own op so that its gradient at the zero vector is 0). Sum and mean are in reduce.cpp; max,
 // min, amax, amin and the arg-reductions are in reduce_extrema.cpp.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -32,43 +33,61 @@ Tensor keep(const Tensor& r, const Shape& input_shape, const std::vector<int64_t
   return keepdim ? r : r.reshape(keepdim_shape(input_shape, dims));
 }
 
-// Note [Zero-safe prod gradient]
-// d/dx_i prod(x) = prod_{j != i} x_j. Dividing the output by x_i is exact only when no element
-// is zero, so that fast path is taken when x has no zeros. Otherwise, per reduced slice, with
-// p = the product of its non-zero elements and z = its number of zeros:
-//   z == 0: p / x_i
-//   z == 1: p at the zero element; x_0 * p / x_i elsewhere, where x_0 (= 0) is the zero
-//           element's value, kept as a differentiable factor so second derivatives are exact
-//   z >= 2: 0 (the first derivatives are exact; second derivatives are not: they would need
-//           a product over all but two elements)
-// Everything is written with differentiable ops and divides only by non-zero values, so
-// double backward works and no NaN leaks through an unselected branch of where.
+// Note [Prod gradient without division]
+// d/dx_i prod(x) = prod_{j != i} x_j = (prod_{j < i} x_j) (prod_{j > i} x_j): per reduced
+// slice, an exclusive prefix product times an exclusive suffix product. Each scan is log2(n)
+// steps of a multiply by a copy of itself shifted by 1, 2, 4, ... (filled with ones), so it is
+// written with mul, slice and cat alone: no division, so any number of zeros is exact, and
+// every derivative of it is again such ops, so second and higher derivatives are exact too
+// (hessian(prod)([0, 0]) = [[0, 1], [1, 0]]). Nothing reads values to choose a way (the rule
+// is the same traced, batched or eager), at O(n log n) multiplies per slice instead of the
+// O(n) of dividing the product by each element, which is wrong at zeros.
+Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
+  if (x.dim() == 0) return ones_like(x);
+  if (x.numel() == 0) return zeros_like(x);
+  // The reduced dims last, flattened into one of n elements.
+  std::vector<int64_t> perm, kept_shape;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
+      perm.push_back(d);
+      kept_shape.push_back(x.size(d));
+    }
+  for (int64_t d : dims) perm.push_back(d);
+  const Tensor moved = permute(x, perm);
+  Shape flat(kept_shape);
+  flat.push_back(reduced_count(x.shape(), dims));
+  const Tensor v = moved.reshape(flat);
+  const int64_t n = flat.back(), last = static_cast<int64_t>(flat.size()) - 1;
+  auto filler = [&](int64_t k) {
+    Shape s = flat;
+    s.back() = k;
+    return ones(s, x.dtype());
+  };
+  // prefix_i = prod_{j < i} v_j: v shifted right by one, then an inclusive scan.
+  Tensor prefix = cat({filler(1), slice(v, last, 0, n - 1)}, last);
+  Tensor suffix = cat({slice(v, last, 1, n), filler(1)}, last);
+  for (int64_t k = 1; k < n; k *= 2) {
+    prefix = prefix * cat({filler(k), slice(prefix, last, 0, n - k)}, last);
+    suffix = suffix * cat({slice(suffix, last, k, n), filler(k)}, last);
+  }
+  std::vector<int64_t> inverse(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = i;
+  return permute((prefix * suffix).reshape(moved.shape()), inverse);
+}
+
 struct Prod {
   static constexpr const char* name = "prod";
   auto fields() { return std::tie(dims, keepdim); }
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
-  static constexpr Save save = Save::InputsAndOutput;
+  static constexpr Save save = Save::Inputs;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kernels::Reduce::Prod, x, dims, keepdim);
   }
-  // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Zero-safe prod gradient].
-  Tensor partials(const Ctx& c) const {
-    const Tensor& x = c.input(0);
-    // (a batched x cannot be read: the zero-safe way is right for every example)
-    const bool has_zero = detail::batch_level(x) != 0 || eq(x, 0).sum().item<int64_t>() > 0;
-    if (!has_zero) return keep(c.output(), c.input_shape(0), dims, keepdim) / x;
-    Tensor nonzero = ne(x, 0);
-    Tensor safe = where(nonzero, x, 1.0);
-    Tensor p = prod(safe, dims, true);
-    Tensor is_zero = logical_not(nonzero);
-    Tensor zeros_in_slice = sum(is_zero, dims, true);
-    Tensor ratio = p / safe;
-    Tensor zero_value = sum(where(is_zero, x, 0.0), dims, true);
-    Tensor one_zero = where(nonzero, zero_value * ratio, p);
-    return where(eq(zeros_in_slice, 0), ratio, where(eq(zeros_in_slice, 1), one_zero, 0.0));
-  }
+  // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Prod gradient without
+  // division].
+  Tensor partials(const Ctx& c) const { return exclusive_products(c.input(0), dims); }
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return keep(gy, c.input_shape(0), dims, keepdim) * partials(c);
   }

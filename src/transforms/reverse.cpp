@@ -7,8 +7,12 @@
 // transform differentiating the primals, or tensors f closes over that require grad (model
 // parameters, an outer transform's inputs). Both show up in f's graph as nodes made before the
 // transform started, or leaves other than the transform's own inputs; graph_reaches_outside
-// finds them. Otherwise backward runs unrecorded and frees the graph as it goes, so a plain
-// grad costs what loss.backward() costs.
+// finds them. The leaves an inner transform made for its own inputs (from primals that do not
+// require grad: grad(y -> x y)(c) inside a grad over x) are not from outside: each carries the
+// sequence number taken when it was made, later than the outer transform's start. Counting
+// them as outside made the outer gradient keep its graph at the top level. Otherwise backward
+// runs unrecorded and frees the graph as it goes, so a plain grad costs what loss.backward()
+// costs.
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"

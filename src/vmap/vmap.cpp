@@ -92,8 +92,11 @@ std::vector<Tensor> vmap_lists(const ListFn& f, const std::vector<Tensor>& args,
                     "in_dim ", *in_dims[i], " of argument ", i, " is out of range for ",
                     describe(args[i]));
   const int64_t size = batch_size(args, in_dims);
+  ADJOINT_CHECK(!options.chunk_size || *options.chunk_size > 0, Value, "vmap",
+                "chunk_size must be positive, got ", options.chunk_size.value_or(0));
+  // An empty batch runs f once at batch size 0, so the outputs have their shapes with a batch
+  // dim of 0 (as torch.func.vmap gives).
   const int64_t chunk = options.chunk_size.value_or(size);
-  ADJOINT_CHECK(chunk > 0, Value, "vmap", "chunk_size must be positive, got ", chunk);
   if (chunk >= size) return run_once(f, args, in_dims, out_dims, size, options.randomness);
 
   // Chunks: the same function over slices of the batch, joined along each output's out_dim.
