@@ -1,6 +1,7 @@
 // The registry-driven check of transforms over compiled functions: for every sample in
-// adjoint::testing::op_registry(), vmap, jacrev, jacfwd and hessian of compile(f) equal the
-// same transforms of f itself (the eager transform is the oracle). vmap runs a batch of three
+// adjoint::testing::op_registry(), vmap, jacrev, jacfwd, hessian and vmap(grad) of compile(f),
+// and compile(vmap(f)) and compile(jacrev(f)), equal the same transforms of f itself (the
+// eager transform is the oracle). vmap runs a batch of three
 // examples with the batch in front of every input; the Jacobians are taken along the first
 // input that requires grad; the Hessian of the float64 sum of f's output, where the sample has
 // second derivatives. When the eager transform throws, the compiled one must throw too.
@@ -99,6 +100,13 @@ TEST_P(OpCompileTransforms, EqualTheEagerTransforms) {
     const Outcome want = run([&] { return vmap(eager_fn, dims, {0}, vo)(args); });
     const Outcome got = run([&] { return vmap(compiled_fn, dims, {0}, vo)(args); });
     expect_same_outcome(got, want, s.name + ": vmap(compile(f))");
+    // compile of the batched function: the trace records the rules' physical ops.
+    CompiledFunction batched = compile(
+        [&](const std::vector<Tensor>& xs) {
+          return std::vector<Tensor>{vmap(eager_fn, dims, {0}, vo)(xs)};
+        },
+        options);
+    expect_same_outcome(run([&] { return batched(args)[0]; }), want, s.name + ": compile(vmap(f))");
   }
 
   const std::vector<Tensor> xs = sample_leaves(s, 1.0);
@@ -119,8 +127,29 @@ TEST_P(OpCompileTransforms, EqualTheEagerTransforms) {
     if (!probe.value || !is_floating(probe.value->dtype())) return;
   }
 
-  expect_same_outcome(run([&] { return jacrev(compiled_a)(x); }),
-                      run([&] { return jacrev(eager_a)(x); }), s.name + ": jacrev(compile(f))");
+  const Outcome jac = run([&] { return jacrev(eager_a)(x); });
+  expect_same_outcome(run([&] { return jacrev(compiled_a)(x); }), jac,
+                      s.name + ": jacrev(compile(f))");
+  // compile of the Jacobian: the trace records the VJP ops under jacrev's vmap.
+  CompiledFunction compiled_jac = compile(
+      [&](const std::vector<Tensor>& ts) { return std::vector<Tensor>{jacrev(eager_a)(ts[0])}; },
+      options);
+  expect_same_outcome(run([&] { return compiled_jac({x})[0]; }), jac,
+                      s.name + ": compile(jacrev(f))");
+  // Per-example gradients of the compiled function: vmap over grad of compile(f).
+  {
+    auto total_of = [](const auto& f) {
+      return [f](const Tensor& t) { return f(t).to(DType::Float64).sum(); };
+    };
+    std::vector<Tensor> xs3;
+    for (int64_t k = 0; k < kBatch; ++k) xs3.push_back(example(x, k));
+    const Tensor xb = stack(xs3, 0);
+    VmapOptions vo;
+    vo.randomness = Randomness::Same;
+    expect_same_outcome(run([&] { return vmap(grad(total_of(compiled_a)), {0}, {0}, vo)(xb); }),
+                        run([&] { return vmap(grad(total_of(eager_a)), {0}, {0}, vo)(xb); }),
+                        s.name + ": vmap(grad(compile(f)))");
+  }
   if (!s.jvp) return;
   expect_same_outcome(run([&] { return jacfwd(compiled_a)(x); }),
                       run([&] { return jacfwd(eager_a)(x); }), s.name + ": jacfwd(compile(f))");
