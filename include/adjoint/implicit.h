@@ -18,9 +18,12 @@ namespace adjoint {
 using MatVec = std::function<Tensor(const Tensor&)>;
 
 /// When a Krylov solve stops: |b - A x| <= max(rtol |b|, atol), in the 2-norm over all
-/// elements. Reaching max_iters first is a Value error naming the solver, the residual and
-/// b's shape and dtype. Unset tolerances follow b's dtype: rtol 1e-10 and atol 1e-14 for
-/// float64, 1e-5 and 1e-7 for float32 (whose rounding a tighter test could never pass).
+/// elements (computed without overflow; the solve runs on b / |b|, so huge and tiny b converge
+/// as well-scaled ones do). Reaching max_iters first is a Value error naming the solver, the
+/// residual and b's shape and dtype; so is a residual that becomes inf or NaN, and so are a
+/// non-finite b or x0. Unset tolerances follow b's dtype: rtol 1e-10 and atol 1e-14 for
+/// float64, 1e-5 and 1e-7 for float32 (whose rounding a tighter test could never pass). Set
+/// ones must be finite and >= 0, max_iters >= 0 and restart >= 1 (else a Value error).
 struct KrylovOptions {
   std::optional<double> rtol;
   std::optional<double> atol;
@@ -80,8 +83,10 @@ using ImplicitSolver = std::function<Tensor(const MatVec& fn, const Tensor& x0)>
 struct ImplicitOptions {
   /// Forward convergence: fixed_point stops when |f(x) - x| <= atol + rtol |x|; root when
   /// |g(x)| <= atol + rtol |g(x0)|. The solution is checked against the same test whatever
-  /// solver produced it; failing is a Value error naming the op, residual, shapes and dtypes.
-  /// Unset: rtol 1e-10 and atol 1e-12 for a float64 x0, 1e-5 and 1e-6 for float32.
+  /// solver produced it; failing is a Value error naming the op, residual, shapes and dtypes
+  /// (a residual that is inf or NaN, at x0, during fixed_point's iteration or at the answer,
+  /// is an error of its own). Unset: rtol 1e-10 and atol 1e-12 for a float64 x0, 1e-5 and
+  /// 1e-6 for float32; set ones must be finite and >= 0, and max_iters >= 0.
   std::optional<double> rtol;
   std::optional<double> atol;
   int64_t max_iters = 1000;

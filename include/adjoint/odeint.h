@@ -42,8 +42,9 @@ struct OdeStats {
 struct OdeOptions {
   OdeMethod method = OdeMethod::Dopri5;
   OdeGradient gradient = OdeGradient::Backprop;
-  /// RK4: the largest step (required; each output interval is cut into equal steps no longer).
-  /// Dopri5: the first step, 0 to choose it automatically (Hairer, Norsett and Wanner II.4).
+  /// RK4: the largest step (required, positive and finite; each output interval is cut into
+  /// equal steps no longer, at most 2^40 of them). Dopri5: the first step, 0 to choose it
+  /// automatically (Hairer, Norsett and Wanner II.4).
   double step_size = 0;
   double rtol = 1e-6;
   double atol = 1e-9;
@@ -58,9 +59,11 @@ struct OdeOptions {
 /// The solution at the times t (1-D, strictly increasing; t[0] is the time of y0), stacked:
 /// [len(t), *y0.shape], with row 0 equal to y0. Differentiable with respect to y0 and params
 /// (all floating) by options.gradient; not with respect to t. Errors (adjoint::Error naming
-/// "odeint", shapes and dtypes): non-floating y0 or params, t not 1-D or not increasing, f
-/// returning another shape or dtype, RK4 without a positive step_size, Checkpoint with
-/// Dopri5, Dopri5 exceeding max_steps or its step size underflowing. Forward mode alone (jvp)
+/// "odeint", shapes and dtypes): non-floating y0 or params, a non-finite y0, t not 1-D, not
+/// finite or not increasing, rtol or atol negative or not finite, f returning another shape
+/// or dtype, RK4 without a positive finite step_size or needing more than 2^40 steps in one
+/// interval, Checkpoint with Dopri5, Dopri5 exceeding max_steps or its step size underflowing,
+/// a solution that becomes inf or NaN. Forward mode alone (jvp)
 /// carries tangents through the steps whatever the gradient. The adjoint's backward has no
 /// tangents and no double backward (hvp or create_graph through it is NotImplemented);
 /// Backprop composes with every transform, as any ops do.

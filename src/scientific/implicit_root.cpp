@@ -15,6 +15,7 @@
 #include "scientific/per_example.h"
 #include "scientific/precision.h"
 #include "scientific/solution_list.h"
+#include "scientific/solver_args.h"
 
 namespace adjoint {
 namespace {
@@ -27,6 +28,8 @@ struct RootSpec {
   Tensor x0;
 };
 
+using detail::all_finite;
+using detail::finite;
 using detail::for_all;
 using detail::norm_of;
 using detail::worst;
@@ -55,31 +58,39 @@ Tensor checked_call(const RootSpec& s, const ImplicitFn& fn, const Tensor& x,
 }
 
 // Plain iteration x <- f(x) until the step is within tolerance, per example (Note [Solvers
-// under vmap] in per_example.h: a converged example keeps its x).
-Tensor iterate(const RootSpec& s, const MatVec& f) {
+// under vmap] in per_example.h: a converged example keeps its x). A step that is inf or NaN
+// fails every test and cannot recover: the iteration diverged, and says so at once.
+Tensor iterate(const RootSpec& s, const MatVec& f, const std::vector<Tensor>& params) {
   Tensor x = s.x0.detach();
   Tensor moving = ones({}, DType::Bool);
   for (int64_t it = 0; it < s.options.max_iters; ++it) {
     Tensor next = f(x);
     const Tensor step = norm_of(next - x);
+    ADJOINT_CHECK(for_all(logical_or(logical_not(moving), finite(step))), Value, s.op,
+                  "diverged: |f(x) - x| is not finite (", worst(where(moving, step, 0.0)),
+                  ") at iteration ", it + 1, " for ", describe_all(s.x0, params),
+                  " (plain iteration needs f to be a contraction near the fixed point)");
     x = where(moving, next, x);
-    moving = logical_and(moving, gt(step, norm_of(next) * rtol_of(s) + atol_of(s)));
+    const Tensor converged = le(step, norm_of(next) * rtol_of(s) + atol_of(s));
+    moving = logical_and(moving, logical_not(converged));
     if (for_all(logical_not(moving))) break;
   }
   return x;
 }
 
 // Newton-GMRES: J δ = -g(x) with J u by forward mode, then a backtracking line search on |g|,
-// per example (a converged example stops; each has its own step length t).
-Tensor newton(const RootSpec& s, const MatVec& g) {
+// per example (a converged example stops; each has its own step length t). Only points with
+// a finite residual are accepted; an example that finds none down to t < 1e-4 stops where it
+// is, and the residual check after the solve reports it. r0 = |g(x0)|, finite.
+Tensor newton(const RootSpec& s, const MatVec& g, const Tensor& r0) {
   Tensor x = s.x0.detach();
   Tensor r = g(x);
-  Tensor rn = norm_of(r);
+  Tensor rn = r0;
   const Tensor tol = rn * rtol_of(s) + atol_of(s);
   KrylovOptions inner = s.options.linear.krylov;
   const double tightest = detail::all_examples(tol).min().item<double>();
   inner.atol = std::max(inner.atol.value_or(0.0), 0.1 * tightest);
-  Tensor moving = gt(rn, tol);
+  Tensor moving = logical_not(le(rn, tol));
   for (int64_t it = 0; it < s.options.max_iters && !for_all(logical_not(moving)); ++it) {
     Tensor delta;
     try {
@@ -93,16 +104,20 @@ Tensor newton(const RootSpec& s, const MatVec& g) {
       Tensor xn = x + delta * t;
       Tensor rn_t = g(xn);
       const Tensor n = norm_of(rn_t);
-      const Tensor accept =
-          logical_and(searching, logical_or(le(n, (1 - t * 1e-4) * rn), lt(t, 1e-4)));
+      const Tensor shortest = lt(t, 1e-4);
+      // Sufficient decrease (NaN fails it), or the shortest step if its residual is finite.
+      const Tensor accept = logical_and(
+          searching, logical_or(le(n, (1 - t * 1e-4) * rn), logical_and(shortest, finite(n))));
+      const Tensor stuck = logical_and(logical_and(searching, logical_not(accept)), shortest);
       x = where(accept, xn, x);
       r = where(accept, rn_t, r);
       rn = where(accept, n, rn);
-      searching = logical_and(searching, logical_not(accept));
+      moving = logical_and(moving, logical_not(stuck));
+      searching = logical_and(searching, logical_not(logical_or(accept, stuck)));
       if (for_all(logical_not(searching))) break;
       t = where(searching, t * 0.5, t);
     }
-    moving = logical_and(moving, gt(rn, tol));
+    moving = logical_and(moving, logical_not(le(rn, tol)));
   }
   return x;
 }
@@ -151,20 +166,38 @@ struct ImplicitRootFn : Function<ImplicitRootFn> {
     const RootSpec& s = *spec;
     const bool fp = static_cast<bool>(s.f);
     const MatVec fn = [&](const Tensor& x) { return checked_call(s, fp ? s.f : s.G, x, params); };
-    const Tensor r0 = fp ? Tensor() : norm_of(fn(s.x0));
-    Tensor x = s.options.solver ? s.options.solver(fn, s.x0) : fp ? iterate(s, fn) : newton(s, fn);
+    const char* residual = fp ? "|f(x) - x|" : "|g(x)|";
+    // The residual at the start: root's tolerance is relative to it, and a non-finite one
+    // (f or g overflowing at x0) leaves nothing to converge from.
+    const Tensor r0 = norm_of(checked_call(s, s.G, s.x0, params));
+    ADJOINT_CHECK(for_all(finite(r0)), Value, s.op, "the residual ", residual,
+                  " is not finite at x0 (", worst(r0), ") for ", describe_all(s.x0, params));
+    Tensor x = s.options.solver ? s.options.solver(fn, s.x0)
+               : fp             ? iterate(s, fn, params)
+                                : newton(s, fn, r0);
     ADJOINT_CHECK(x.defined() && x.shape() == s.x0.shape() && x.dtype() == s.x0.dtype(), Shape,
                   s.op, "the solver returned ",
                   x.defined() ? describe(x) : std::string("an undefined tensor"), " for ",
                   describe(s.x0));
     // The solution is checked whatever produced it: an unconverged x would give gradients of
-    // the wrong point without any sign.
-    // Per example; NaN and inf fail the comparison.
+    // the wrong point without any sign. Per example; NaN and inf fail the comparisons, and a
+    // non-finite x or residual is named as such.
+    ADJOINT_CHECK(for_all(all_finite(x)), Value, s.op,
+                  "the solver returned a non-finite solution for ", describe_all(s.x0, params));
     const Tensor res = norm_of(checked_call(s, s.G, x, params));
-    const Tensor tol = (fp ? norm_of(x) : r0) * rtol_of(s) + atol_of(s);
-    ADJOINT_CHECK(for_all(le(res, tol)), Value, s.op, "did not converge in ", s.options.max_iters,
-                  " iterations: residual ", worst(res), " > tolerance ", worst(tol), " for ",
+    ADJOINT_CHECK(for_all(finite(res)), Value, s.op, "the residual ", residual,
+                  " is not finite at the solution (", worst(res), ") for ",
                   describe_all(s.x0, params));
+    const Tensor tol = (fp ? norm_of(x) : r0) * rtol_of(s) + atol_of(s);
+    if (!for_all(le(res, tol))) {
+      const double worst_res = worst(res), start = worst(r0);
+      throw Error(ErrorKind::Value, s.op,
+                  detail::str("did not converge in ", s.options.max_iters, " iterations: ",
+                              residual, " = ", worst_res, " > tolerance ", worst(tol),
+                              worst_res > start ? detail::str(" (", start, " at x0: diverging)")
+                                                : std::string(),
+                              " for ", describe_all(s.x0, params)));
+    }
     ctx.save_for_backward(detail::with_solution(x, params));
     ctx.saved_data["spec"] = spec;
     return x;
@@ -209,8 +242,14 @@ Tensor solve_implicit(std::shared_ptr<RootSpec> spec, const std::vector<Tensor>&
     ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, op, "param ", i,
                   " must be a defined floating tensor, got ",
                   params[i].defined() ? describe(params[i]) : std::string("undefined"));
-  ADJOINT_CHECK(spec->options.max_iters >= 0, Value, op, "max_iters must be >= 0, got ",
-                spec->options.max_iters);
+  ADJOINT_CHECK(for_all(all_finite(spec->x0.detach())), Value, op, "x0 has non-finite entries (",
+                describe(spec->x0), ")");
+  detail::check_tolerance(op, "rtol", spec->options.rtol);
+  detail::check_tolerance(op, "atol", spec->options.atol);
+  detail::check_count(op, "max_iters", spec->options.max_iters, 0);
+  // The linear solves of Newton's steps and of the derivatives: checked here, since Newton
+  // reads a failed step as a singular Jacobian.
+  detail::check_krylov_options(op, spec->options.linear.krylov, "linear.krylov.");
   spec->x0 = spec->x0.detach();
   std::shared_ptr<const RootSpec> s = std::move(spec);
   if (params.empty()) {  // nothing to differentiate: the solve alone

@@ -11,6 +11,7 @@
 #include "adjoint/transforms.h"
 #include "scientific/precision.h"
 #include "scientific/solution_list.h"
+#include "scientific/solver_args.h"
 
 namespace adjoint {
 namespace {
@@ -104,6 +105,7 @@ Tensor linear_solve(const LinearOperator& A, const Tensor& b, const std::vector<
     ADJOINT_CHECK(params[i].defined() && is_floating(params[i].dtype()), DType, kOp, "param ", i,
                   " must be a defined floating tensor, got ",
                   params[i].defined() ? describe(params[i]) : std::string("undefined"));
+  detail::check_krylov_options(kOp, options.krylov, "krylov.");
   auto spec = std::make_shared<const SolveSpec>(SolveSpec{A, options});
   return LinearSolveFn::apply(b, params, spec);
 }

@@ -10,6 +10,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "scientific/per_example.h"
 
 namespace adjoint::ode_detail {
 namespace {
@@ -42,17 +43,26 @@ int64_t numel_all(const State& y) {
 }
 
 // sqrt(mean((v / (atol + rtol max(|a|, |b|)))²)) over every element: Hairer's error norm.
+// Each tensor's 2-norm is overflow-safe (Note [Overflow-safe norms] in per_example.h), and so
+// is their combination: a step whose error is merely huge is rejected, not taken for a
+// non-finite solution.
 double scaled_rms(const State& v, const State& a, const State& b, double rtol, double atol) {
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward;
-  double sq = 0;
+  std::vector<double> norms;
+  double largest = 0;
   for (std::size_t j = 0; j < v.size(); ++j) {
     Tensor scale = maximum(abs(a[j].detach()), abs(b[j].detach())) * rtol + atol;
-    Tensor r = v[j].detach() / scale;
-    sq += (r * r).sum().item<double>();
+    const double nj = detail::norm_of(v[j].detach() / scale).item<double>();
+    if (!std::isfinite(nj)) return nj;
+    norms.push_back(nj);
+    largest = std::max(largest, nj);
   }
   const int64_t n = numel_all(v);
-  return n ? std::sqrt(sq / static_cast<double>(n)) : 0.0;
+  if (n == 0 || largest == 0) return 0.0;
+  double sq = 0;
+  for (double nj : norms) sq += (nj / largest) * (nj / largest);
+  return largest * std::sqrt(sq / static_cast<double>(n));
 }
 
 // Hairer, Norsett and Wanner, Solving ODEs I, II.4: a first step from the sizes of y and f.
@@ -89,8 +99,25 @@ constexpr double e1 = 71.0 / 57600, e3 = -71.0 / 16695, e4 = 71.0 / 1920, e5 = -
 }  // namespace
 
 int64_t rk4_substeps(double t0, double t1, double max_h) {
+  // Range-checked before the cast: casting a double beyond int64 is undefined (step_size 1e-30
+  // over [0, 1] asked for 1e30 steps and took one).
   const double n = std::ceil(std::abs(t1 - t0) / max_h - 1e-9);
+  ADJOINT_CHECK(max_h > 0 && std::isfinite(n) && n <= static_cast<double>(kMaxRk4Steps), Value,
+                "odeint", "RK4 with step_size=", max_h, " would take ", n, " steps between t=", t0,
+                " and t=", t1, ", more than the ", kMaxRk4Steps,
+                " (2^40) allowed per output interval: raise step_size");
   return std::max<int64_t>(1, static_cast<int64_t>(n));
+}
+
+void check_finite_state(const State& y, double t0, double t1, const char* method) {
+  NoGradGuard no_grad;
+  NoForwardGradGuard no_forward;
+  for (const Tensor& yj : y)
+    ADJOINT_CHECK(detail::for_all(detail::all_finite(yj.detach())), Value, "odeint", "the ", method,
+                  " solution became non-finite between t=", t0, " and t=", t1, " (state ",
+                  describe(yj),
+                  "): the problem blows up there, or the step is "
+                  "too large for it");
 }
 
 State rk4_step(const Field& f, double t, const State& y, double h, Counts& n) {
@@ -106,6 +133,7 @@ State rk4(const Field& f, State y, double t0, double t1, double max_h, Counts& n
   const int64_t steps = rk4_substeps(t0, t1, max_h);
   const double h = (t1 - t0) / static_cast<double>(steps);
   for (int64_t i = 0; i < steps; ++i) y = rk4_step(f, t0 + static_cast<double>(i) * h, y, h, n);
+  check_finite_state(y, t0, t1, "RK4");
   return y;
 }
 
@@ -115,6 +143,10 @@ State dopri5(const Field& f, State y, double t0, double t1, Dopri5Control& c, Co
   const double dir = t1 > t0 ? 1.0 : -1.0;
   State k1 = eval(f, t0, y, n);
   if (c.h <= 0) c.h = initial_step(f, t0, y, k1, dir, c, n);
+  // y is finite (odeint checks y0; each accepted step is checked below), so a non-finite first
+  // step comes from f: named here rather than as an underflowed step.
+  ADJOINT_CHECK(std::isfinite(c.h), Value, op, "the vector field is not finite at t=", t0,
+                " (the first step size came out ", c.h, ") for ", c.what);
   double t = t0;
   const int64_t start = n.steps + n.rejected;
   while (dir * (t1 - t) > 0) {

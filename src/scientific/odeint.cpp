@@ -11,7 +11,9 @@
 #include "adjoint/ops.h"
 #include "scientific/ode_adjoint.h"
 #include "scientific/ode_steppers.h"
+#include "scientific/per_example.h"
 #include "scientific/precision.h"
+#include "scientific/solver_args.h"
 
 namespace adjoint {
 namespace ode_detail {
@@ -74,6 +76,7 @@ std::vector<Tensor> solve_checkpointed(const VectorField& f, const Tensor& y0,
                                   t0 + static_cast<double>(k) * h, s, h, unused);
     };
     y = checkpoint_loop(step, {y}, params, steps, o.snapshots)[0];
+    ode_detail::check_finite_state({y}, t0, times[i], "RK4");
     n.steps += steps;
     n.evals += 4 * steps;
     out.push_back(y);
@@ -106,12 +109,24 @@ Tensor odeint(const VectorField& f, const Tensor& y0, const Tensor& t,
                   "t must be strictly increasing, but t[", i, "] = ", times[i], " <= t[", i - 1,
                   "] = ", times[i - 1], " (t ", describe(t), ", y0 ", describe(y0), ")");
   }
+  // y0 is checked here: a NaN or inf in it would otherwise surface steps later, as an
+  // underflowed step size or a non-finite solution.
+  ADJOINT_CHECK(detail::for_all(detail::all_finite(y0.detach())), Value, op,
+                "y0 has non-finite entries (", ode_detail::describe_problem(y0, params), ")");
+  detail::check_tolerance(op, "rtol", o.rtol);
+  detail::check_tolerance(op, "atol", o.atol);
   ADJOINT_CHECK(o.method != OdeMethod::RK4 || (o.step_size > 0 && std::isfinite(o.step_size)),
-                Value, op, "RK4 needs a positive step_size, got ", o.step_size);
-  ADJOINT_CHECK(o.method != OdeMethod::Dopri5 ||
-                    (o.rtol >= 0 && o.atol >= 0 && o.rtol + o.atol > 0 && o.max_steps > 0),
+                Value, op, "RK4 needs a positive, finite step_size, got ", o.step_size);
+  if (o.method == OdeMethod::RK4) {  // each interval's step count, before any work
+    for (std::size_t i = 1; i < times.size(); ++i)
+      ode_detail::rk4_substeps(times[i - 1], times[i], o.step_size);
+  }
+  ADJOINT_CHECK(o.method != OdeMethod::Dopri5 || (o.step_size >= 0 && std::isfinite(o.step_size)),
                 Value, op,
-                "Dopri5 needs rtol, atol >= 0 (not both 0) and max_steps > 0, got rtol=", o.rtol,
+                "Dopri5's step_size (the first step; 0 chooses it) must be finite and >= 0, got ",
+                o.step_size);
+  ADJOINT_CHECK(o.method != OdeMethod::Dopri5 || (o.rtol + o.atol > 0 && o.max_steps > 0), Value,
+                op, "Dopri5 needs rtol and atol not both 0 and max_steps > 0, got rtol=", o.rtol,
                 ", atol=", o.atol, ", max_steps=", o.max_steps);
   ADJOINT_CHECK(o.gradient != OdeGradient::Checkpoint || o.method == OdeMethod::RK4, Value, op,
                 "gradient=Checkpoint needs the fixed-step RK4 method (checkpoint_loop replays a "
