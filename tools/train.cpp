@@ -14,7 +14,9 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -27,33 +29,30 @@
 #include "loss_log.h"
 #include "run_state.h"
 #include "svg_plot.h"
+#include "train_flags.h"
 
 namespace {
 
 using namespace adjoint;
 using Clock = std::chrono::steady_clock;
 
-std::string duration(double seconds) {
-  char buf[32];
-  const int s = static_cast<int>(seconds + 0.5);
-  if (s >= 60) {
-    std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof buf, "%ds", s);
-  }
-  return buf;
-}
+using tools::format_duration;
 
 // One line, redrawn in place: [=====>    ] step 120/1000 loss 2.345 | 9.8k tok/s | ETA 1m40s
+// The bar and the ETA are computed in floating point: step counts near int64's range must
+// neither overflow kBar * step nor an int of seconds.
 void progress(int64_t step, int64_t steps, double loss, double tokens_per_s, double eta,
               const std::string& extra) {
   constexpr int kBar = 24;
-  const int filled = static_cast<int>(kBar * step / std::max<int64_t>(1, steps));
+  const double done = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, steps));
+  const int filled = static_cast<int>(kBar * std::clamp(done, 0.0, 1.0));
   std::string bar(filled, '=');
   if (filled < kBar) bar += '>' + std::string(kBar - filled - 1, ' ');
-  std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.3f%s | %.1fk tok/s | ETA %s   ", bar.c_str(),
+  char rate[32] = "--";
+  if (std::isfinite(tokens_per_s)) std::snprintf(rate, sizeof rate, "%.1fk", tokens_per_s / 1000);
+  std::fprintf(stderr, "\r[%s] step %lld/%lld  loss %.3f%s | %s tok/s | ETA %s   ", bar.c_str(),
                static_cast<long long>(step), static_cast<long long>(steps), loss, extra.c_str(),
-               tokens_per_s / 1000, duration(eta).c_str());
+               rate, format_duration(eta).c_str());
   std::fflush(stderr);
 }
 
@@ -70,13 +69,16 @@ std::string scaler_status(const tools::Trainer& t) {
 
 int main(int argc, char** argv) {
   CLI::App app{"adjoint-train: train a byte-level GPT on a text corpus"};
-  tools::TrainConfig c;
-  std::string out_dir = "out", resume;
+  tools::TrainFlags flags;
+  tools::TrainConfig& c = flags.config;
+  std::string& out_dir = flags.out_dir;
+  std::string& resume = flags.resume;
   c.data = "/usr/share/common-licenses";
-  int64_t sample_length = 400, stop_after = 0;
-  int threads = 0;
-  int zero = 0;
-  tools::GradientHealthOptions health_options;
+  int64_t& sample_length = flags.sample_length;
+  int64_t& stop_after = flags.stop_after;
+  int& threads = flags.threads;
+  int& zero = flags.zero;
+  tools::GradientHealthOptions& health_options = flags.health;
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
   app.add_option("--heads", c.model.heads, "attention heads")->capture_default_str();
@@ -84,7 +86,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", c.batch, "sequences per step")->capture_default_str();
   app.add_option("--steps", c.steps, "training steps")->capture_default_str();
   app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->capture_default_str();
-  app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine decay")
+  app.add_option("--min-lr", c.min_lr,
+                 "final learning rate of the cosine decay, at most --lr (when left out: "
+                 "3e-4, or --lr if that is lower)")
       ->capture_default_str();
   app.add_option("--warmup", c.warmup, "linear warmup steps")->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
@@ -107,7 +111,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sample-length", sample_length, "bytes of text generated at the end")
       ->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads (0: all cores)");
+  app.add_option("--threads", threads,
+                 "CPU threads (0: all cores, shared among the ranks under mpirun; with --resume: "
+                 "the checkpoint's count, at most the cores)");
   app.add_option("--checkpoint", c.checkpoint,
                  "activation checkpointing of the blocks: none, block (each block), sqrt "
                  "(ceil(sqrt(layers)) segments) or budget=BYTES (e.g. budget=64M: the blocks to "
@@ -139,12 +145,12 @@ int main(int argc, char** argv) {
   app.add_flag("--master-weights", c.master_weights,
                "with --precision bf16 or fp16: 16-bit weights (half the parameter memory), "
                "updated through float32 master copies");
-  bool detect_anomaly = false;
+  bool& detect_anomaly = flags.detect_anomaly;
   app.add_flag("--detect-anomaly", detect_anomaly,
                "run the steps in anomaly mode (slow): a NaN or infinite gradient stops the run "
                "at the backward node that made it, naming its op's source line and module "
                "(with --precision fp16, also the first loss-scale overflow)");
-  int64_t profile_step = 0;
+  int64_t& profile_step = flags.profile_step;
   app.add_option("--profile", profile_step,
                  "profile step N: its Chrome trace (chrome://tracing, Perfetto) to trace.json "
                  "and its per-op table to profile.txt (0: none)")
@@ -154,32 +160,31 @@ int main(int argc, char** argv) {
                  "stage 1 (optimizer state sharded over the ranks), 2 stage 2 (gradients too)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  auto given = [&](std::string_view flag) {
+    return flag.starts_with("--") && app.count(std::string(flag)) > 0;
+  };
 
   // One process without mpirun (world size 1, no MPI); the ranks of the job under it.
   dist::Environment env;
   dist::ProcessGroup& group = env.group();
   const bool lead = group.rank() == 0;  // prints, plots and writes
   try {
-    // Ranks on one machine share its cores.
-    if (threads == 0 && group.world_size() > 1) {
-      const unsigned cores = std::thread::hardware_concurrency();
-      threads = std::max(1, static_cast<int>(cores) / group.world_size());
-    }
-    if (threads > 0) set_num_threads(threads);
+    // Every flag's range before anything starts (a bad value is named now, not steps later).
+    tools::settle_defaults(flags, given);
+    tools::check_flags(flags);
     // Resuming continues the same run: what the flags leave out comes from the checkpoint,
     // and what they give must agree with it (Trainer::resume checks again, with the data).
     std::optional<tools::RunState> stored;
     if (!resume.empty()) {
       stored = tools::read_run_state(resume);
-      auto given = [&](std::string_view flag) {
-        return flag.starts_with("--") && app.count(std::string(flag)) > 0;
-      };
       tools::adopt_run_config(c, stored->config, given, resume);
     }
-    ADJOINT_CHECK(c.steps > 0 && c.batch > 0 && c.eval_every > 0, Value, "train",
-                  "--steps, --batch and --eval-every must be positive");
-    ADJOINT_CHECK(c.save_every >= 0 && stop_after >= 0, Value, "train",
-                  "--save-every and --stop-after must be >= 0");
+    // Ranks on one machine share its cores; a resume keeps the checkpoint's count.
+    threads =
+        tools::threads_for_run(given("--threads") ? std::optional<int>(threads) : std::nullopt,
+                               stored ? std::optional<int64_t>(stored->threads) : std::nullopt,
+                               std::thread::hardware_concurrency(), group.world_size());
+    if (threads > 0) set_num_threads(threads);
     // Where this invocation stops; the run itself (its schedule) always spans c.steps.
     const int64_t end = stop_after > 0 ? std::min(stop_after, c.steps) : c.steps;
     data::ByteDataset data(c.data);
@@ -197,14 +202,19 @@ int main(int argc, char** argv) {
     if (!resume.empty()) {
       trainer.resume(resume);
       if (lead)
-        std::fprintf(stderr, "resumed from %s at step %lld of %lld\n", resume.c_str(),
-                     static_cast<long long>(trainer.step()), static_cast<long long>(c.steps));
+        std::fprintf(stderr, "resumed from %s at step %lld of %lld with %d thread%s\n",
+                     resume.c_str(), static_cast<long long>(trainer.step()),
+                     static_cast<long long>(c.steps), get_num_threads(),
+                     get_num_threads() == 1 ? "" : "s");
       // Reductions are split per thread, so only the same count promises the same bits.
+      // Without --threads the resume takes the checkpoint's count, unless this machine has
+      // fewer cores (per rank).
       if (lead && stored->threads != get_num_threads())
         std::fprintf(stderr,
-                     "note: the checkpoint was written with %lld threads, this run has %d: it "
+                     "note: the checkpoint was written with %lld threads, this run has %d%s: it "
                      "continues, but float sums may round differently than in one go\n",
-                     static_cast<long long>(stored->threads), get_num_threads());
+                     static_cast<long long>(stored->threads), get_num_threads(),
+                     given("--threads") ? "" : " (the cores it may use)");
     }
     if (lead)
       std::fprintf(stderr,
@@ -306,7 +316,7 @@ int main(int argc, char** argv) {
         val_curve.y.push_back(last_val);
         std::fprintf(stderr, "\rstep %5lld  train loss %.4f  validation loss %.4f%s  (%s)%20s\n",
                      static_cast<long long>(step), loss, last_val, scaler_status(trainer).c_str(),
-                     duration(elapsed).c_str(), "");
+                     format_duration(elapsed).c_str(), "");
         val = last_val;
       }
       if (log) log->append(step, loss, val);  // flushed: a kill keeps every row written so far
@@ -325,7 +335,7 @@ int main(int argc, char** argv) {
     std::printf(
         "trained %lld steps in %s (%s); validation loss %.4f nats per byte (uniform: "
         "5.545)%s\n",
-        static_cast<long long>(trainer.step() - first), duration(seconds).c_str(),
+        static_cast<long long>(trainer.step() - first), format_duration(seconds).c_str(),
         c.precision.c_str(), last_val, scaler_status(trainer).c_str());
     const std::string grads = health.records().empty() ? "" : " and " + out_dir + "/grads.svg";
     std::printf("wrote %s, %s/loss.svg, %s/loss.csv, %s/memory.svg%s\n", ckpt.c_str(),

@@ -56,8 +56,24 @@ namespace detail {
 // (ScopedCallTag, set around the one ProcessGroup call that the forward makes, on the same
 // thread) and the tag is part of the descriptor: a disagreement is an Autograd error on every
 // rank at forward time.
+//
+// Note [Collectives know their step]
+// Matching by order alone also pairs collectives of different training steps. A rank that
+// catches an error inside backward and goes on (its DDP run abandoned after, say, two of four
+// buckets) starts its next step's buckets while the others are still in the step it left:
+// its step 3 gradients are averaged with their step 2, silently, and the job fails much later
+// with a mismatch that names nothing useful. So each group counts steps (ProcessGroup::step):
+// DistributedDataParallel advances the count when a synchronising backward run begins (its
+// first hook; ZeRO's stages share that reduction), and every descriptor carries the count
+// and the phase of the step its call belongs to (ScopedStepPhase: DDP's gradient reduction,
+// ZeroOptimizer's update, or anything else). Ranks in lockstep agree on both at every call;
+// a rank out of step disagrees at the first collective that mixes steps, and every rank
+// raises the same Error there, naming each rank's step. It costs two words more in the
+// descriptor exchange that runs anyway, and a relaxed atomic load per call. Not covered: a
+// rank whose backward fails before any DDP hook has run never learns that a step began, and
+// with check_shapes = false nothing is exchanged.
 namespace {
-enum Word { kValid, kKind, kOp, kRoot, kDType, kNdim, kTag, kDim0 };
+enum Word { kValid, kKind, kOp, kRoot, kDType, kNdim, kTag, kStep, kPhase, kDim0 };
 
 std::string shape_of(const CallDescriptor& d) {
   const auto& w = d.words;
@@ -69,6 +85,22 @@ std::string shape_of(const CallDescriptor& d) {
   if (w[kNdim] > CallDescriptor::kMaxDims) os << " (" << w[kNdim] << " dims, the rest folded)";
   os << "] (" << to_string(static_cast<DType>(w[kDType])) << ')';
   return os.str();
+}
+
+// "step 2 (DDP's gradient reduction)".
+std::string step_of(const CallDescriptor& d) {
+  std::string phase;
+  switch (static_cast<StepPhase>(d.words[kPhase])) {
+    case StepPhase::GradientReduction:
+      phase = "DDP's gradient reduction";
+      break;
+    case StepPhase::ShardedUpdate:
+      phase = "ZeRO's update";
+      break;
+    default:
+      phase = "outside DDP and ZeRO";
+  }
+  return "step " + std::to_string(d.words[kStep]) + " (" + phase + ")";
 }
 
 // "rank 0 X, rank 1 Y" for the first few ranks (a long job lists eight and a count).
@@ -86,7 +118,7 @@ std::string per_rank(const std::vector<CallDescriptor>& all, F&& what) {
 std::string op_name(CollectiveKind kind) { return "dist." + to_string(kind); }
 
 CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const Tensor& t,
-                             bool valid) {
+                             bool valid, int64_t step) {
   CallDescriptor d;
   auto& w = d.words;
   w[kValid] = valid ? 1 : 0;
@@ -98,6 +130,8 @@ CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const T
   w[kRoot] = kind == CollectiveKind::Broadcast ? root : 0;
   w[kDType] = -1;
   w[kTag] = current_call_tag();
+  w[kStep] = step;
+  w[kPhase] = static_cast<int64_t>(current_step_phase());
   if (kind != CollectiveKind::Barrier && t.defined()) {
     w[kDType] = static_cast<int64_t>(t.dtype());
     w[kNdim] = t.dim();
@@ -112,16 +146,25 @@ CallDescriptor describe_call(CollectiveKind kind, ReduceOp op, int root, const T
 void check_agreement(const CommRequest& request, const std::vector<CallDescriptor>& all, int rank) {
   const std::string name = op_name(request.kind);
   if (request.local_error) throw Error(*request.local_error);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    ADJOINT_CHECK(all[r].words[kValid] == 1, Value, name, "rank ", r, " refused its ",
-                  to_string(static_cast<CollectiveKind>(all[r].words[kKind])),
-                  " call (its error is reported there); this rank (", rank, ") passed ",
-                  shape_of(all[rank]));
   auto differs = [&](int word) {
     for (const CallDescriptor& d : all)
       if (d.words[word] != all[0].words[word]) return true;
     return false;
   };
+  // First: out of step, every other difference is a symptom. See Note [Collectives know their
+  // step].
+  ADJOINT_CHECK(!differs(kStep) && !differs(kPhase), Value, name,
+                "ranks are out of step: ", per_rank(all, step_of),
+                ". Each group counts the steps begun on it (ProcessGroup::step; "
+                "DistributedDataParallel begins one per synchronising backward run). A rank that "
+                "caught an error inside a step and went on is out of step with the others, and "
+                "its collectives would pair with another step's: end the job instead "
+                "(ProcessGroup::abort), or have every rank skip the same steps");
+  for (std::size_t r = 0; r < all.size(); ++r)
+    ADJOINT_CHECK(all[r].words[kValid] == 1, Value, name, "rank ", r, " refused its ",
+                  to_string(static_cast<CollectiveKind>(all[r].words[kKind])),
+                  " call (its error is reported there); this rank (", rank, ") passed ",
+                  shape_of(all[rank]));
   ADJOINT_CHECK(!differs(kKind), Value, name,
                 "ranks called different collectives at the same point: ",
                 per_rank(all, [](const CallDescriptor& d) {

@@ -15,6 +15,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "distributed/call_tag.h"
 
 namespace adjoint::dist {
 
@@ -46,7 +47,11 @@ namespace adjoint::dist {
 //
 // A backward that fails before its end never runs the callback; the RunGuard it holds then
 // waits for the buckets already launched and ends the run (abandon_run), so that the next
-// backward starts clean.
+// backward starts clean. Each run begins a step of the group (ProcessGroup::advance_step) and
+// its collectives are tagged as the step's gradient reduction, so that a rank that goes on
+// after such a failure while the others finish the step fails at its next collective, on
+// every rank, instead of averaging its next step with their current one (Note [Collectives
+// know their step] in call_check.cpp).
 //
 // ZeRO (zero_stage, with ZeroOptimizer): buckets are padded to a multiple of the world size
 // and keep reverse parameter order (no rebuild: the optimizer's shards are cut from them).
@@ -311,6 +316,7 @@ void DistributedDataParallel::on_grad_ready(int64_t index) {
   if (!in_run_) {
     reset_run();
     in_run_ = true;
+    group_.advance_step();
     auto guard = std::make_shared<RunGuard>(this);
     autograd::queue_callback([this, guard] {
       guard->finished = true;
@@ -327,6 +333,7 @@ void DistributedDataParallel::on_grad_ready(int64_t index) {
 }
 
 void DistributedDataParallel::launch_ready_buckets(bool from_hook) {
+  const detail::ScopedStepPhase phase(detail::StepPhase::GradientReduction);
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
     Bucket& b = buckets_[next_launch_++];
     b.work = options_.zero_stage == 2 ? group_.reduce_scatter_async(b.flat, ReduceOp::Average)
@@ -340,6 +347,7 @@ void DistributedDataParallel::finish_backward() {
     bool& in_run;
     ~EndRun() { in_run = false; }
   } end_run{in_run_};
+  const detail::ScopedStepPhase phase(detail::StepPhase::GradientReduction);
   const auto start = std::chrono::steady_clock::now();
   NoGradGuard no_grad;
 
@@ -416,10 +424,11 @@ void DistributedDataParallel::finish_backward() {
         list += (list.empty() ? "" : ", ") + names_[i] + " " + describe(params_[i]) + " on " +
                 std::to_string(world - had[i]) + " of " + std::to_string(world) + " ranks";
     if (!list.empty())  // the same on every rank
-      throw Error(ErrorKind::Autograd, kOp,
-                  detail::str("no gradient reached ", list,
-                              " in this backward; if parameters may go unused in a step, "
-                              "construct with DdpOptions{.find_unused_parameters = true}"));
+      throw Error(
+          ErrorKind::Autograd, kOp,
+          adjoint::detail::str("no gradient reached ", list,
+                               " in this backward; if parameters may go unused in a step, "
+                               "construct with DdpOptions{.find_unused_parameters = true}"));
   }
 
   if (options_.rebuild_buckets && options_.zero_stage == 0 && !rebuilt_) {

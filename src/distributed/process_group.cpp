@@ -35,14 +35,14 @@ bool reducible(DType d, ReduceOp op) {
 }
 
 CommRequest request_for(CollectiveKind kind, ReduceOp op, int root, const Tensor& t,
-                        Refusal& refusal, bool check) {
+                        Refusal& refusal, bool check, int64_t step) {
   CommRequest r;
   r.kind = kind;
   r.op = op;
   r.root = root;
   r.check = check;
   r.local_error = refusal.error;
-  r.descriptor = detail::describe_call(kind, op, root, t, !refusal.error);
+  r.descriptor = detail::describe_call(kind, op, root, t, !refusal.error, step);
   return r;
 }
 
@@ -79,7 +79,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& tensor, ReduceOp op) {
              "works in place on a contiguous tensor, got ", describe(tensor), " with strides ",
              tensor.strides(), " (reduce a contiguous copy and copy it back)");
   }
-  CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_);
+  CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_, step());
   if (!no.error) {
     r.input = r.output = tensor;
     tensor.impl()->storage->bump_version();  // written in place, as by any in-place op
@@ -102,7 +102,7 @@ Work ProcessGroup::broadcast_async(const Tensor& tensor, int root) {
              "works in place on a contiguous tensor, got ", describe(tensor), " with strides ",
              tensor.strides());
   }
-  CommRequest r = request_for(kind, ReduceOp::Sum, root, tensor, no, check_shapes_);
+  CommRequest r = request_for(kind, ReduceOp::Sum, root, tensor, no, check_shapes_, step());
   if (!no.error) {
     r.input = r.output = tensor;
     tensor.impl()->storage->bump_version();
@@ -118,7 +118,7 @@ Work ProcessGroup::all_gather_async(const Tensor& tensor) {
   const auto kind = CollectiveKind::AllGather;
   Refusal no;
   no.check(tensor.defined(), ErrorKind::Value, kind, "the tensor is undefined");
-  CommRequest r = request_for(kind, ReduceOp::Sum, 0, tensor, no, check_shapes_);
+  CommRequest r = request_for(kind, ReduceOp::Sum, 0, tensor, no, check_shapes_, step());
   if (!no.error) {
     Shape out = tensor.dim() == 0 ? Shape{1} : tensor.shape();
     out[0] *= world_size();
@@ -142,7 +142,7 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& tensor, ReduceOp op) {
     no.check(tensor.dim() >= 1 && tensor.size(0) % n == 0, ErrorKind::Shape, kind, "dim 0 of ",
              describe(tensor), " must be a multiple of the world size ", n);
   }
-  CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_);
+  CommRequest r = request_for(kind, op, 0, tensor, no, check_shapes_, step());
   if (!no.error) {
     Shape out = tensor.shape();
     out[0] /= n;
@@ -159,7 +159,7 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& tensor, ReduceOp op) {
 Work ProcessGroup::barrier_async() {
   Refusal no;
   return submit(
-      request_for(CollectiveKind::Barrier, ReduceOp::Sum, 0, Tensor(), no, check_shapes_));
+      request_for(CollectiveKind::Barrier, ReduceOp::Sum, 0, Tensor(), no, check_shapes_, step()));
 }
 
 void ProcessGroup::barrier() { barrier_async().wait(); }

@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "distributed/call_tag.h"
 
 namespace adjoint::dist {
 
@@ -136,6 +137,7 @@ void ZeroOptimizer::gather_shard_gradients() {
 double ZeroOptimizer::clip_grad_norm_(double max_norm) {
   ADJOINT_CHECK(max_norm >= 0, Value, kOp, "clip_grad_norm_: max_norm must be >= 0, got ",
                 max_norm);
+  const detail::ScopedStepPhase phase(detail::StepPhase::ShardedUpdate);
   gather_shard_gradients();
   NoGradGuard no_grad;
   double local = 0;
@@ -168,6 +170,7 @@ void ZeroOptimizer::refresh_shards() {
 void ZeroOptimizer::step() { update(nullptr); }
 
 void ZeroOptimizer::unscale_(optim::GradScaler& scaler) {
+  const detail::ScopedStepPhase phase(detail::StepPhase::ShardedUpdate);  // the overflow flag
   gather_shard_gradients();
   scaler.unscale_(*inner_);
 }
@@ -177,6 +180,9 @@ bool ZeroOptimizer::step(optim::GradScaler& scaler) { return update(&scaler); }
 // This rank's shard updated (by the scaler's step when given, which may skip it), then the
 // parameters all-gathered from their owners.
 bool ZeroOptimizer::update(optim::GradScaler* scaler) {
+  // Its collectives are the step's update: a rank out of step fails at them (Note
+  // [Collectives know their step] in call_check.cpp).
+  const detail::ScopedStepPhase phase(detail::StepPhase::ShardedUpdate);
   gather_shard_gradients();
   refresh_shards();
   bool stepped = true;

@@ -4,7 +4,9 @@
 # run; a resume with a contradicting flag, and one from corrupt metadata, exit 1 with a named
 # error (no terminate()); a SIGKILLed run keeps its loss.csv rows, and its resume drops the
 # rows past the checkpoint instead of logging those steps twice; --profile N writes step N's
-# trace and table without changing the run.
+# trace and table without changing the run; a numeric flag out of range exits 1 at once with
+# an error naming it; a resume without --threads keeps the checkpoint's count; the ETA of a
+# run of 10^15 steps reads in years, not as a negative overflow.
 #   trainer_cli_test.sh path/to/adjoint-train
 set -euo pipefail
 train=$(realpath "$1")
@@ -129,4 +131,43 @@ for e in events:
 # one step: each linear layer once forward and once backward
 assert sum(e["name"] == "linear" for e in events) == sum(e["name"] == "LinearBackward" for e in events)
 EOF
+echo "6. a numeric flag out of range: exit 1 before any step, naming the flag and its value"
+for args in "--min-lr -1|--min-lr must be a finite number >= 0, got -1" \
+            "--lr nan|--lr must be a finite number >= 0, got nan" \
+            "--lr 1e-4 --min-lr 1e-3|--min-lr 0.001 is above --lr 0.0001" \
+            "--save-every -2|--save-every must be an integer >= 0, got -2" \
+            "--grad-vanish-records 0|--grad-vanish-records must be a positive integer, got 0"; do
+  flags=${args%%|*} want=${args#*|}
+  rc=0
+  # shellcheck disable=SC2086
+  "$train" "${tiny[@]}" --steps 3 $flags --out badflag >/dev/null 2>err.txt || rc=$?
+  [ "$rc" = 1 ] || fail "$flags: exit status $rc, expected 1: $(cat err.txt)"
+  grep -qF -- "error: [train] $want" err.txt || fail "$flags: $(cat err.txt)"
+  [ ! -e badflag ] || fail "$flags: the run started (wrote badflag/)"
+done
+"$train" "${tiny[@]}" --steps 3 --lr 1e-4 --out lowlr >/dev/null 2>err.txt ||
+  fail "--lr below the default --min-lr: $(cat err.txt)"
+[ "$(meta lowlr/checkpoint.safetensors min_lr)" = 1e-04 ] || fail "--min-lr did not follow --lr down"
+
+echo "7. --resume without --threads keeps the checkpoint's thread count (the same bytes)"
+"$train" "${tiny[@]}" --steps 12 --threads 1 --out straight1 >/dev/null 2>&1
+"$train" "${tiny[@]}" --steps 12 --threads 1 --stop-after 6 --out split1 >/dev/null 2>&1
+"$train" --resume split1/checkpoint.safetensors --out split1 >/dev/null 2>split1.err ||
+  fail "resume failed: $(cat split1.err)"
+grep -q "resumed from split1/checkpoint.safetensors at step 6 of 12 with 1 thread" split1.err ||
+  fail "the resume did not keep 1 thread: $(cat split1.err)"
+! grep -q "note: the checkpoint was written with" split1.err || fail "$(cat split1.err)"
+[ "$(meta split1/checkpoint.safetensors threads)" = 1 ] || fail "the resumed run's checkpoint records another count"
+cmp straight1/checkpoint.safetensors split1/checkpoint.safetensors || fail "checkpoints differ"
+
+echo "8. the ETA of 10^15 steps: years, never a negative overflow"
+"$train" "${tiny[@]}" --steps 1000000000000000 --out eta >/dev/null 2>eta.err &
+pid=$!
+for i in $(seq 600); do grep -q "ETA" eta.err && break; sleep 0.05; done
+sleep 0.5
+kill -9 $pid 2>/dev/null || fail "the run ended early: $(cat eta.err)"
+wait $pid 2>/dev/null || true
+eta=$(tr '\r' '\n' <eta.err | grep -o "ETA [^ ]*" | tail -1)
+echo "$eta" | grep -Eq '^ETA [0-9]+y$' || fail "ETA reads '$eta'"
+
 echo "PASS"

@@ -22,12 +22,13 @@ std::string to_string(ReduceOp op);
 std::string to_string(CollectiveKind kind);
 
 /// What every rank says about its call before the data moves (when the group checks shapes):
-/// which collective, reduce op, root, dtype and shape, whether the call was valid here, and
-/// whether a differentiable collective records it for backward. Fixed size, so the exchange
-/// is one small all_gather of int64s.
+/// which collective, reduce op, root, dtype and shape, whether the call was valid here,
+/// whether a differentiable collective records it for backward, and the training step and
+/// phase it belongs to (ProcessGroup::step). Fixed size, so the exchange is one small
+/// all_gather of int64s.
 struct CallDescriptor {
   static constexpr int kMaxDims = 6;  // more dims are folded into the last one's product
-  std::array<int64_t, 7 + kMaxDims> words{};
+  std::array<int64_t, 9 + kMaxDims> words{};
 };
 
 struct CommRequest {

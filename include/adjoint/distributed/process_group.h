@@ -4,6 +4,8 @@
 // The transport is a CommBackend (comm_backend.h): MPI today, NCCL later, same callers.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -47,6 +49,17 @@ class ProcessGroup {
   /// "local", "mpi" (later "nccl").
   std::string backend_name() const;
 
+  /// The training step this group's collectives belong to: the steps begun so far (0 before
+  /// the first). DistributedDataParallel advances it as each synchronising backward run
+  /// begins. Every collective's descriptor carries it, so that a rank out of step (one that
+  /// caught an error inside a step and went on) is an Error on every rank at the first
+  /// collective that mixes steps, naming each rank's step, instead of averaging one rank's
+  /// step with another's (docs/distributed.md, "Ranks out of step").
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
+  /// Begins the next step and returns it. Every rank must call it at the same point of its
+  /// collectives (DDP does; a loop that averages by hand may call it once per step).
+  int64_t advance_step() { return step_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
   /// Reduces `tensor` over all ranks in place (Sum, Average or Max); every rank gets the
   /// result. float32, float64 or int64 (Average: floating point only). Bumps its version.
   /// The tensor is a handle: the values it refers to change (so `all_reduce(p.grad())` works).
@@ -78,6 +91,7 @@ class ProcessGroup {
 
   std::unique_ptr<CommBackend> backend_;
   bool check_shapes_;
+  std::atomic<int64_t> step_{0};
 };
 
 /// Starts the default process group (MPI_Init_thread when the backend is MPI and MPI is not
