@@ -93,6 +93,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", c.warmup, "linear warmup steps")->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the initialisation and the batches")
+      // An unsigned option would read -1 as 2^64 - 1.
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v.starts_with('-') ? "must be an integer >= 0, got " + v : std::string();
+          },
+          "UINT"))
       ->capture_default_str();
   app.add_option("--data", c.data, "a text file or a folder of them")->capture_default_str();
   app.add_option("--out", out_dir, "output folder")->capture_default_str();

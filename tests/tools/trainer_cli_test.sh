@@ -145,6 +145,11 @@ for args in "--min-lr -1|--min-lr must be a finite number >= 0, got -1" \
   grep -qF -- "error: [train] $want" err.txt || fail "$flags: $(cat err.txt)"
   [ ! -e badflag ] || fail "$flags: the run started (wrote badflag/)"
 done
+rc=0  # refused by the parser (its own exit status), where it used to wrap to 2^64 - 1
+"$train" "${tiny[@]}" --steps 3 --seed -1 --out badflag >/dev/null 2>err.txt || rc=$?
+[ "$rc" != 0 ] && grep -qF -- "--seed: must be an integer >= 0, got -1" err.txt ||
+  fail "--seed -1: exit status $rc: $(cat err.txt)"
+[ ! -e badflag ] || fail "--seed -1: the run started"
 "$train" "${tiny[@]}" --steps 3 --lr 1e-4 --out lowlr >/dev/null 2>err.txt ||
   fail "--lr below the default --min-lr: $(cat err.txt)"
 [ "$(meta lowlr/checkpoint.safetensors min_lr)" = 1e-04 ] || fail "--min-lr did not follow --lr down"
