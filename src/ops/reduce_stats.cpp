@@ -99,7 +99,9 @@ struct Prod {
 };
 
 // The Euclidean norm sqrt(sum(x^2)). Narrower inputs are squared and summed in float64 so that
-// values above 1e19 do not overflow.
+// values above 1e19 do not overflow; float64 slices are scaled by their largest magnitude
+// first, as LAPACK's dnrm2 does, since their squares overflow above 1e154 and underflow below
+// 1e-154 (an iterative solver's residual of 1e200 read as inf, a converged one as 0).
 struct Norm2 {
   static constexpr const char* name = "norm";
   auto fields() { return std::tie(dims, keepdim); }
@@ -108,11 +110,25 @@ struct Norm2 {
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
   Tensor forward(const Tensor& x) const {
+    if (x.dtype() == DType::Float64 && x.numel() != 0) return scaled(x);
     Tensor wide = x.dtype() != DType::Float64 ? kernels::cast(x, DType::Float64) : x;
     Tensor sq = kernels::unary(Unary::Square, wide);
     Tensor n =
         kernels::unary(Unary::Sqrt, kernels::reduce(kernels::Reduce::Sum, sq, dims, keepdim));
     return n.dtype() == x.dtype() ? n : kernels::cast(n, x.dtype());
+  }
+  // m sqrt(sum((x / m)^2)) with m the slice's largest magnitude; a slice whose m is 0, inf or
+  // NaN takes m = 1, whose norm is then 0, inf or NaN as it should be.
+  Tensor scaled(const Tensor& x) const {
+    const Tensor one = scalar_tensor(1.0, DType::Float64);
+    Tensor m = kernels::reduce(kernels::Reduce::Max, kernels::unary(Unary::Abs, x), dims, true);
+    m = kernels::where(kernels::unary(Unary::LtScalar, m, kInf), m, one);  // (NaN: false)
+    m = kernels::where(kernels::unary(Unary::GtScalar, m, 0.0), m, one);
+    const Tensor sq = kernels::unary(Unary::Square, kernels::binary(kernels::Binary::Div, x, m));
+    const Tensor sums = kernels::reduce(kernels::Reduce::Sum, sq, dims, true);
+    const Tensor n = kernels::binary(kernels::Binary::Mul, m, kernels::unary(Unary::Sqrt, sums));
+    // A sum over the kept dims of one element each drops them, exactly.
+    return keepdim ? n : kernels::reduce(kernels::Reduce::Sum, n, dims, false);
   }
   // s / ||x||, and 0 where ||x|| = 0 (as PyTorch); s has the output's shape.
   static Tensor over_norm(const Tensor& s, const Tensor& y) {

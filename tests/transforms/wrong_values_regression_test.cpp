@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "adjoint/adjoint.h"
 #include "support/expect.h"
@@ -11,6 +12,8 @@
 namespace {
 
 using namespace adjoint;
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
   ASSERT_TRUE(got.defined()) << what;
@@ -227,6 +230,23 @@ TEST(CompileErrors, AnUndefinedArgumentThatTheFunctionReadsIsNamed) {
   auto g = [](const Tensor& x) { return x * 2.0; };
   adjoint::testing::expect_error([&] { compile(g)(Tensor()); }, ErrorKind::Value,
                                  {"[compile]", "argument 0 is an undefined tensor"});
+}
+
+// The 2-norm of float64 values whose squares overflow or underflow (the solvers' residuals).
+TEST(Norm, Float64ValuesBeyondTheSquaresRange) {
+  const Tensor big = tensor({3e200, -4e200}, DType::Float64);
+  expect_close(norm(big), scalar_tensor(5e200, DType::Float64), 1e-15, "norm at 1e200");
+  const Tensor tiny = tensor({3e-200, 4e-200, 0.0}, DType::Float64);
+  expect_close(norm(tiny), scalar_tensor(5e-200, DType::Float64), 1e-15, "norm at 1e-200");
+  // Its gradient x / ||x||, and per row.
+  expect_close(grad([](const Tensor& x) { return norm(x); })(big),
+               tensor({0.6, -0.8}, DType::Float64), 1e-15, "gradient at 1e200");
+  const Tensor rows = tensor({3e200, 4e200, 0.0, 0.0, 1.0, kInfinity}, Shape{3, 2}, DType::Float64);
+  const std::vector<double> n = norm(rows, 2, {1}).to_vector<double>();
+  EXPECT_NEAR(n[0], 5e200, 1e185);
+  EXPECT_EQ(n[1], 0.0);
+  EXPECT_EQ(n[2], kInfinity);
+  EXPECT_TRUE(std::isnan(norm(tensor({1.0, std::nan("")}, DType::Float64)).item<double>()));
 }
 
 }  // namespace
