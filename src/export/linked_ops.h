@@ -11,6 +11,7 @@ void link_ops_factories();
 void link_ops_indexing();
 void link_ops_linalg();
 void link_ops_linalg_det();
+void link_ops_linalg_matrix_exp();
 void link_ops_linalg_qr();
 void link_ops_linalg_solve();
 void link_ops_linalg_spectral();
@@ -32,6 +33,7 @@ inline void link_every_ops_file() {
   link_ops_indexing();
   link_ops_linalg();
   link_ops_linalg_det();
+  link_ops_linalg_matrix_exp();
   link_ops_linalg_qr();
   link_ops_linalg_solve();
   link_ops_linalg_spectral();

@@ -29,19 +29,31 @@ Tensor per_matrix(const Tensor& x) { return x.unsqueeze(-1).unsqueeze(-1); }
 // adj(A)ᵀ = det(U) det(Vh) U diag(π) Vh with π_i = prod_{j != i} s_j, which is finite and
 // accurate at every A (zero when the rank is below n - 1), as PyTorch's linalg_det_backward
 // does at singular matrices. It is written with svd, so double backward works where svd's
-// rules do (distinct singular values).
+// rules do (distinct singular values). The choice is made matrix by matrix with where(), from
+// a mask computed with ops: no rule reads values, so compile records it (both branches run).
 
-/// Whether some matrix of the batch is near singular in the sense of the Note (read off the
-/// data; under vmap, of any example).
-bool near_singular(const Tensor& a, const Tensor& det) {
-  const Tensor all = detail::all_examples(a.detach()).to(DType::Float64);
-  const std::vector<double> bound = all.square().sum({-1}).sqrt().prod({-1}).to_vector<double>();
-  const std::vector<double> d =
-      detail::all_examples(det.detach()).to(DType::Float64).to_vector<double>();
+/// Whether each matrix of the batch is near singular in the sense of the Note, as a bool
+/// [..., 1, 1] (NaN takes the safe path too). Computed with ops, so a compiled function
+/// decides again for each call's values; the rules then select with where() between two
+/// branches that are each fed a safe matrix where they are not selected (see below).
+Tensor near_singular(const Tensor& a, const Tensor& det) {
+  const Tensor bound = a.detach().square().sum({-1}).sqrt().prod({-1});
   const double tol = std::sqrt(dtype_eps(a.dtype()));
-  for (std::size_t i = 0; i < d.size(); ++i)
-    if (!(std::abs(d[i]) > tol * bound[i])) return true;  // NaN takes the safe path too
-  return false;
+  return per_matrix(logical_not(gt(det.detach().abs(), bound * tol)));
+}
+
+/// The two branches' inputs: A where it is selected, else a matrix at which the branch is
+/// finite and smooth, so that where()'s zero gradient for the unselected branch is not
+/// multiplied by an inf: the identity for det(A) A⁻ᵀ (inv would throw at an exactly singular
+/// A), diag(1, ..., n) for the SVD (distinct singular values, where svd's rules are finite).
+struct Branches {
+  Tensor regular, singular;
+};
+Branches branch_inputs(const Tensor& a, const Tensor& mask) {
+  const int64_t n = a.size(-1);
+  const Tensor id = linalg_detail::eye_like(a, n);
+  const Tensor distinct = linalg_detail::diag_embed(arange(1.0, n + 1.0, 1.0, a.dtype()));
+  return {where(mask, id, a), where(mask, a, distinct)};
 }
 
 /// The cofactor matrix adj(A)ᵀ, [..., n, n], through the SVD (see the Note above).
@@ -62,14 +74,19 @@ struct Det {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::InputsAndOutput;
   Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).det; }
-  // d det(A) = tr(adj(A) dA) = det(A) tr(A⁻¹ dA): gA = g adj(A)ᵀ = g det(A) A⁻ᵀ
+  // d det(A) = tr(adj(A) dA) = det(A) tr(A⁻¹ dA): gA = g adj(A)ᵀ = g det(A) A⁻ᵀ, or the
+  // cofactors from the SVD where A is near singular (Note [det at singular matrices])
   Tensor vjp(const Ctx& c, const Tensor& g) const {
-    if (near_singular(c.input(0), c.output())) return per_matrix(g) * cofactors(c.input(0));
-    return per_matrix(g * c.output()) * linalg::inv(mT(c.input(0)));
+    const Tensor mask = near_singular(c.input(0), c.output());
+    const Branches in = branch_inputs(c.input(0), mask);
+    return where(mask, per_matrix(g) * cofactors(in.singular),
+                 per_matrix(g * c.output()) * linalg::inv(mT(in.regular)));
   }
   Tensor jvp(const Ctx& c, const Tensor& ta) const {
-    if (near_singular(c.input(0), c.output())) return (cofactors(c.input(0)) * ta).sum({-2, -1});
-    return c.output() * diagonal(linalg::solve(c.input(0), ta)).sum({-1});
+    const Tensor mask = near_singular(c.input(0), c.output()).squeeze(-1).squeeze(-1);
+    const Branches in = branch_inputs(c.input(0), per_matrix(mask));
+    return where(mask, (cofactors(in.singular) * ta).sum({-2, -1}),
+                 c.output() * diagonal(linalg::solve(in.regular, ta)).sum({-1}));
   }
   // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
   Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }

@@ -58,30 +58,54 @@ struct Qr {
   Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
 };
 
-/// Throws unless the triangular R [..., k, k] of A's QR has every |R[i, i]| above
-/// max(m, n) eps max_j |R[j, j]| in its matrix: A has full rank k numerically. Rounding keeps an
-/// exactly dependent column's R[i, i] near eps rather than 0, so solve_triangular would not
-/// notice and the solution would be noise of size 1 / eps.
-void check_full_rank(const Tensor& r, const Tensor& a, const char* op) {
-  const int64_t k = r.size(-1);
-  if (k == 0) return;
-  // Under vmap, every example's matrices.
-  const Tensor d =
-      linalg_detail::diagonal(detail::all_examples(r.detach())).abs().to(DType::Float64);
-  const std::vector<double> v = d.to_vector<double>();
-  const double eps = dtype_eps(a.dtype());
-  const double scale = static_cast<double>(std::max(a.size(-2), a.size(-1))) * eps;
-  for (std::size_t b = 0; b * k < v.size(); ++b) {
-    double top = 0;
-    for (int64_t i = 0; i < k; ++i) top = std::max(top, v[b * k + i]);
-    for (int64_t i = 0; i < k; ++i)
-      // Written so that NaN and inf pass: such an A gives a NaN solution, not a rank error.
-      ADJOINT_CHECK(!(v[b * k + i] <= scale * top) || !std::isfinite(top), Value, op,
-                    "A is rank deficient: |R[", i, ", ", i, "]| = ", v[b * k + i],
-                    " of its QR is at most ", scale * top,
-                    " (max(m, n) eps max |R[j, j]|) in batch element ", b, "; A ", describe(a));
+// Passes the triangular R [..., k, k] of A's QR through, and throws unless every |R[i, i]| is
+// above max(m, n) eps max_j |R[j, j]| in its matrix: A has full rank k numerically. Rounding
+// keeps an exactly dependent column's R[i, i] near eps rather than 0, so solve_triangular
+// would not notice and the solution would be noise of size 1 / eps. An op, so that the check
+// reads R in its forward, below the tracer: a compiled lstsq checks each call's values and
+// raises eager's error. The solve reads its output, so dead-code elimination keeps it.
+struct CheckFullRank {
+  static constexpr const char* name = "lstsq";
+  static constexpr const char* export_name = "lstsq_check_full_rank";
+  auto fields() { return std::tie(a_shape); }
+  static constexpr Save save = Save::None;
+  Shape a_shape;  // A's (logical) shape, for the message and the tolerance
+  Tensor forward(const Tensor& r) const {
+    const int64_t k = r.size(-1);
+    Tensor out = make_empty(r.shape(), r.dtype());
+    kernels::copy_into(out, r);
+    if (k == 0 || r.numel() == 0) return out;
+    // |R[i, i]| [..., k]: the diagonal is a view with stride stride(-2) + stride(-1).
+    Shape shape = r.shape(), strides = r.strides();
+    shape.resize(shape.size() - 1);
+    strides[strides.size() - 2] += strides[strides.size() - 1];
+    strides.resize(strides.size() - 1);
+    const Tensor d = kernels::cast(
+        kernels::unary(kernels::Unary::Abs, make_view(r, shape, strides, r.storage_offset())),
+        DType::Float64);
+    const double* v = d.data_ptr<double>();
+    const double eps = dtype_eps(r.dtype());
+    const int64_t m = a_shape[a_shape.size() - 2], n = a_shape.back();
+    const double scale = static_cast<double>(std::max(m, n)) * eps;
+    for (int64_t b = 0; b * k < d.numel(); ++b) {
+      double top = 0;
+      for (int64_t i = 0; i < k; ++i) top = std::max(top, v[b * k + i]);
+      for (int64_t i = 0; i < k; ++i)
+        // Written so that NaN and inf pass: such an A gives a NaN solution, not a rank error.
+        ADJOINT_CHECK(!(v[b * k + i] <= scale * top) || !std::isfinite(top), Value, name,
+                      "A is rank deficient: |R[", i, ", ", i, "]| = ", v[b * k + i],
+                      " of its QR is at most ", scale * top,
+                      " (max(m, n) eps max |R[j, j]|) in batch element ", b, "; A ",
+                      detail::str(a_shape, " (", r.dtype(), ")"));
+    }
+    return out;
   }
-}
+  // The identity: gR = g, dR = dR.
+  Tensor vjp(const Ctx&, const Tensor& g) const { return g; }
+  Tensor jvp(const Ctx&, const Tensor& t) const { return t; }
+  // Batching: the check runs over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
+};
 
 }  // namespace
 
@@ -114,13 +138,13 @@ Tensor lstsq(const Tensor& A, const Tensor& B) {
   if (m >= n) {
     // min |A X - B|: A = Q R, X = R⁻¹ Qᵀ B.
     QrResult f = qr(a);
-    check_full_rank(f.r.narrow(-1, 0, n), a, op);
-    return solve_triangular(f.r, matmul(mT(f.q), b), /*upper=*/true);
+    const Tensor r = apply(CheckFullRank{a.shape()}, f.r);
+    return solve_triangular(r, matmul(mT(f.q), b), /*upper=*/true);
   }
   // The minimum-norm solution of an underdetermined system: Aᵀ = Q R, X = Q R⁻ᵀ B.
   QrResult f = qr(mT(a));
-  check_full_rank(f.r, a, op);
-  return matmul(f.q, solve_triangular(mT(f.r), b, /*upper=*/false));
+  const Tensor r = apply(CheckFullRank{a.shape()}, f.r);
+  return matmul(f.q, solve_triangular(mT(r), b, /*upper=*/false));
 }
 
 }  // namespace linalg

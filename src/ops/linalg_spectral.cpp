@@ -24,10 +24,15 @@ using linalg_detail::transposed_view;
 // packed side by side in one tensor (eigh: [..., n + 1, n], the eigenvectors then a row of
 // eigenvalues), and the public function hands out views of it (narrow, select), which are
 // differentiable. The rules unpack the output and its cotangent or tangent the same way; a
-// part the loss does not use arrives as zeros. Where PyTorch tests for an undefined gradient,
-// the VJPs test for an all-zero one and skip its terms: those carry the 1 / (w_j - w_i)
-// weights, and 0 * inf would make the gradient of eigh's eigenvalues (or svd's singular
-// values) alone NaN at repeated values. eigvalsh and svdvals remain, and are cheaper.
+// part the loss does not use arrives as zeros. Where PyTorch skips the terms of an undefined
+// gradient, the VJPs take 0 · (1 / 0) as 0 entry by entry (gap_product, safe_quotient): the
+// terms carry the 1 / (w_j - w_i) weights (and svd's 1 / S), and 0 · inf would make the
+// gradient of eigh's eigenvalues (or svd's singular values) alone NaN at repeated values. This
+// reads no values (a mask and where(), so compile records it), and it changes nothing where
+// the weights are finite: there the full formula runs, also under forward-over-reverse, where
+// a zero cotangent may still have a tangent. (At a zero gap, such a term is dropped where
+// the skip-if-all-zero rule this replaced gave NaN; the derivative is not defined there.)
+// eigvalsh and svdvals remain, and are cheaper.
 
 /// 1 / (x_j - x_i) off the diagonal and 0 on it, for x [..., n]: the eigenvector (and
 /// singular-vector) derivatives' weights. Infinite where two entries are equal.
@@ -35,6 +40,22 @@ Tensor inverse_gaps(const Tensor& x) {
   const Tensor e = x.unsqueeze(-2) - x.unsqueeze(-1);  // e_ij = x_j - x_i
   const Tensor id = eye_like(x, x.size(-1));
   return (1.0 - id) / (e + id);
+}
+
+/// inverse_gaps(x) ∘ p, with 0 where x_j = x_i and p_ij = 0 (see Note [Packed outputs]). The
+/// skipped entries divide by 1 instead of 0, so where()'s zero gradient there stays finite.
+Tensor gap_product(const Tensor& x, const Tensor& p) {
+  const Tensor e = x.unsqueeze(-2) - x.unsqueeze(-1);  // e_ij = x_j - x_i
+  const Tensor keep = logical_or(ne(e.detach(), 0.0), ne(p.detach(), 0.0));
+  const Tensor id = eye_like(x, x.size(-1));
+  const Tensor f = (1.0 - id) / (where(keep, e, 1.0) + id);
+  return where(keep, f * p, 0.0);
+}
+
+/// x / d (broadcasting), with 0 where x and d are both 0 (see Note [Packed outputs]).
+Tensor safe_quotient(const Tensor& x, const Tensor& d) {
+  const Tensor keep = logical_or(ne(x.detach(), 0.0), ne(d.detach(), 0.0));
+  return where(keep, x / where(keep, d, 1.0), 0.0);
 }
 
 Shape batch_with(const Tensor& a, std::initializer_list<int64_t> tail) {
@@ -62,8 +83,7 @@ struct Eigh {
   // gA = sym(V (diag(gw) + F ∘ (Vᵀ gV)) Vᵀ), F_ij = 1 / (w_j - w_i)
   Tensor vjp(const Ctx& c, const Tensor& g) const {
     const Tensor v = vectors(c.output()), w = values(c.output()), gv = vectors(g);
-    Tensor inner = diag_embed(values(g));
-    if (!linalg_detail::all_zero(gv)) inner = inner + inverse_gaps(w) * matmul(mT(v), gv);
+    const Tensor inner = diag_embed(values(g)) + gap_product(w, matmul(mT(v), gv));
     return sym(matmul(matmul(v, inner), mT(v)));
   }
   // P = Vᵀ sym(dA) V: dw = diag(P), dV = V (F ∘ P)
@@ -124,22 +144,20 @@ struct Svd {
   Tensor vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& p = c.output();
     const Tensor uu = u(p), ss = s(p), vvh = vh(p), gu = u(g), gvh = vh(g);
-    // Only the singular values are used: gA = U diag(gS) Vh (finite at repeated values).
-    if (linalg_detail::all_zero(gu) && linalg_detail::all_zero(gvh))
-      return matmul(uu * s(g).unsqueeze(-2), vvh);
     Tensor j = matmul(mT(uu), gu);
     j = j - mT(j);
     Tensor k = matmul(vvh, mT(gvh));
     k = k - mT(k);
     const Tensor row = ss.unsqueeze(-2), col = ss.unsqueeze(-1);  // S on the right, S on the left
-    Tensor inner = (j * row + col * k) * inverse_gaps(ss * ss) + diag_embed(s(g));
+    // When only S is used (gU = gVh = 0) this is U diag(gS) Vh, finite at repeated values.
+    Tensor inner = gap_product(ss * ss, j * row + col * k) + diag_embed(s(g));
     if (m > n) {
-      Tensor gu_sinv = gu / row;
+      Tensor gu_sinv = safe_quotient(gu, row);
       Tensor left = matmul(uu, inner) + gu_sinv - matmul(uu, matmul(mT(uu), gu_sinv));
       return matmul(left, vvh);
     }
     if (m < n) {
-      Tensor sinv_gvh = gvh / col;
+      Tensor sinv_gvh = safe_quotient(gvh, col);
       Tensor right = matmul(inner, vvh) + sinv_gvh - matmul(matmul(sinv_gvh, mT(vvh)), vvh);
       return matmul(uu, right);
     }

@@ -77,18 +77,6 @@ inline Tensor diagonal(const Tensor& x) { return (x * eye_like(x, x.size(-1))).s
 /// Matrices [..., n, n] with v [..., n] on the diagonal (differentiable).
 inline Tensor diag_embed(const Tensor& v) { return v.unsqueeze(-1) * eye_like(v, v.size(-1)); }
 
-/// Whether every entry of t, and of its forward-mode tangent if it has one, is exactly zero
-/// (read off the data, no history): a decomposition's result the loss did not use. The tangent
-/// matters under forward-over-reverse, where a zero cotangent may still change. See Note
-/// [Packed outputs] in linalg_spectral.cpp.
-inline bool all_zero(const Tensor& t) {
-  if (t.numel() == 0) return true;
-  // Under vmap, zero in every example (else the full rule runs for all of them).
-  if (ne(detail::all_examples(t.detach()), 0).sum().item<int64_t>() != 0) return false;
-  const Tensor tangent = t.tangent();
-  return !tangent.defined() || all_zero(tangent);
-}
-
 /// (x + xᵀ) / 2.
 inline Tensor sym(const Tensor& x) { return (x + mT(x)) * 0.5; }
 
