@@ -17,6 +17,30 @@ namespace {
 
 // softmax_backward(gy, y) = y (gy - sum(gy y)) along dim in one kernel. Linear in gy and
 // self-adjoint (d/dgy = diag(y) - y yᵀ); d/dy: g (gy - sum(gy y)) - gy sum(g y).
+/// What softmax(), log_softmax(), masked_softmax() and their gradients hand their ops: a
+/// floating input (for a gradient, the broadcast of the two) and a dim wrapped against it. An
+/// imported op's `infer` (Note [Checking an imported graph] in src/export/import.cpp); the
+/// optional mask must be bool and broadcast to the input.
+detail::OutputSpec softmax_spec(std::span<const detail::ValueSpec> in, int64_t dim, bool gradient,
+                                bool masked, const char* op) {
+  const detail::ValueSpec& x = spec_of(in, 0, op);
+  Shape shape = x.shape;
+  if (gradient) {
+    const detail::ValueSpec& y = spec_of(in, 1, op);
+    shape = broadcast_shapes(x.shape, y.shape, op);
+    ADJOINT_CHECK(is_floating(y.dtype), DType, op, "expected a floating tensor, got ", describe(y));
+  }
+  if (masked) {
+    const detail::ValueSpec& mask = spec_of(in, 1, op);
+    ADJOINT_CHECK(mask.dtype == DType::Bool && broadcast_shapes(x.shape, mask.shape, op) == x.shape,
+                  Shape, op, "mask ", describe(mask), " is not a bool mask of input ", describe(x));
+  }
+  ADJOINT_CHECK(is_floating(x.dtype), DType, op, "expected a floating tensor, got ", describe(x));
+  ADJOINT_CHECK(wrap_dim(dim, static_cast<int64_t>(shape.size()), op) == dim, Index, op, "dim ",
+                dim, " is not wrapped for shape ", shape);
+  return {shape, std::nullopt};
+}
+
 struct SoftmaxBackward {
   static constexpr const char* name = "softmax_backward";
   auto fields() { return std::tie(dim); }
@@ -24,6 +48,9 @@ struct SoftmaxBackward {
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::softmax_backward(gy, y, dim, false);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, true, false, name);
   }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& gy = c.input(0);
@@ -57,6 +84,9 @@ struct LogSoftmaxBackward {
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::softmax_backward(gy, y, dim, true);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, true, false, name);
   }
   // sum along dim of t (shaped like gy) seen at the broadcast shape of gy and y.
   Tensor sum_gy(const Ctx& c, const Tensor& t) const {
@@ -98,6 +128,9 @@ struct Softmax {
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, false); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, false, name);
+  }
   // dx = y * (gy - sum(gy * y)) along dim (the softmax Jacobian is diag(y) - y yᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return softmax_backward(gy, c.output(), dim); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
@@ -119,6 +152,9 @@ struct MaskedSoftmax {
   Tensor forward(const Tensor& x, const Tensor& mask) const {
     return kernels::masked_softmax(x, mask, dim);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, true, name);
+  }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {softmax_backward(gy, c.output(), dim), Tensor()};  // the mask has no gradient
   }
@@ -138,6 +174,9 @@ struct LogSoftmax {
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, true); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, false, name);
+  }
   // dx = gy - exp(y) * sum(gy) along dim (d log_softmax = I - 1 softmaxᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return log_softmax_backward(gy, c.output(), dim);

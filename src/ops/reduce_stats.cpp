@@ -53,6 +53,9 @@ struct Prod {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kernels::Reduce::Prod, x, dims, keepdim);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
+  }
   // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Zero-safe prod gradient].
   Tensor partials(const Ctx& c) const {
     const Tensor& x = c.input(0);
@@ -88,6 +91,9 @@ struct Norm2 {
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
+  }
   Tensor forward(const Tensor& x) const {
     Tensor wide = x.dtype() != DType::Float64 ? kernels::cast(x, DType::Float64) : x;
     Tensor sq = kernels::unary(Unary::Square, wide);
