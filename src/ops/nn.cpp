@@ -199,6 +199,32 @@ struct LogSoftmax {
 //   d/dx̂ = -rstd (c B + g C2), so d/dx = rstd d/dx̂ and d/dmean = -rstd d/dx̂
 //   d/drstd = c (g - A - x̂ B) + (x - mean) d/dx̂
 // (apply sums the last two to the shapes of mean and rstd).
+/// What layer_norm() hands its ops: a floating input whose last norm_dims.size() dims (one or
+/// more) are normalized, the others `lead_dims`, and an optional weight (or bias) of the
+/// normalized shape and the input's dtype. An imported op's `infer` (Note [Checking an
+/// imported graph] in src/export/import.cpp).
+void check_layer_norm(const detail::ValueSpec& x, const std::vector<int64_t>& norm_dims,
+                      const std::vector<int64_t>* lead_dims, std::span<const detail::ValueSpec> in,
+                      std::initializer_list<std::size_t> params, const char* op) {
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const auto k = static_cast<int64_t>(norm_dims.size());
+  bool dims_ok = k >= 1 && k <= rank && is_floating(x.dtype);
+  for (int64_t i = 0; dims_ok && i < k; ++i) dims_ok = norm_dims[i] == rank - k + i;
+  if (lead_dims) {
+    dims_ok = dims_ok && static_cast<int64_t>(lead_dims->size()) == rank - k;
+    for (int64_t i = 0; dims_ok && i < rank - k; ++i) dims_ok = (*lead_dims)[i] == i;
+  }
+  ADJOINT_CHECK(dims_ok, Shape, op, "normalized dims ", Shape(norm_dims),
+                " are not the trailing dims of a floating input ", describe(x));
+  const Shape normalized(std::vector<int64_t>(x.shape.begin() + (rank - k), x.shape.end()));
+  for (std::size_t i : params) {
+    if (i >= in.size() || !in[i].defined) continue;
+    ADJOINT_CHECK(in[i].shape == normalized && in[i].dtype == x.dtype, Shape, op, "parameter ",
+                  describe(in[i]), " is not of the normalized shape ", normalized, " and dtype ",
+                  x.dtype);
+  }
+}
+
 struct LayerNormBackward {
   static constexpr const char* name = "layer_norm_backward";
   auto fields() { return std::tie(norm_dims); }
@@ -208,6 +234,20 @@ struct LayerNormBackward {
   Tensor forward(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mu,
                  const Tensor& rstd) const {
     return kernels::layer_norm_backward(gy, x, w, mu, rstd, static_cast<int64_t>(norm_dims.size()));
+  }
+  // (gy, x, weight, mean, rstd): gy shaped as x, a statistic per row of the leading dims.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &gy = spec_of(in, 0, name), &x = spec_of(in, 1, name);
+    const detail::ValueSpec &mu = spec_of(in, 3, name), &rstd = spec_of(in, 4, name);
+    check_layer_norm(x, norm_dims, nullptr, in, {2}, name);
+    ADJOINT_CHECK(gy.shape == x.shape && is_floating(gy.dtype), Shape, name, "gradient ",
+                  describe(gy), " is not shaped as the input ", describe(x));
+    int64_t rows = 1;
+    for (std::size_t i = 0; i + norm_dims.size() < x.shape.size(); ++i) rows *= x.shape[i];
+    ADJOINT_CHECK(mu.shape.numel() == rows && rstd.shape.numel() == rows, Shape, name,
+                  "statistics ", describe(mu), " and ", describe(rstd), " are not one per row of ",
+                  describe(x));
+    return {x.shape, x.dtype};
   }
   Tensor avg(const Tensor& t) const { return mean(t, norm_dims, true); }
 
@@ -281,6 +321,12 @@ struct LayerNorm {
   std::vector<int64_t> lead_dims;  // the others
   double eps;
 
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_layer_norm(x, norm_dims, &lead_dims, in, {1, 2}, name);
+    ADJOINT_CHECK(eps >= 0, Value, name, "eps must be non-negative, got ", eps);
+    return {x.shape, x.dtype};
+  }
   Tensor forward(Saver& saver, const Tensor& x, const Tensor& w, const Tensor& b) const {
     kernels::LayerNormForward r =
         kernels::layer_norm(x, static_cast<int64_t>(norm_dims.size()), w, b, eps);
