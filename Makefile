@@ -55,7 +55,7 @@ asan: deps
 fuzz-build:
 	@bash scripts/install-deps.sh $(FUZZ_DEPS)
 	@cmake -S . -B $(FUZZ_BUILD) -C fuzz/fuzz.cmake >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_loaders fuzz_ops
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_loaders fuzz_ops fuzz_import
 
 # Runs each target for FUZZ_SECONDS; new inputs go under $(FUZZ_BUILD)/fuzz-work, not the repo.
 fuzz: fuzz-build
@@ -65,7 +65,7 @@ fuzz: fuzz-build
 # the regress_* inputs kept from findings stay.
 fuzz-seeds: fuzz-build
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_seeds
-	@find fuzz/corpus/loaders fuzz/corpus/ops -type f ! -name 'regress_*' -delete 2>/dev/null || true
+	@find fuzz/corpus/loaders fuzz/corpus/ops fuzz/corpus/import -type f ! -name 'regress_*' -delete 2>/dev/null || true
 	@ASAN_OPTIONS=detect_leaks=0 ./$(FUZZ_BUILD)/fuzz/fuzz_seeds fuzz/corpus
 
 # Backward on several threads (tests/autograd/concurrency_test.cpp, more iterations than in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs each fuzz target for a bounded time: fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]
-# (targets: loaders ops; default both). New inputs go to BUILD_DIR/fuzz-work/TARGET/corpus,
+# (targets: loaders ops import; default all three). New inputs go to BUILD_DIR/fuzz-work/TARGET/corpus,
 # which persists between runs; the seeds in fuzz/corpus/TARGET are read, never written.
 # A crash, leak, timeout or sanitizer report stops the target and fails the script; the
 # input is saved as BUILD_DIR/fuzz-work/TARGET/artifacts/crash-* (see docs/fuzzing.md).
@@ -11,7 +11,7 @@ build=$1
 seconds=$2
 shift 2
 targets=("$@")
-((${#targets[@]})) || targets=(loaders ops)
+((${#targets[@]})) || targets=(loaders ops import)
 
 # Sanitizer reports with stacks; leaks are checked (libFuzzer's -detect_leaks=1). A request
 # for more memory than exists (a [2^42, 4] tensor) must reach the library as a failed

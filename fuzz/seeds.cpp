@@ -341,15 +341,60 @@ void op_seeds(const fs::path& dir) {
       {{kRequiresGrad, 0, 1}, {kRequiresGrad, 1, 1}, {kExp, 1}, {kItem, 0}, {kPrint, 0}});
 }
 
+// Exported functions for the import target: an MLP (linear, gelu, permute, matmul, expand,
+// cross_entropy) with its backward, reductions and views, softmax and layer norm, and one
+// with dynamic sizes.
+void import_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  Generator gen(7);
+  auto param = [&](const Shape& s) {
+    return (randn(s, DType::Float32, &gen) * 0.3).detach().requires_grad_(true);
+  };
+  const Tensor w1 = param({6, 4}), b1 = param({6}), w2 = param({3, 6}), b2 = param({3});
+  const Tensor x = randn({5, 4}, DType::Float32, &gen).requires_grad_(true);
+  const Tensor t = randint(0, 3, {5}, &gen);
+  auto put = [&](const char* name, CompiledFunction f, const std::vector<Tensor>& in) {
+    f(in);
+    export_function(f, (dir / name).string());
+  };
+  put("mlp", compile([&](const std::vector<Tensor>& in) {
+        const Tensor h = gelu(linear(in[0], w1, b1));
+        const Tensor logits = matmul(w2, h.permute({1, 0})).permute({1, 0}) + b2.expand({5, 3});
+        return std::vector<Tensor>{logits, cross_entropy(logits, in[1])};
+      }),
+      {x, t});
+  put("views_reductions", compile([&](const std::vector<Tensor>& in) {
+        const Tensor v = in[0].reshape({2, 10}).t().unsqueeze(0).squeeze(0);
+        return std::vector<Tensor>{v.sum({0}), amax(v, {1}, true), in[0].transpose(0, 1).sum()};
+      }),
+      {x});
+  put("softmax_layer_norm", compile([&](const std::vector<Tensor>& in) {
+        const Tensor y = layer_norm(in[0], {4}, Tensor(), Tensor(), 1e-5);
+        return std::vector<Tensor>{log_softmax(y, -1).sum(), softmax(in[0], 0).select(0, 1)};
+      }),
+      {x});
+  CompileOptions dynamic;
+  dynamic.dynamic = {{0, 0}};
+  dynamic.warn = false;
+  CompiledFunction family = compile(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{(tanh(linear(in[0], w1, b1)) * 2.0).sum({-1})};
+      },
+      dynamic);
+  for (int64_t n : {3, 5}) family({randn({n, 4}, DType::Float32, &gen).requires_grad_(true)});
+  export_function(family, (dir / "dynamic").string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR  (writes DIR/loaders and DIR/ops)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DIR  (writes DIR/loaders, DIR/ops and DIR/import)\n", argv[0]);
     return 2;
   }
   const fs::path dir = argv[1];
   loader_seeds(dir / "loaders");
   op_seeds(dir / "ops");
+  import_seeds(dir / "import");
   return 0;
 }

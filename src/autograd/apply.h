@@ -501,6 +501,25 @@ class TypedTracedOp final : public TracedOp {
     }
   }
 
+  // An op with attributes or inputs that must agree says what it accepts in `infer` (beside
+  // the public function, sharing its checks); a pointwise op broadcasts its inputs.
+  std::optional<OutputSpec> infer(std::span<const ValueSpec> in) const override {
+    if constexpr (requires { op_.infer(in); }) {
+      return op_.infer(in);
+    } else if constexpr (batching_of<Op>() == Batching::Pointwise) {
+      Shape shape;
+      bool first = true;
+      for (const ValueSpec& v : in) {
+        if (!v.defined) continue;
+        shape = first ? v.shape : broadcast_shapes(shape, v.shape, Op::name);
+        first = false;
+      }
+      return OutputSpec{shape, std::nullopt};
+    } else {
+      return std::nullopt;
+    }
+  }
+
   std::optional<PointwiseKernel> pointwise() const override {
     if constexpr (requires { op_.fusion(); }) {
       return op_.fusion();

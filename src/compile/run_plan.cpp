@@ -50,6 +50,17 @@ void bind_leaves(const Plan& plan, std::vector<Tensor>& env, const std::vector<T
     env[static_cast<std::size_t>(plan.constant_ids[i])] = g.constants[i];
 }
 
+/// Each result of a replayed op has the shape and dtype its graph records, before any later op
+/// reads it: the ops after it were checked against those (an imported file's shape pass,
+/// Note [Checking an imported graph] in src/export/import.cpp), and their kernels trust them.
+void check_recorded(const Graph& g, const GraphNode& n, std::size_t k, const Tensor& t) {
+  if (!t.defined() || batch_level(t) != 0) return;  // (under vmap: a batch of them)
+  const Value& v = g.values[static_cast<std::size_t>(n.outputs[k])];
+  ADJOINT_CHECK(t.shape() == v.shape && t.dtype() == v.dtype, Shape, n.op->name(), "result ", k,
+                " is a ", t.dtype(), " tensor of shape ", t.shape(), ", the graph records a ",
+                v.dtype, " value of shape ", v.shape, " (value ", n.outputs[k], ")");
+}
+
 /// Runs a schedule's kernels over env. The kernels run below the dispatch stack, so its
 /// Observe layer never sees them; an installed observer (a profile, a memory timeline: Note [Op
 /// observer] in src/autograd/memory_hooks.cpp) is told about each node here instead, under the
@@ -79,8 +90,11 @@ void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
     ADJOINT_CHECK(extras.size() + 1 == n.outputs.size(), Internal, n.op->name(),
                   "compile: the op saved ", extras.size(), " tensors when replayed, ",
                   n.outputs.size() - 1, " when traced");
-    for (std::size_t k = 0; k < extras.size(); ++k)
+    check_recorded(g, n, 0, out);
+    for (std::size_t k = 0; k < extras.size(); ++k) {
+      check_recorded(g, n, k + 1, extras[k]);
       env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
+    }
     for (int id : s.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
   }
 }
@@ -93,9 +107,13 @@ void run_dispatched(const Graph& g, const Schedule& s, std::vector<Tensor>& env)
     const GraphNode& n = g.nodes[static_cast<std::size_t>(s.nodes[step])];
     args.clear();
     for (int id : n.inputs) args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
-    env[static_cast<std::size_t>(n.outputs[0])] = n.op->run_dispatched(args, extras);
-    for (std::size_t k = 0; k < extras.size() && k + 1 < n.outputs.size(); ++k)
+    Tensor out = n.op->run_dispatched(args, extras);
+    check_recorded(g, n, 0, out);
+    env[static_cast<std::size_t>(n.outputs[0])] = std::move(out);
+    for (std::size_t k = 0; k < extras.size() && k + 1 < n.outputs.size(); ++k) {
+      check_recorded(g, n, k + 1, extras[k]);
       env[static_cast<std::size_t>(n.outputs[k + 1])] = std::move(extras[k]);
+    }
     for (int id : s.drop[step]) env[static_cast<std::size_t>(id)] = Tensor();
   }
 }

@@ -3,6 +3,7 @@
 // (Note [Exporting ops] in src/core/op_fields.h).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -34,6 +35,13 @@ class ExternalOp final : public TracedOp {
   FieldList export_fields() const override { return exported_.fields; }
   std::ptrdiff_t arity() const override { return arity_; }
   Generator* generator() const override { return rng_; }
+  /// A rule for import's shape pass (TracedOp::infer), where the factory that rebuilds the op
+  /// from a file knows one (a draw's shape).
+  using Infer = std::function<std::optional<OutputSpec>(std::span<const ValueSpec>)>;
+  void set_infer(Infer f) { infer_ = std::move(f); }
+  std::optional<OutputSpec> infer(std::span<const ValueSpec> in) const override {
+    return infer_ ? infer_(in) : std::nullopt;
+  }
 
  private:
   const char* name_;
@@ -41,6 +49,7 @@ class ExternalOp final : public TracedOp {
   ExternalExport exported_;
   std::ptrdiff_t arity_;
   Generator* rng_;  ///< what a random draw advances
+  Infer infer_;
 };
 
 }  // namespace adjoint::detail

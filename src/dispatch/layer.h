@@ -108,6 +108,20 @@ class TracedStateChanged : public std::exception {
   }
 };
 
+/// A value as a graph records it: its shape and dtype (undefined: an optional input left out).
+/// Import's shape pass hands these to TracedOp::infer.
+struct ValueSpec {
+  Shape shape;
+  DType dtype = DType::Float32;
+  bool defined = true;
+};
+/// What an op makes of inputs of given specs: the first result's shape, and its dtype where
+/// the op's rule knows it.
+struct OutputSpec {
+  Shape shape;
+  std::optional<DType> dtype;
+};
+
 /// An op as a traced graph keeps it (src/compile): a copy of the op struct after its forward
 /// ran, able to run again on new inputs.
 class TracedOp {
@@ -144,6 +158,13 @@ class TracedOp {
   virtual std::ptrdiff_t arity() const { return -1; }
   /// The generator a random draw advances (null for other ops).
   virtual Generator* generator() const { return nullptr; }
+  /// Checks the op's attributes against inputs of these shapes and dtypes, as the public
+  /// function checks its arguments, throwing an adjoint::Error naming the op, and gives the
+  /// result's spec; nullopt for an op without a static rule, whose kernel checks its inputs
+  /// itself. See Note [Checking an imported graph] in src/export/import.cpp.
+  virtual std::optional<OutputSpec> infer(std::span<const ValueSpec> /*inputs*/) const {
+    return std::nullopt;
+  }
 };
 
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in

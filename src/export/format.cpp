@@ -2,6 +2,8 @@
 #include "export/format.h"
 
 #include <bit>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 
 #include "adjoint/error.h"
@@ -61,15 +63,38 @@ DType dtype_named(const std::string& name) {
   throw Error(ErrorKind::Value, kImportOp, "unknown dtype '" + name + "'");
 }
 
+namespace {
+
+/// An integer field's value: refused unless the JSON holds an integer that fits int64 (a
+/// double, 1e23, would otherwise be cast without a check).
+int64_t int64_field(const json& j) {
+  ADJOINT_CHECK(j.is_number_integer() && (!j.is_number_unsigned() ||
+                                          j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
+                Value, kImportOp, "an integer field holds '", j.dump(), "', not an int64");
+  return j.get<int64_t>();
+}
+
+}  // namespace
+
 Field field_from_json(const json& j) {
   const std::string tag = j.at(0).get<std::string>();
-  if (tag == "i") return j.at(1).get<int64_t>();
+  if (tag == "i") return int64_field(j.at(1));
   if (tag == "d") {
+    // 16 hex digits, parsed without exceptions (std::stoull would throw its own on "zzzz").
     const std::string hex = j.at(1).get<std::string>();
-    ADJOINT_CHECK(hex.size() == 16, Value, kImportOp, "malformed double field '", hex, "'");
-    return std::bit_cast<double>(static_cast<uint64_t>(std::stoull(hex, nullptr, 16)));
+    uint64_t bits = 0;
+    const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
+    ADJOINT_CHECK(hex.size() == 16 && ec == std::errc() && end == hex.data() + hex.size(), Value,
+                  kImportOp, "malformed double field '", hex, "' (16 hex digits)");
+    return std::bit_cast<double>(bits);
   }
-  if (tag == "v") return j.at(1).get<std::vector<int64_t>>();
+  if (tag == "v") {
+    ADJOINT_CHECK(j.at(1).is_array(), Value, kImportOp, "a list field holds '", j.at(1).dump(),
+                  "'");
+    std::vector<int64_t> list;
+    for (const json& x : j.at(1)) list.push_back(int64_field(x));
+    return list;
+  }
   if (tag == "t") return dtype_named(j.at(1).get<std::string>());
   if (tag == "s") return j.at(1).get<std::string>();
   ADJOINT_CHECK(tag == "n", Value, kImportOp, "unknown field tag '", tag, "'");

@@ -1,9 +1,11 @@
 // import_function (include/adjoint/export.h): a graph export_function wrote, read back, checked
 // and planned as compile plans a trace (Note [The export file] in format.cpp).
 #include <bit>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "adjoint/error.h"
 #include "adjoint/export.h"
@@ -42,11 +44,59 @@ struct ImportedState {
 
 namespace {
 
+/// The most bytes a value of a file may hold (1 TiB): beyond what any process here can run,
+/// and small enough that no product of sizes or bytes overflows.
+constexpr int64_t kMaxValueBytes = int64_t{1} << 40;
+
 /// A file's claim checked, naming the file: the file is not one export_function wrote, or it
 /// was damaged.
 template <class... Args>
 void expect(bool ok, const std::string& path, const Args&... what) {
   if (!ok) throw Error(ErrorKind::Value, kImportOp, str(path, ": ", what...));
+}
+
+/// An integer of the graph's JSON as T, refused unless it is one and T holds it (a double such
+/// as 1e23, or an id past int, would otherwise be cast without a check).
+template <class T>
+T integer(const json& j, const std::string& path) {
+  expect(j.is_number_integer(), path, "'", j.dump(), "' where the graph has an integer");
+  if (j.is_number_unsigned()) {
+    const auto u = j.get<uint64_t>();
+    expect(std::in_range<T>(u), path, "integer ", u, " out of range");
+    return static_cast<T>(u);
+  }
+  const auto v = j.get<int64_t>();
+  expect(std::in_range<T>(v), path, "integer ", v, " out of range");
+  return static_cast<T>(v);
+}
+
+/// The graph's JSON holds integers, strings and bools, never a number with a fraction or an
+/// exponent (doubles are written as their bits): one such anywhere is refused before any list
+/// of integers is read from it. Iterative, so that a deeply nested file cannot overflow the
+/// stack.
+void expect_no_floats(const json& root, const std::string& path) {
+  std::vector<std::pair<const json*, std::string>> todo{{&root, ""}};  // (value, its pointer)
+  while (!todo.empty()) {
+    const auto [j, at] = todo.back();
+    todo.pop_back();
+    if (j->is_number_float()) {
+      // Under "nodes": name the node and its op.
+      std::string node;
+      if (at.rfind("/nodes/", 0) == 0 && root.contains(json::json_pointer("/nodes"))) {
+        const std::string k = at.substr(7, at.find('/', 7) - 7);
+        const json& n = root.at("nodes").at(std::stoul(k));
+        const bool named = n.is_object() && n.contains("op") && n.at("op").is_string();
+        node = str(" (node ", k, ", op '", named ? n.at("op").get<std::string>() : "?", "')");
+      }
+      expect(false, path, "'", j->dump(), "' at ", at, node, " where the graph has an integer");
+    }
+    if (j->is_array()) {
+      for (std::size_t i = 0; i < j->size(); ++i) todo.push_back({&(*j)[i], str(at, "/", i)});
+    } else if (j->is_object()) {
+      for (auto it = j->begin(); it != j->end(); ++it)
+        todo.push_back({&it.value(), str(at, "/", it.key())});
+    }
+  }
 }
 
 Tensor tensor_named(const io::SafetensorsFile& file, const std::string& name,
@@ -55,6 +105,50 @@ Tensor tensor_named(const io::SafetensorsFile& file, const std::string& name,
     if (n == name) return t;
   expect(false, path, "tensor '", name, "' is missing");
   return {};
+}
+
+// Note [Checking an imported graph]
+// A file's ops were made by the public functions, which check their arguments and hand the op
+// struct only what it can run (a permutation of the input's dims, a shape the input expands
+// to); a damaged file could hand it anything, and its forward trusts it. So every node is
+// checked when the file is read, before any kernel runs, in this shape pass: each op's rule
+// (TracedOp::infer: the op struct's `infer`, which shares the public function's checks, or a
+// pointwise op's broadcasting) is given the shapes and dtypes the file records for its inputs
+// and must accept them with the op's attributes and give the result the file records. An op
+// without a static rule (its kernel checks its own inputs) is checked when it runs: each
+// result of a replay must have its recorded shape and dtype before a later op reads it
+// (check_recorded in src/compile/run_plan.cpp), and a call's arguments must have the
+// signature's. By induction every op then runs on inputs of the shapes its check accepted.
+void check_shapes(const Graph& g, const std::string& path) {
+  std::vector<ValueSpec> specs;
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    const GraphNode& n = g.nodes[k];
+    specs.clear();
+    for (int in : n.inputs) {
+      if (in < 0) {
+        specs.push_back({Shape{}, kDefaultFloat, false});
+        continue;
+      }
+      const Value& v = g.values[static_cast<std::size_t>(in)];
+      specs.push_back({v.shape, v.dtype, true});
+    }
+    const Value& out = g.values[static_cast<std::size_t>(n.outputs[0])];
+    std::optional<OutputSpec> made;
+    try {
+      made = n.op->infer(specs);
+    } catch (const Error& e) {
+      throw Error(e.kind(), kImportOp,
+                  str(path, ": node ", k, " (op '", n.op->name(), "'): ", e.what()));
+    }
+    if (!made) continue;
+    const bool same = made->shape == out.shape && (!made->dtype || *made->dtype == out.dtype);
+    if (!same)
+      throw Error(ErrorKind::Shape, kImportOp,
+                  str(path, ": node ", k, " (op '", n.op->name(), "') makes a ",
+                      made->dtype ? to_string(*made->dtype) : std::string_view("tensor"),
+                      " of shape ", made->shape, " from its inputs, the file records a ", out.dtype,
+                      " value of shape ", out.shape, " (value ", n.outputs[0], ")"));
+  }
 }
 
 Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std::string& path,
@@ -73,18 +167,24 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     state.own_generators.push_back(std::move(own));
   }
   for (const json& v : j.at("values")) {
-    const int kind = v.at(0).get<int>();
+    const int kind = integer<int>(v.at(0), path);
     expect(kind >= 0 && kind <= static_cast<int>(ValueKind::Result), path, "unknown value kind ",
            kind);
     const std::vector<int64_t> shape = v.at(3).get<std::vector<int64_t>>();
+    const DType dtype = dtype_named(v.at(4).get<std::string>());
+    // Sizes no process could hold are refused here, before an op's rule or the allocator sees
+    // them (a negative size, a product past int64).
+    const auto max_numel = static_cast<int64_t>(kMaxValueBytes / itemsize(dtype));
     int64_t numel = 1;
     for (int64_t d : shape) {
-      expect(d >= 0 && (d == 0 || numel <= (int64_t{1} << 48) / d), path, "a value's shape ",
-             v.at(3).dump(), " is not a tensor's");
+      expect(d >= 0 && (d == 0 || numel <= max_numel / d), path, "value ", g.values.size(),
+             "'s shape ", v.at(3).dump(), " (", to_string(dtype),
+             ") is not a tensor's, or is larger than 2^40 bytes");
       numel *= d;
     }
-    g.values.push_back({static_cast<ValueKind>(kind), v.at(1).get<int>(), v.at(2).get<int>(),
-                        Shape(shape), dtype_named(v.at(4).get<std::string>()), v.at(5).get<int>()});
+    g.values.push_back({static_cast<ValueKind>(kind), integer<int>(v.at(1), path),
+                        integer<int>(v.at(2), path), Shape(shape), dtype,
+                        integer<int>(v.at(5), path)});
   }
   const int n_values = static_cast<int>(g.values.size());
   auto value_id = [&](int id, bool optional) {
@@ -94,21 +194,26 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
   };
   auto ids = [&](const json& list, bool optional) {
     std::vector<int> out;
-    for (const json& id : list) out.push_back(value_id(id.get<int>(), optional));
+    for (const json& id : list) out.push_back(value_id(integer<int>(id, path), optional));
     return out;
   };
   std::vector<bool> produced(g.values.size(), false);
   for (const json& n : j.at("nodes")) {
     const std::string key = n.at("op").get<std::string>();
     FieldList fields;
-    for (const json& f : n.at("fields")) fields.push_back(field_from_json(f));
     OpImportContext context;
-    const int generator = n.at("generator").get<int>();
-    expect(generator >= -1 && generator < static_cast<int>(g.generators.size()), path, "generator ",
-           generator, " out of range");
-    if (generator >= 0) context.generator = g.generators[static_cast<std::size_t>(generator)];
     GraphNode node;
-    node.op = exported_op_factory(key)(fields, context);
+    try {
+      const int generator = integer<int>(n.at("generator"), path);
+      expect(generator >= -1 && generator < static_cast<int>(g.generators.size()), path,
+             "generator ", generator, " out of range");
+      if (generator >= 0) context.generator = g.generators[static_cast<std::size_t>(generator)];
+      for (const json& f : n.at("fields")) fields.push_back(field_from_json(f));
+      node.op = exported_op_factory(key)(fields, context);
+    } catch (const Error& e) {
+      throw Error(e.kind(), kImportOp,
+                  str(path, ": node ", g.nodes.size(), " (op '", key, "'): ", e.what()));
+    }
     node.inputs = ids(n.at("in"), true);
     node.outputs = ids(n.at("out"), false);
     node.backward = n.at("backward").get<bool>();
@@ -146,7 +251,7 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     Tensor c = tensor_named(file, "capture." + std::to_string(i), path).detach();
     g.captures.push_back(capture_grad[i] ? c.requires_grad_(true) : c);
   }
-  const std::size_t n_constants = j.at("constants").get<std::size_t>();
+  const std::size_t n_constants = integer<std::size_t>(j.at("constants"), path);
   for (std::size_t i = 0; i < n_constants; ++i)
     g.constants.push_back(tensor_named(file, "constant." + std::to_string(i), path));
   // Every value is what it says: an argument, a tensor of the file (in its dtype: safetensors
@@ -245,11 +350,12 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
     expect(kind == ValueKind::Input || kind == ValueKind::Capture, path, "value ", id,
            " is differentiated but is neither an argument nor a captured tensor");
   }
+  check_shapes(g, path);
   return g;
 }
 
 SizeFormula formula_from_json(const json& j, const std::string& path) {
-  const int kind = j.at(0).get<int>();
+  const int kind = integer<int>(j.at(0), path);
   expect(kind >= 0 && kind <= static_cast<int>(SizeFormula::Kind::Reciprocal), path,
          "unknown kind of formula ", kind);
   SizeFormula f{static_cast<SizeFormula::Kind>(kind), {}, {}};
@@ -272,10 +378,10 @@ std::vector<std::vector<FieldFormula>> field_formulas_from_json(const json& list
                                                                 const std::string& path) {
   std::vector<std::vector<FieldFormula>> out(n);
   for (const json& h : list) {
-    const auto item = h.at(0).get<std::size_t>();
+    const auto item = integer<std::size_t>(h.at(0), path);
     expect(item < n, path, "a formula for item ", item, " of ", n);
-    out[item].push_back({h.at(1).get<std::size_t>(), h.at(2).get<std::ptrdiff_t>(),
-                         formula_from_json(h.at(3), path)});
+    out[item].push_back({integer<std::size_t>(h.at(1), path),
+                         integer<std::ptrdiff_t>(h.at(2), path), formula_from_json(h.at(3), path)});
   }
   return out;
 }
@@ -283,9 +389,10 @@ std::vector<std::vector<FieldFormula>> field_formulas_from_json(const json& list
 /// The "dynamic" section (export.cpp): the formulas over the graph `g` (its constants' recipes
 /// are read into it), and the dims that take the sizes.
 void dynamic_from_json(const json& j, Graph g, const std::string& path, ImportedState& state) {
-  const auto symbols = j.at("symbols").get<std::size_t>();
+  const auto symbols = integer<std::size_t>(j.at("symbols"), path);
   for (const json& d : j.at("dims")) {
-    const DynamicDim dim{d.at(0).get<int>(), d.at(1).get<int64_t>(), d.at(2).get<int>()};
+    const DynamicDim dim{integer<int>(d.at(0), path), integer<int64_t>(d.at(1), path),
+                         integer<int>(d.at(2), path)};
     expect(dim.input >= 0 && static_cast<std::size_t>(dim.input) < state.input_shapes.size() &&
                dim.dim >= 0 &&
                static_cast<std::size_t>(dim.dim) <
@@ -301,7 +408,7 @@ void dynamic_from_json(const json& j, Graph g, const std::string& path, Imported
   for (int64_t n : state.base_sizes) expect(n >= 2, path, "a dynamic size of ", n);
   g.constant_recipes.assign(g.constants.size(), {});
   for (const json& r : j.at("recipes")) {
-    const auto i = r.at(0).get<std::size_t>();
+    const auto i = integer<std::size_t>(r.at(0), path);
     expect(i < g.constants.size(), path, "a recipe for constant ", i, " of ", g.constants.size());
     FieldList fields;
     for (const json& f : r.at(2)) fields.push_back(field_from_json(f));
@@ -309,8 +416,8 @@ void dynamic_from_json(const json& j, Graph g, const std::string& path, Imported
   }
   std::vector<DimFormula> dims;
   for (const json& d : j.at("value_dims"))
-    dims.push_back(
-        {d.at(0).get<std::size_t>(), d.at(1).get<std::size_t>(), formula_from_json(d.at(2), path)});
+    dims.push_back({integer<std::size_t>(d.at(0), path), integer<std::size_t>(d.at(1), path),
+                    formula_from_json(d.at(2), path)});
   const std::size_t nodes = g.nodes.size(), constants = g.constants.size();
   state.dynamic = std::make_shared<const DynamicTemplate>(DynamicTemplate::from_pieces(
       std::move(g), symbols, std::move(dims), field_formulas_from_json(j.at("ops"), nodes, path),
@@ -334,12 +441,15 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(file.metadata.at(detail::kGraphKey));
+    detail::expect_no_floats(j, path);
     g = detail::graph_from_json(j, file, path, *state);
     for (const nlohmann::json& s : j.at("input_strides"))
       state->input_strides.push_back(Shape(s.get<std::vector<int64_t>>()));
     detail::expect(state->input_strides.size() == g.inputs.size(), path, "input strides for ",
                    state->input_strides.size(), " of ", g.inputs.size(), " inputs");
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // nlohmann::json's, or any other a damaged file raises
     detail::expect(false, path, "malformed graph: ", e.what());
   }
   for (int id : g.inputs) {
@@ -353,7 +463,9 @@ ImportedFunction import_function(const std::string& path, const CompileOptions& 
   }
   try {
     if (j.contains("dynamic")) detail::dynamic_from_json(j.at("dynamic"), g, path, *state);
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
     detail::expect(false, path, "malformed dynamic sizes: ", e.what());
   }
   state->options = options;
@@ -396,7 +508,12 @@ std::shared_ptr<const Plan> plan_at(const ImportedState& s, const SymbolSizes& s
   if (sizes == s.base_sizes) return s.plan;
   std::lock_guard<std::mutex> lock(s.mutex);
   std::shared_ptr<const Plan>& plan = s.plans[sizes];
-  if (!plan) plan = std::make_shared<const Plan>(make_plan(s.dynamic->at(sizes), s.options));
+  if (!plan) {
+    Graph g = s.dynamic->at(sizes);
+    check_shapes(g,
+                 s.path);  // the formulas' graph, as the file's (Note [Checking an imported graph])
+    plan = std::make_shared<const Plan>(make_plan(std::move(g), s.options));
+  }
   return plan;
 }
 

@@ -28,6 +28,18 @@ struct Pointwise {
   }
 };
 
+/// A value an imported graph records, described as describe(Tensor) describes a tensor.
+inline std::string describe(const detail::ValueSpec& v) {
+  return v.defined ? detail::str(v.shape, " (", v.dtype, ")") : "undefined tensor";
+}
+/// An op's `infer` (Note [Checking an imported graph] in src/export/import.cpp): input i of
+/// `in`, which must be defined.
+inline const detail::ValueSpec& spec_of(std::span<const detail::ValueSpec> in, std::size_t i,
+                                        const char* op) {
+  ADJOINT_CHECK(i < in.size() && in[i].defined, Value, op, "input ", i, " is undefined or missing");
+  return in[i];
+}
+
 /// Category used by promotion: bool 0, integer 1, floating 2.
 inline int type_category(DType d) { return is_floating(d) ? 2 : d == DType::Int64 ? 1 : 0; }
 

@@ -32,6 +32,31 @@ struct Clone {
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
 };
 
+/// The shape expand() makes of a tensor of shape `x` (`what` describes it) asked for `shape_in`
+/// (-1 keeps a size), or an error: expand()'s checks, which an imported Expand passes too.
+Shape expanded_shape(const Shape& x, const Shape& shape_in, const std::string& what) {
+  ADJOINT_CHECK(shape_in.size() >= x.size(), Shape, "expand", "cannot expand ", what,
+                " to fewer dims ", shape_in);
+  Shape shape = shape_in;
+  const std::size_t lead = shape.size() - x.size();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i >= lead && shape[i] == -1) shape[i] = x[i - lead];
+    ADJOINT_CHECK(shape[i] >= 0, Shape, "expand", "invalid size ", shape_in[i], " in ", shape_in);
+    if (i >= lead) {
+      int64_t have = x[i - lead];
+      ADJOINT_CHECK(have == shape[i] || have == 1, Shape, "expand", "cannot expand ", what, " to ",
+                    shape_in, ": dim ", i, " has size ", have, " (must be 1 or ", shape[i], ")");
+    }
+  }
+  return shape;
+}
+
+/// sum_to()'s checks: a tensor of shape `x` sums down to `shape` when `shape` broadcasts to x.
+void check_sum_to(const Shape& x, const Shape& shape, const std::string& what) {
+  ADJOINT_CHECK(shape.size() <= x.size() && broadcast_shapes(shape, x, "sum_to") == x, Shape,
+                "sum_to", "cannot sum ", what, " down to ", shape);
+}
+
 struct Expand {
   static constexpr const char* name = "expand";
   auto fields() { return std::tie(shape); }
@@ -43,6 +68,12 @@ struct Expand {
     for (std::size_t i = 0; i < static_cast<std::size_t>(x.dim()); ++i)
       strides[lead + i] = x.shape()[i] == 1 && shape[lead + i] != 1 ? 0 : x.strides()[i];
     return make_view(x, shape, strides, x.storage_offset());
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    ADJOINT_CHECK(expanded_shape(x.shape, shape, describe(x)) == shape, Shape, name, "shape ",
+                  shape, " keeps a -1");
+    return {shape, x.dtype};
   }
   // The VJP of broadcasting is summing back.
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return sum_to(gy, c.input_shape(0)); }
@@ -66,6 +97,11 @@ struct SumTo {
     for (std::size_t i = 0; i < in.size(); ++i)
       if (i < lead || (shape[i - lead] == 1 && in[i] != 1)) dims.push_back(static_cast<int64_t>(i));
     return dims;
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_sum_to(x.shape, shape, describe(x));
+    return {shape, x.dtype};
   }
   Tensor forward(const Tensor& x) const {
     const std::vector<int64_t> dims = summed_dims(x.shape());
@@ -104,20 +140,7 @@ Tensor clone(const Tensor& x) { return apply(Clone{}, x); }
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
 Tensor expand(const Tensor& x, const Shape& shape_in) {
-  ADJOINT_CHECK(static_cast<int64_t>(shape_in.size()) >= x.dim(), Shape, "expand", "cannot expand ",
-                describe(x), " to fewer dims ", shape_in);
-  Shape shape = shape_in;
-  const std::size_t lead = shape.size() - x.dim();
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i >= lead && shape[i] == -1) shape[i] = x.shape()[i - lead];
-    ADJOINT_CHECK(shape[i] >= 0, Shape, "expand", "invalid size ", shape_in[i], " in ", shape_in);
-    if (i >= lead) {
-      int64_t have = x.shape()[i - lead];
-      ADJOINT_CHECK(have == shape[i] || have == 1, Shape, "expand", "cannot expand ", describe(x),
-                    " to ", shape_in, ": dim ", i, " has size ", have, " (must be 1 or ", shape[i],
-                    ")");
-    }
-  }
+  const Shape shape = expanded_shape(x.shape(), shape_in, describe(x));
   if (shape == x.shape()) return x;
   // The view's size is checked where it is made (Note [Tensor size limits]); name this op.
   detail::OpScope scope("expand");
@@ -126,9 +149,7 @@ Tensor expand(const Tensor& x, const Shape& shape_in) {
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  ADJOINT_CHECK(static_cast<int64_t>(shape.size()) <= x.dim() &&
-                    broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(),
-                Shape, "sum_to", "cannot sum ", describe(x), " down to ", shape);
+  check_sum_to(x.shape(), shape, describe(x));
   return apply(SumTo{shape}, x);
 }
 

@@ -248,7 +248,7 @@ std::shared_ptr<const detail::TracedOp> draw_from_fields(const detail::FieldList
   Generator* gen = context.generator;
   const TensorOptions o = TensorOptions(dtype).requires_grad(requires_grad);
   const char* name = kind == Draw::Rand ? "rand" : kind == Draw::Randn ? "randn" : "randint";
-  return std::make_shared<detail::ExternalOp>(
+  auto op = std::make_shared<detail::ExternalOp>(
       name,
       [=](std::span<const Tensor>) {
         return kind == Draw::Rand    ? rand(shape, o, gen)
@@ -256,6 +256,11 @@ std::shared_ptr<const detail::TracedOp> draw_from_fields(const detail::FieldList
                                      : randint(low, high, shape, gen);
       },
       draw_export(kind, shape, o, low, high), 0, gen);
+  // The draw's shape is the file's value's (whose size import checked) before it allocates.
+  op->set_infer([shape](std::span<const detail::ValueSpec>) {
+    return std::optional<detail::OutputSpec>(detail::OutputSpec{shape, std::nullopt});
+  });
+  return op;
 }
 
 struct DrawTag {};

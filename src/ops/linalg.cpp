@@ -46,11 +46,36 @@ Tensor to_matrix(const Tensor& x) {
 
 // Batched product of equal-rank (>= 2) operands with equal batch dims; the public matmul
 // promotes 1-d operands and broadcasts batch dims before applying it.
+/// What the public functions hand a product op: operands of one dtype, not bool (they cast to
+/// the common one).
+void check_same_dtype(const detail::ValueSpec& a, const detail::ValueSpec& b, const char* op) {
+  ADJOINT_CHECK(a.dtype == b.dtype && a.dtype != DType::Bool, DType, op,
+                "operands of one non-bool dtype expected: lhs ", describe(a), " vs rhs ",
+                describe(b));
+}
+
 struct MatMul {
   static constexpr const char* name = "matmul";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::matmul(a, b); }
+  // matmul() hands it [..., m, k] @ [..., k, n] with one batch shape (expanded to it).
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &a = spec_of(in, 0, name), &b = spec_of(in, 1, name);
+    const std::size_t na = a.shape.size(), nb = b.shape.size();
+    ADJOINT_CHECK(na >= 2 && na == nb, Shape, name,
+                  "operands of one rank of 2 or more expected: lhs ", describe(a), " vs rhs ",
+                  describe(b));
+    ADJOINT_CHECK(a.shape[na - 1] == b.shape[nb - 2], Shape, name, "inner dimensions differ: lhs ",
+                  describe(a), " vs rhs ", describe(b));
+    Shape out = a.shape;
+    out[na - 1] = b.shape[nb - 1];
+    for (std::size_t i = 0; i + 2 < na; ++i)
+      ADJOINT_CHECK(a.shape[i] == b.shape[i], Shape, name, "batch dimensions differ: lhs ",
+                    describe(a), " vs rhs ", describe(b));
+    check_same_dtype(a, b, name);
+    return {out, a.dtype};
+  }
   // C = A B: dA = dC Bᵀ, dB = Aᵀ dC
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {c.needs_grad(0) ? matmul(gy, mT(c.input(1))) : Tensor(),
@@ -89,6 +114,14 @@ struct Dot {
     Tensor r = kernels::matmul(as_row(a), as_column(b));
     return reshape_fresh(r, {});
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &a = spec_of(in, 0, name), &b = spec_of(in, 1, name);
+    ADJOINT_CHECK(a.shape.size() == 1 && b.shape.size() == 1 && a.shape[0] == b.shape[0], Shape,
+                  name, "two 1-d tensors of one size expected: lhs ", describe(a), " vs rhs ",
+                  describe(b));
+    check_same_dtype(a, b, name);
+    return {Shape{}, a.dtype};
+  }
   // d(a · b) = b · da + a · db
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {c.needs_grad(0) ? gy * c.input(1) : Tensor(),
@@ -117,6 +150,23 @@ struct Linear {
   static constexpr const char* name = "linear";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
+  // linear()'s checks, on the operands it hands the op (cast to one dtype).
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &x = spec_of(in, 0, name), &w = spec_of(in, 1, name);
+    ADJOINT_CHECK(x.shape.size() >= 1 && w.shape.size() == 2 && x.shape.back() == w.shape[1], Shape,
+                  name, "input [..., in] and weight [out, in] expected: input ", describe(x),
+                  " vs weight ", describe(w));
+    check_same_dtype(x, w, name);
+    if (in.size() > 2 && in[2].defined) {
+      const detail::ValueSpec& b = in[2];
+      ADJOINT_CHECK(b.shape == Shape{w.shape[0]}, Shape, name, "bias must have shape [", w.shape[0],
+                    "]: bias ", describe(b), " vs weight ", describe(w));
+      check_same_dtype(x, b, name);
+    }
+    Shape out = x.shape;
+    out.back() = w.shape[0];
+    return {out, x.dtype};
+  }
   Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) const {
     Tensor r = kernels::linear(as_matrix(x), w, b);
     Shape out = x.shape();

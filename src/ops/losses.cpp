@@ -37,6 +37,16 @@ Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) 
 // cross_entropy_backward(g, x, t) = (p - one_hot(t)) g per row with p = softmax(x), 0 on
 // ignored rows, in one kernel. Linear in g: d/dg_i = sum_c G_ic (p - one_hot)_ic;
 // d/dx_i = softmax_backward(g_i G_i, p_i).
+/// What cross_entropy() and cross_entropy_backward() hand their ops: floating logits [N, C] and
+/// int64 targets [N] (an imported op is checked against them; the kernel checks the targets'
+/// values).
+void check_class_specs(const detail::ValueSpec& x, const detail::ValueSpec& t, const char* op) {
+  ADJOINT_CHECK(x.shape.size() == 2 && is_floating(x.dtype), Shape, op,
+                "expected floating logits [N, C], got ", describe(x));
+  ADJOINT_CHECK(t.dtype == DType::Int64 && t.shape == Shape{x.shape[0]}, Shape, op,
+                "expected int64 targets [", x.shape[0], "], got ", describe(t));
+}
+
 struct CrossEntropyBackward {
   static constexpr const char* name = "cross_entropy_backward";
   auto fields() { return std::tie(ignore_index); }
@@ -44,6 +54,14 @@ struct CrossEntropyBackward {
   int64_t ignore_index;
   Tensor forward(const Tensor& g, const Tensor& x, const Tensor& t) const {
     return kernels::cross_entropy_backward(g, x, t, ignore_index);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &g = spec_of(in, 0, name), &x = spec_of(in, 1, name),
+                            &t = spec_of(in, 2, name);
+    check_class_specs(x, t, name);
+    ADJOINT_CHECK(g.shape == Shape{x.shape[0]} && g.dtype == x.dtype, Shape, name, "weights ",
+                  describe(g), " are not one per row of the logits ", describe(x));
+    return {x.shape, x.dtype};
   }
   // softmax(x), one_hot(t) and the [N, 1] mask of the rows that count
   struct Parts {
@@ -90,6 +108,14 @@ struct CrossEntropy {
   Reduction reduction;
   int64_t ignore_index;
 
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &x = spec_of(in, 0, name), &t = spec_of(in, 1, name);
+    check_class_specs(x, t, name);
+    ADJOINT_CHECK(
+        reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
+        Value, name, "unknown reduction ", static_cast<int>(reduction));
+    return {reduction == Reduction::None ? Shape{x.shape[0]} : Shape{}, x.dtype};
+  }
   Tensor forward(const Tensor& logits, const Tensor& target) const {
     kernels::CrossEntropyForward r = kernels::cross_entropy(logits, target, ignore_index);
     if (reduction == Reduction::None) return r.loss;

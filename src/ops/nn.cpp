@@ -17,6 +17,30 @@ namespace {
 
 // softmax_backward(gy, y) = y (gy - sum(gy y)) along dim in one kernel. Linear in gy and
 // self-adjoint (d/dgy = diag(y) - y yᵀ); d/dy: g (gy - sum(gy y)) - gy sum(g y).
+/// What softmax(), log_softmax(), masked_softmax() and their gradients hand their ops: a
+/// floating input (for a gradient, the broadcast of the two) and a dim wrapped against it. An
+/// imported op's `infer` (Note [Checking an imported graph] in src/export/import.cpp); the
+/// optional mask must be bool and broadcast to the input.
+detail::OutputSpec softmax_spec(std::span<const detail::ValueSpec> in, int64_t dim, bool gradient,
+                                bool masked, const char* op) {
+  const detail::ValueSpec& x = spec_of(in, 0, op);
+  Shape shape = x.shape;
+  if (gradient) {
+    const detail::ValueSpec& y = spec_of(in, 1, op);
+    shape = broadcast_shapes(x.shape, y.shape, op);
+    ADJOINT_CHECK(is_floating(y.dtype), DType, op, "expected a floating tensor, got ", describe(y));
+  }
+  if (masked) {
+    const detail::ValueSpec& mask = spec_of(in, 1, op);
+    ADJOINT_CHECK(mask.dtype == DType::Bool && broadcast_shapes(x.shape, mask.shape, op) == x.shape,
+                  Shape, op, "mask ", describe(mask), " is not a bool mask of input ", describe(x));
+  }
+  ADJOINT_CHECK(is_floating(x.dtype), DType, op, "expected a floating tensor, got ", describe(x));
+  ADJOINT_CHECK(wrap_dim(dim, static_cast<int64_t>(shape.size()), op) == dim, Index, op, "dim ",
+                dim, " is not wrapped for shape ", shape);
+  return {shape, std::nullopt};
+}
+
 struct SoftmaxBackward {
   static constexpr const char* name = "softmax_backward";
   auto fields() { return std::tie(dim); }
@@ -24,6 +48,9 @@ struct SoftmaxBackward {
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::softmax_backward(gy, y, dim, false);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, true, false, name);
   }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& gy = c.input(0);
@@ -57,6 +84,9 @@ struct LogSoftmaxBackward {
   int64_t dim;  // wrapped against the broadcast shape
   Tensor forward(const Tensor& gy, const Tensor& y) const {
     return kernels::softmax_backward(gy, y, dim, true);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, true, false, name);
   }
   // sum along dim of t (shaped like gy) seen at the broadcast shape of gy and y.
   Tensor sum_gy(const Ctx& c, const Tensor& t) const {
@@ -98,6 +128,9 @@ struct Softmax {
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, false); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, false, name);
+  }
   // dx = y * (gy - sum(gy * y)) along dim (the softmax Jacobian is diag(y) - y yᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return softmax_backward(gy, c.output(), dim); }
   Tensor jvp(const Ctx& c, const Tensor& tx) const { return softmax_backward(tx, c.output(), dim); }
@@ -119,6 +152,9 @@ struct MaskedSoftmax {
   Tensor forward(const Tensor& x, const Tensor& mask) const {
     return kernels::masked_softmax(x, mask, dim);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, true, name);
+  }
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
     return {softmax_backward(gy, c.output(), dim), Tensor()};  // the mask has no gradient
   }
@@ -138,6 +174,9 @@ struct LogSoftmax {
   static constexpr Save save = Save::Output;
   int64_t dim;  // wrapped
   Tensor forward(const Tensor& x) const { return kernels::softmax(x, dim, true); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return softmax_spec(in, dim, false, false, name);
+  }
   // dx = gy - exp(y) * sum(gy) along dim (d log_softmax = I - 1 softmaxᵀ)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return log_softmax_backward(gy, c.output(), dim);
@@ -160,6 +199,32 @@ struct LogSoftmax {
 //   d/dx̂ = -rstd (c B + g C2), so d/dx = rstd d/dx̂ and d/dmean = -rstd d/dx̂
 //   d/drstd = c (g - A - x̂ B) + (x - mean) d/dx̂
 // (apply sums the last two to the shapes of mean and rstd).
+/// What layer_norm() hands its ops: a floating input whose last norm_dims.size() dims (one or
+/// more) are normalized, the others `lead_dims`, and an optional weight (or bias) of the
+/// normalized shape and the input's dtype. An imported op's `infer` (Note [Checking an
+/// imported graph] in src/export/import.cpp).
+void check_layer_norm(const detail::ValueSpec& x, const std::vector<int64_t>& norm_dims,
+                      const std::vector<int64_t>* lead_dims, std::span<const detail::ValueSpec> in,
+                      std::initializer_list<std::size_t> params, const char* op) {
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  const auto k = static_cast<int64_t>(norm_dims.size());
+  bool dims_ok = k >= 1 && k <= rank && is_floating(x.dtype);
+  for (int64_t i = 0; dims_ok && i < k; ++i) dims_ok = norm_dims[i] == rank - k + i;
+  if (lead_dims) {
+    dims_ok = dims_ok && static_cast<int64_t>(lead_dims->size()) == rank - k;
+    for (int64_t i = 0; dims_ok && i < rank - k; ++i) dims_ok = (*lead_dims)[i] == i;
+  }
+  ADJOINT_CHECK(dims_ok, Shape, op, "normalized dims ", Shape(norm_dims),
+                " are not the trailing dims of a floating input ", describe(x));
+  const Shape normalized(std::vector<int64_t>(x.shape.begin() + (rank - k), x.shape.end()));
+  for (std::size_t i : params) {
+    if (i >= in.size() || !in[i].defined) continue;
+    ADJOINT_CHECK(in[i].shape == normalized && in[i].dtype == x.dtype, Shape, op, "parameter ",
+                  describe(in[i]), " is not of the normalized shape ", normalized, " and dtype ",
+                  x.dtype);
+  }
+}
+
 struct LayerNormBackward {
   static constexpr const char* name = "layer_norm_backward";
   auto fields() { return std::tie(norm_dims); }
@@ -169,6 +234,20 @@ struct LayerNormBackward {
   Tensor forward(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mu,
                  const Tensor& rstd) const {
     return kernels::layer_norm_backward(gy, x, w, mu, rstd, static_cast<int64_t>(norm_dims.size()));
+  }
+  // (gy, x, weight, mean, rstd): gy shaped as x, a statistic per row of the leading dims.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &gy = spec_of(in, 0, name), &x = spec_of(in, 1, name);
+    const detail::ValueSpec &mu = spec_of(in, 3, name), &rstd = spec_of(in, 4, name);
+    check_layer_norm(x, norm_dims, nullptr, in, {2}, name);
+    ADJOINT_CHECK(gy.shape == x.shape && is_floating(gy.dtype), Shape, name, "gradient ",
+                  describe(gy), " is not shaped as the input ", describe(x));
+    int64_t rows = 1;
+    for (std::size_t i = 0; i + norm_dims.size() < x.shape.size(); ++i) rows *= x.shape[i];
+    ADJOINT_CHECK(mu.shape.numel() == rows && rstd.shape.numel() == rows, Shape, name,
+                  "statistics ", describe(mu), " and ", describe(rstd), " are not one per row of ",
+                  describe(x));
+    return {x.shape, x.dtype};
   }
   Tensor avg(const Tensor& t) const { return mean(t, norm_dims, true); }
 
@@ -242,6 +321,12 @@ struct LayerNorm {
   std::vector<int64_t> lead_dims;  // the others
   double eps;
 
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_layer_norm(x, norm_dims, &lead_dims, in, {1, 2}, name);
+    ADJOINT_CHECK(eps >= 0, Value, name, "eps must be non-negative, got ", eps);
+    return {x.shape, x.dtype};
+  }
   Tensor forward(Saver& saver, const Tensor& x, const Tensor& w, const Tensor& b) const {
     kernels::LayerNormForward r =
         kernels::layer_norm(x, static_cast<int64_t>(norm_dims.size()), w, b, eps);

@@ -31,6 +31,26 @@ Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims) {
   return s;
 }
 
+detail::OutputSpec reduced_spec(const detail::ValueSpec& x, const std::vector<int64_t>& dims,
+                                bool keepdim, const char* op) {
+  const auto rank = static_cast<int64_t>(x.shape.size());
+  // normalize_dims gives every dim for an empty list; only a 0-d input keeps none.
+  ADJOINT_CHECK((!dims.empty() || rank == 0) && normalize_dims(dims, rank, op) == dims, Value, op,
+                "dims ", Shape(dims), " are not the normalized dims of a reduction of ",
+                describe(x));
+  Shape out;
+  std::size_t next = 0;
+  for (int64_t i = 0; i < rank; ++i) {
+    const bool reduced = next < dims.size() && dims[next] == i;
+    if (reduced) ++next;
+    if (!reduced)
+      out.push_back(x.shape[static_cast<std::size_t>(i)]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return {out, std::nullopt};
+}
+
 Tensor expand_reduced(const Tensor& g, const Shape& input_shape, const std::vector<int64_t>& dims,
                       bool keepdim) {
   Tensor r = keepdim ? g : g.reshape(keepdim_shape(input_shape, dims));
@@ -48,6 +68,9 @@ struct Sum {
   bool keepdim;
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kernels::Reduce::Sum, x, dims, keepdim);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
   }
   detail::ReductionKernel reduction() const { return {kernels::Reduce::Sum, dims, keepdim}; }
   // d/dx_i sum(x) = 1: the gradient is broadcast back over the reduced dims

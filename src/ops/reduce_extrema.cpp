@@ -33,6 +33,9 @@ struct Extremum {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kMax ? Reduce::Max : Reduce::Min, x, dims, keepdim);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
+  }
   detail::ReductionKernel reduction() const {
     return {kMax ? Reduce::Max : Reduce::Min, dims, keepdim};
   }

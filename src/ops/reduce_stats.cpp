@@ -85,6 +85,9 @@ struct Prod {
   Tensor forward(const Tensor& x) const {
     return kernels::reduce(kernels::Reduce::Prod, x, dims, keepdim);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
+  }
   // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Prod gradient without
   // division].
   Tensor partials(const Ctx& c) const { return exclusive_products(c.input(0), dims); }
@@ -109,6 +112,9 @@ struct Norm2 {
   static constexpr Save save = Save::InputsAndOutput;
   std::vector<int64_t> dims;  // normalized
   bool keepdim;
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return reduced_spec(spec_of(in, 0, name), dims, keepdim, name);
+  }
   Tensor forward(const Tensor& x) const {
     if (x.dtype() == DType::Float64 && x.numel() != 0) return scaled(x);
     Tensor wide = x.dtype() != DType::Float64 ? kernels::cast(x, DType::Float64) : x;

@@ -17,6 +17,22 @@ struct SliceSpec {
   auto fields() { return std::tie(dim, start, step, len); }
 };
 
+// What normalize_slice gives: a dim of `x`, and a start, step and length that stay inside it
+// (an imported Slice or SliceScatter is checked against it: Note [Checking an imported graph]
+// in src/export/import.cpp).
+void check_slice(const Shape& x, const SliceSpec& s, const char* op) {
+  const auto rank = static_cast<int64_t>(x.size());
+  ADJOINT_CHECK(s.dim >= 0 && s.dim < rank, Index, op, "dim ", s.dim, " out of range for shape ",
+                x);
+  const int64_t n = x[static_cast<std::size_t>(s.dim)];
+  int64_t last = 0;
+  const bool inside = s.start >= 0 && s.step >= 1 && s.len >= 0 && s.len <= n &&
+                      (s.len == 0 || (!__builtin_mul_overflow(s.len - 1, s.step, &last) &&
+                                      !__builtin_add_overflow(last, s.start, &last) && last < n));
+  ADJOINT_CHECK(inside, Index, op, "slice start ", s.start, ", step ", s.step, ", length ", s.len,
+                " of dim ", s.dim, " does not stay inside shape ", x);
+}
+
 // The view of `x` that `s` describes (shares storage).
 Tensor slice_view(const Tensor& x, const SliceSpec& s) {
   Shape shape = x.shape(), strides = x.strides();
@@ -47,6 +63,16 @@ struct SliceScatter {
   static constexpr Save save = Save::None;
   Shape shape;
   SliceSpec spec;
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& src = spec_of(in, 0, name);
+    for (int64_t d : shape) ADJOINT_CHECK(d >= 0, Shape, name, "invalid size ", d, " in ", shape);
+    check_slice(shape, spec, name);
+    Shape want = shape;
+    want[static_cast<std::size_t>(spec.dim)] = spec.len;
+    ADJOINT_CHECK(src.shape == want, Shape, name, "source ", describe(src), " is not the slice ",
+                  want, " of ", shape);
+    return {shape, src.dtype};
+  }
   Tensor forward(const Tensor& src) const {
     Tensor out = make_empty(shape, src.dtype());
     if (spec.step == 1) {  // zero only what the copy does not write
@@ -75,6 +101,13 @@ struct Slice {
   static constexpr Save save = Save::None;
   SliceSpec spec;
   Tensor forward(const Tensor& x) const { return slice_view(x, spec); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_slice(x.shape, spec, name);
+    Shape out = x.shape;
+    out[static_cast<std::size_t>(spec.dim)] = spec.len;
+    return {out, x.dtype};
+  }
   // d slice(x) = slice(dx); its transpose scatters gy into zeros of x's shape.
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return apply(SliceScatter{c.input_shape(0), spec}, gy);
@@ -98,6 +131,15 @@ struct Select {
   auto fields() { return std::tie(dim, index); }
   static constexpr Save save = Save::None;
   int64_t dim, index;
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    const auto rank = static_cast<int64_t>(x.shape.size());
+    ADJOINT_CHECK(dim >= 0 && dim < rank && index >= 0 && index < x.shape[dim], Index, name,
+                  "index ", index, " of dim ", dim, " out of range for ", describe(x));
+    Shape out = x.shape;
+    out.erase(dim);
+    return {out, x.dtype};
+  }
   Tensor forward(const Tensor& x) const {
     Shape shape = x.shape(), strides = x.strides();
     const int64_t offset = x.storage_offset() + index * strides[dim];
@@ -120,6 +162,24 @@ struct Cat {
   static constexpr Save save = Save::None;
   static constexpr bool variadic = true;
   int64_t dim;
+  // cat()'s checks: one or more tensors of one rank and dtype, equal but along `dim`.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& first = spec_of(in, 0, name);
+    const auto rank = static_cast<int64_t>(first.shape.size());
+    ADJOINT_CHECK(dim >= 0 && dim < rank, Index, name, "dim ", dim, " out of range for ",
+                  describe(first));
+    Shape out = first.shape, others = first.shape;  // others: the sizes but along dim
+    out[dim] = others[dim] = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const detail::ValueSpec& x = spec_of(in, i, name);
+      Shape same = x.shape;
+      if (same.size() == others.size()) same[dim] = 0;
+      ADJOINT_CHECK(same == others && x.dtype == first.dtype, Shape, name, "tensor ", i, " ",
+                    describe(x), " does not join ", describe(first), " along dim ", dim);
+      out[dim] += x.shape[dim];
+    }
+    return {out, first.dtype};
+  }
   Tensor forward(const std::vector<Tensor>& xs) const {
     Shape shape = xs[0].shape();
     shape[dim] = 0;

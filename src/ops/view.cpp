@@ -63,6 +63,14 @@ std::optional<Shape> view_strides(const Shape& from, const Shape& strides, const
   return out;
 }
 
+/// A view's (or restride's) shape checked against the input `x` it views: sizes of 0 or more
+/// and x's element count (imported ops; view() and reshape() make such shapes).
+void check_view_shape(const Shape& shape, const detail::ValueSpec& x, const char* op) {
+  for (int64_t d : shape) ADJOINT_CHECK(d >= 0, Shape, op, "invalid size ", d, " in ", shape);
+  ADJOINT_CHECK(shape.numel() == x.shape.numel(), Shape, op, "shape ", shape,
+                " is invalid for input ", describe(x), " of ", x.shape.numel(), " elements");
+}
+
 struct View {
   static constexpr const char* name = "view";
   auto fields() { return std::tie(shape); }
@@ -80,12 +88,36 @@ struct View {
     const Tensor c = kernels::cast(x, x.dtype());
     return make_view(c, shape, contiguous_strides(shape), c.storage_offset());
   }
+  // view() gives it a shape of the input's element count, with no -1 left.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_view_shape(shape, x, name);
+    return {shape, x.dtype};
+  }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
   Tensor vmap(const BatchArgs& b) const {
     return reshape(b[0], detail::with_batch_size(shape, b.size()));
   }
 };
+
+/// `dims` as a permutation of the dims of a tensor (`x` describes it), wrapped, or an error:
+/// permute()'s checks, which an imported Permute passes too.
+std::vector<int64_t> checked_permutation(const std::vector<int64_t>& dims, int64_t nd,
+                                         const std::string& x) {
+  ADJOINT_CHECK(static_cast<int64_t>(dims.size()) == nd, Shape, "permute", "got ", dims.size(),
+                " dims for a tensor with ", nd, " dims (", x, ")");
+  std::vector<int64_t> d;
+  std::vector<bool> seen(static_cast<std::size_t>(nd), false);
+  for (int64_t i : dims) {
+    int64_t w = wrap_dim(i, nd, "permute");
+    ADJOINT_CHECK(!seen[static_cast<std::size_t>(w)], Value, "permute", "dim ", i,
+                  " repeats in the permutation");
+    seen[static_cast<std::size_t>(w)] = true;
+    d.push_back(w);
+  }
+  return d;
+}
 
 struct Permute {
   static constexpr const char* name = "permute";
@@ -99,6 +131,15 @@ struct Permute {
       strides[i] = x.strides()[dims[i]];
     }
     return make_view(x, shape, strides, x.storage_offset());
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    const auto nd = static_cast<int64_t>(x.shape.size());
+    ADJOINT_CHECK(checked_permutation(dims, nd, describe(x)) == dims, Value, name, "dims ",
+                  Shape(dims), " are not normalized");
+    Shape shape(dims.size());
+    for (std::size_t i = 0; i < dims.size(); ++i) shape[i] = x.shape[dims[i]];
+    return {shape, x.dtype};
   }
   std::vector<int64_t> inverse() const {
     std::vector<int64_t> inv(dims.size());
@@ -138,6 +179,20 @@ struct Restride {
     }
     return make_view(x, shape, s, x.storage_offset());
   }
+  // squeeze() and unsqueeze() drop or add size-1 dims: the other sizes are x's, in order.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    check_view_shape(shape, x, name);
+    ADJOINT_CHECK(strides.size() == shape.size(), Shape, name, "cannot restride ", describe(x),
+                  " to shape ", shape, " with strides ", strides);
+    Shape kept, from;
+    for (int64_t d : shape)
+      if (d != 1) kept.push_back(d);
+    for (int64_t d : x.shape)
+      if (d != 1) from.push_back(d);
+    ADJOINT_CHECK(kept == from, Shape, name, "cannot restride ", describe(x), " to shape ", shape);
+    return {shape, x.dtype};
+  }
   Tensor vjp(const Ctx& c, const Tensor& gy) const { return gy.reshape(c.input_shape(0)); }
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx.reshape(shape); }
   // Batching: squeeze and unsqueeze keep the order of elements, so a reshape of the batch.
@@ -164,16 +219,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   const int64_t nd = x.dim();
-  ADJOINT_CHECK(static_cast<int64_t>(dims.size()) == nd, Shape, "permute", "got ", dims.size(),
-                " dims for a tensor with ", nd, " dims (", describe(x), ")");
-  std::vector<int64_t> d;
-  std::vector<bool> seen(nd, false);
-  for (int64_t i : dims) {
-    int64_t w = wrap_dim(i, nd, "permute");
-    ADJOINT_CHECK(!seen[w], Value, "permute", "dim ", i, " repeats in the permutation");
-    seen[w] = true;
-    d.push_back(w);
-  }
+  const std::vector<int64_t> d = checked_permutation(dims, nd, describe(x));
   bool identity = true;
   for (int64_t i = 0; i < nd; ++i) identity &= d[i] == i;
   if (identity) return x;
