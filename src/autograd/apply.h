@@ -454,9 +454,10 @@ class TypedTracedOp final : public TracedOp {
     return out;
   }
 
-  // A forward that sets members of the op (a non-const forward) must say which with
-  // `forward_state()`: a backward traced with them would read stale values on a replay where
-  // they changed (run_kernel checks).
+  // A forward is const: a member it set from the data would be read by the rules as the
+  // trace left it on a replay, and not at all under vmap, where the batching rule runs instead
+  // (cross_entropy kept its count of rows so until session 22). What a rule needs it computes
+  // from the inputs and the saved tensors.
   static constexpr bool kConstForward = [] {
     if constexpr (is_std_array<Inputs>::value) {
       return []<std::size_t... I>(std::index_sequence<I...>) {
@@ -469,13 +470,13 @@ class TypedTracedOp final : public TracedOp {
       || requires(const Op& c, const std::vector<Tensor>& v) { c.forward(v); };
     }
   }();
-  static_assert(
-      kConstForward || requires(const Op& c) { c.forward_state(); },
-      "an op whose forward sets its members declares them with forward_state()");
+  static_assert(kConstForward,
+                "an op's forward must be const: rules recompute what they need from the inputs "
+                "and the saved tensors");
 
   Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
     const OpScope op_scope(Op::name);
-    Op op = op_;  // a forward may set members
+    Op op = op_;  // call_forward takes the op as apply does
     Saver saver;
     Inputs args{};
     if constexpr (is_std_array<Inputs>::value) {
@@ -485,9 +486,6 @@ class TypedTracedOp final : public TracedOp {
     }
     Tensor out = call_forward(op, saver, args);
     extras = std::move(saver.tensors);
-    if constexpr (!kConstForward) {
-      if (!(op.forward_state() == op_.forward_state())) throw TracedStateChanged();
-    }
     return out;
   }
 

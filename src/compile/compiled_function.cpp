@@ -149,8 +149,6 @@ bool evict_from_family(CompiledState& s, const std::string& family) {
   return false;
 }
 
-thread_local bool tls_retrying = false;  // tracing again after TracedStateChanged
-
 /// A call's dynamic sizes (none: `call` empty), its family's key, the family when it has
 /// one, and the formulas to build its graph from (none while retracing).
 struct DynamicLookup {
@@ -171,7 +169,7 @@ DynamicLookup dynamic_lookup(CompiledState& s, const std::vector<Tensor>& inputs
   d.key = signature(inputs, statics, &d.call->dims);
   const auto it = std::ranges::find(s.families, d.key, &DynamicFamily::key);
   if (it != s.families.end()) d.family = *it;
-  if (d.family && !retrace && !tls_retrying) d.fitted = d.family->fitted;
+  if (d.family && !retrace) d.fitted = d.family->fitted;
   return d;
 }
 
@@ -334,32 +332,9 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     if (entry->plan->forward_reads_saved) return s.f(inputs, statics);
     return detail::run_plan_dispatched(*entry->plan, inputs);
   }
-  // An op's forward state (cross_entropy's count of rows) may differ from the traced one:
-  // the backward read the old value, so trace again, with the draws of the failed replay
-  // given back to their generators.
-  std::vector<Generator::State> states;
-  for (Generator* gen : entry->plan->graph.generators) states.push_back(gen->state());
-  try {
-    return detail::run_plan(
-        entry->plan, inputs,
-        [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
-  } catch (const detail::TracedStateChanged&) {
-    for (std::size_t i = 0; i < states.size(); ++i)
-      entry->plan->graph.generators[i]->set_state(states[i]);
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      ++s.stats.guard_failures;
-      std::erase(s.entries, entry);
-    }
-    // A state that differs even from a trace of these very inputs (a NaN) runs eagerly. The
-    // retry traces: a graph built for a dynamic size holds the state fitted from other sizes.
-    if (detail::tls_retrying) return s.f(inputs, statics);
-    detail::tls_retrying = true;
-    struct Reset {
-      ~Reset() { detail::tls_retrying = false; }
-    } reset;
-    return (*this)(inputs, statics);
-  }
+  return detail::run_plan(
+      entry->plan, inputs,
+      [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
 }
 
 Tensor CompiledFunction::call_one(const Tensor& x) const {

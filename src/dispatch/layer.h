@@ -97,17 +97,6 @@ struct ReductionKernel {
   bool keepdim = false;
 };
 
-/// Thrown by TracedOp::run_kernel when the op's forward, run again, set its data-dependent
-/// state (`forward_state()`, such as cross_entropy's 1 / (rows not ignored)) to another value
-/// than when it was traced: the traced backward read the old value, so the graph must be
-/// traced again.
-class TracedStateChanged : public std::exception {
- public:
-  const char* what() const noexcept override {
-    return "compile: an op's forward state differs from the traced one";
-  }
-};
-
 /// A value as a graph records it: its shape and dtype (undefined: an optional input left out).
 /// Import's shape pass hands these to TracedOp::infer.
 struct ValueSpec {

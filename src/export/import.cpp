@@ -570,15 +570,7 @@ std::vector<Tensor> ImportedFunction::operator()(const std::vector<Tensor>& inpu
     return detail::run_plan_dispatched(*plan, in);
   };
   if (detail::transformed(args, &plan->graph)) return op_by_op(args);
-  // A replay that stops for a changed op state gives its draws back before running again.
-  std::vector<Generator::State> states;
-  for (Generator* gen : plan->graph.generators) states.push_back(gen->state());
-  try {
-    return detail::run_plan(plan, args, op_by_op);
-  } catch (const detail::TracedStateChanged&) {
-    for (std::size_t i = 0; i < states.size(); ++i) plan->graph.generators[i]->set_state(states[i]);
-    return op_by_op(args);
-  }
+  return detail::run_plan(plan, args, op_by_op);
 }
 
 const std::vector<Tensor>& ImportedFunction::parameters() const { return state_->parameters; }
