@@ -167,8 +167,10 @@ struct CrossEntropy {
     if (reduction == Reduction::None) return per_row;
     Tensor total = sum(per_row, {1});
     if (reduction == Reduction::Sum) return total;
-    // NaN (0 / 0) for an example whose rows are all ignored, as unbatched.
-    return total / sum(ne(t, ignore_index), {1}).to(per_row.dtype());
+    // NaN for an example whose rows are all ignored, as unbatched, with the unbatched rule's
+    // zero gradient (the mean divides by at least 1; where gives the NaN branch none).
+    const Tensor count = sum(ne(t, ignore_index), {1}).to(per_row.dtype());
+    return where(gt(count, 0.0), total / clamp(count, 1.0, std::nullopt), kNaN);
   }
 };
 

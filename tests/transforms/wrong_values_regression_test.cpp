@@ -79,6 +79,30 @@ TEST(CompiledTransforms, VmapOfACompiledCrossEntropyMeansEachExample) {
   }
 }
 
+// An example whose rows are all ignored: a NaN mean, as unbatched, and a zero gradient, also
+// when the gradient is taken through the batching rule's ops (outside the vmap).
+TEST(CompiledTransforms, AnExampleWithEveryRowIgnoredHasANaNLossAndNoGradient) {
+  const Tensor targets = tensor<int64_t>({0, 2, -100, -100}, Shape{2, 2});
+  const Tensor x = example_x();
+  const Tensor zb = stack({x, x * 2.0});
+  auto f = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{cross_entropy(in[0], in[1])};
+  };
+  const Tensor losses = vmap(f)(std::vector<Tensor>{zb, targets})[0];
+  EXPECT_FALSE(std::isnan(losses.select(0, 0).item<double>()));
+  EXPECT_TRUE(std::isnan(losses.select(0, 1).item<double>()));
+  auto first = [&](const Tensor& z) {
+    return vmap(f)(std::vector<Tensor>{z, targets})[0].select(0, 0);
+  };
+  auto second = [&](const Tensor& z) {
+    return vmap(f)(std::vector<Tensor>{z, targets})[0].select(0, 1);
+  };
+  const Tensor g0 = grad(first)(zb), g1 = grad(second)(zb);
+  const Tensor want0 = grad([&](const Tensor& z) { return f({z, targets.select(0, 0)})[0]; })(x);
+  expect_close(g0.select(0, 0), want0, 1e-14, "gradient of example 0");
+  expect_close(g1, zeros_like(zb), 0, "gradient of the ignored example");
+}
+
 // prod's second derivatives with two or more zeros in a slice: d²/dx_i dx_j prod(x) is the
 // product of the other elements, so [[0, 1], [1, 0]] at [0, 0].
 TEST(ProdDerivatives, HessianWithTwoZerosIsTheProductOfTheOthers) {
