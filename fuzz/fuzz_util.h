@@ -3,8 +3,12 @@
 // the switch that steers the generators away from bugs already known (ADJOINT_FUZZ_AVOID_KNOWN).
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -127,5 +131,25 @@ bool run_expecting_errors(F&& f) {
     finding("an exception of unknown type");
   }
 }
+
+/// The input, in a memory file read through /proc/self/fd: no disk traffic per run.
+struct InputFile {
+  int fd = -1;
+  std::string path;
+  explicit InputFile(const char* name) {
+    fd = ::memfd_create(name, 0);
+    if (fd < 0) finding("memfd_create failed:", std::strerror(errno));
+    path = "/proc/self/fd/" + std::to_string(fd);
+  }
+  void set(const uint8_t* data, std::size_t size) {
+    if (::ftruncate(fd, 0) != 0) finding("ftruncate failed");
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
+      if (n <= 0) finding("pwrite failed");
+      done += static_cast<std::size_t>(n);
+    }
+  }
+};
 
 }  // namespace adjoint::fuzz

@@ -22,27 +22,8 @@ namespace {
 
 using namespace adjoint;
 using adjoint::fuzz::finding;
+using adjoint::fuzz::InputFile;
 using adjoint::fuzz::run_expecting_errors;
-
-// The input lives in a memory file, read through /proc/self/fd: no disk traffic per run.
-struct InputFile {
-  int fd = -1;
-  std::string path;
-  InputFile() {
-    fd = ::memfd_create("adjoint-fuzz-import", 0);
-    if (fd < 0) finding("memfd_create failed:", std::strerror(errno));
-    path = "/proc/self/fd/" + std::to_string(fd);
-  }
-  void set(const uint8_t* data, std::size_t size) {
-    if (::ftruncate(fd, 0) != 0) finding("ftruncate failed");
-    std::size_t done = 0;
-    while (done < size) {
-      const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-      if (n <= 0) finding("pwrite failed");
-      done += static_cast<std::size_t>(n);
-    }
-  }
-};
 
 // A file the importer accepts may still describe tensors of gigabytes, consistently: running
 // it would be the harness's own out-of-memory, not a bug. Calls run only when every value
@@ -93,7 +74,7 @@ void call_and_backward(const ImportedFunction& f) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  static InputFile input;
+  static InputFile input("adjoint-fuzz-import");
   input.set(data, size);
   std::optional<ImportedFunction> f;
   if (!run_expecting_errors([&] { f.emplace(import_function(input.path)); })) return 0;

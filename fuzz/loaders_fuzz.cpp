@@ -26,27 +26,8 @@ namespace {
 
 using namespace adjoint;
 using adjoint::fuzz::finding;
+using adjoint::fuzz::InputFile;
 using adjoint::fuzz::run_expecting_errors;
-
-// The input lives in a memory file, read through /proc/self/fd: no disk traffic per run.
-struct InputFile {
-  int fd = -1;
-  std::string path;
-  InputFile() {
-    fd = ::memfd_create("adjoint-fuzz-input", 0);
-    if (fd < 0) finding("memfd_create failed:", std::strerror(errno));
-    path = "/proc/self/fd/" + std::to_string(fd);
-  }
-  void set(const uint8_t* data, std::size_t size) {
-    if (::ftruncate(fd, 0) != 0) finding("ftruncate failed");
-    std::size_t done = 0;
-    while (done < size) {
-      const ssize_t n = ::pwrite(fd, data + done, size - done, static_cast<off_t>(done));
-      if (n <= 0) finding("pwrite failed");
-      done += static_cast<std::size_t>(n);
-    }
-  }
-};
 
 // save_safetensors writes a temporary file beside its target and renames it: a real directory
 // (tmpfs when there is one), private to this process, removed at exit.
@@ -162,7 +143,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  static InputFile input;
+  static InputFile input("adjoint-fuzz-input");
   input.set(data, size);
   io::SafetensorsFile file;
   if (!run_expecting_errors([&] { file = io::load_safetensors(input.path); })) return 0;
