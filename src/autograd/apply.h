@@ -377,7 +377,7 @@ struct is_std_array<std::array<T, N>> : std::true_type {};
 /// op.forward on the call's inputs (a std::array of N tensors, or a list), with the Saver when
 /// the forward takes one: apply<Op>'s kernel step, and a traced graph's replay of it.
 template <class Op, class Inputs>
-Tensor call_forward(Op& op, Saver& saver, const Inputs& in) {
+Tensor call_forward(const Op& op, Saver& saver, const Inputs& in) {
   if constexpr (is_std_array<Inputs>::value) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       if constexpr (requires { op.forward(saver, in[I]...); }) {
@@ -476,7 +476,6 @@ class TypedTracedOp final : public TracedOp {
 
   Tensor run_kernel(std::span<const Tensor> in, std::vector<Tensor>& extras) const override {
     const OpScope op_scope(Op::name);
-    Op op = op_;  // call_forward takes the op as apply does
     Saver saver;
     Inputs args{};
     if constexpr (is_std_array<Inputs>::value) {
@@ -484,7 +483,7 @@ class TypedTracedOp final : public TracedOp {
     } else {
       args.assign(in.begin(), in.end());
     }
-    Tensor out = call_forward(op, saver, args);
+    Tensor out = call_forward(op_, saver, args);
     extras = std::move(saver.tensors);
     return out;
   }
