@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -194,6 +195,48 @@ void collect_tensors(std::vector<Tensor>& out, const Tensor& t);
 void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts);
 template <class T>
 void collect_tensors(std::vector<Tensor>&, const T&) {}
+
+// Note [Custom functions under compile]
+// While `compile` traces, a custom function is one node of the graph: its forward is a loop
+// over values that a trace could not follow (an iterative solver stops on its residual), so the
+// tracer does not look inside it. The node keeps a copy of the call's non-tensor arguments and,
+// at each replay, calls the function again on the replay's tensors, through apply (so vmap, jvp
+// and a recording backward of the compiled function meet its rules). Its backward is traced by
+// running it, as every op's VJP is. The arguments are copied at the trace, as an op's C++
+// parameters are: a replay does not see later changes to them.
+/// Whether a custom function called now is recorded by compile's tracer (the slow path).
+bool custom_function_traced();
+/// Records a custom function's call while tracing: `rerun` computes its output from new
+/// tensor inputs (in collect_tensors order); `traceable` is false (with `why`) for a call the
+/// node cannot hold, which then stops the trace.
+using CustomRerun = std::function<Tensor(std::span<const Tensor>)>;
+Tensor trace_custom_function(const std::string& name, const std::vector<Tensor>& inputs,
+                             CustomRerun rerun, const char* why_not);
+
+/// What a custom function node keeps of an argument: a tensor's place in the inputs, or a copy.
+struct TensorSlot {};
+struct TensorListSlot {
+  std::size_t size;
+};
+inline TensorSlot slot_of(const Tensor&) { return {}; }
+inline TensorListSlot slot_of(const std::vector<Tensor>& ts) { return {ts.size()}; }
+template <class T>
+requires(!std::is_same_v<std::decay_t<T>, Tensor> &&
+         !std::is_same_v<std::decay_t<T>, std::vector<Tensor>>) std::decay_t<T> slot_of(T&& value) {
+  return std::forward<T>(value);
+}
+/// The argument again, from a replay's tensors (k: the next tensor input).
+inline Tensor from_slot(TensorSlot, std::span<const Tensor> in, std::size_t& k) { return in[k++]; }
+inline std::vector<Tensor> from_slot(TensorListSlot s, std::span<const Tensor> in, std::size_t& k) {
+  std::vector<Tensor> out(in.begin() + static_cast<std::ptrdiff_t>(k),
+                          in.begin() + static_cast<std::ptrdiff_t>(k + s.size));
+  k += s.size;
+  return out;
+}
+template <class T>
+const T& from_slot(const T& value, std::span<const Tensor>, std::size_t&) {
+  return value;
+}
 }  // namespace detail
 
 /// Base for user-defined differentiable functions, in libtorch's style:
@@ -219,10 +262,18 @@ struct Function {
   template <class... Args>
   static auto apply(Args&&... args) {
     auto ctx = std::make_shared<FunctionCtx>();
+    using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
     std::vector<Tensor> inputs;
     (detail::collect_tensors(inputs, args), ...);
+    if (detail::custom_function_traced()) [[unlikely]] {
+      Tensor out = traced(inputs, std::forward<Args>(args)...);
+      if constexpr (std::is_same_v<Out, Tensor>) {
+        return out;
+      } else {
+        return Out{out};  // not reached: traced() stops the trace for several outputs
+      }
+    }
     detail::begin_custom_function(*ctx, inputs);
-    using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
     std::vector<Tensor> outs;
     {
       // Forward runs untraced in both modes: backward and jvp give its derivatives.
@@ -250,6 +301,36 @@ struct Function {
   }
   /// Override with `static std::string name()` for nicer grad_fn names.
   static std::string name() { return "CustomFunction"; }
+
+ private:
+  // One node of a traced graph (Note [Custom functions under compile]).
+  template <class... Args>
+  static Tensor traced(const std::vector<Tensor>& inputs, Args&&... args) {
+    using Out =
+        decltype(Derived::forward(std::declval<FunctionCtx&>(), std::forward<Args>(args)...));
+    using Slots = std::tuple<decltype(detail::slot_of(std::forward<Args>(args)))...>;
+    if constexpr (!std::is_same_v<Out, Tensor>) {
+      return detail::trace_custom_function(Derived::name(), inputs, {},
+                                           "it returns several tensors, which a node cannot");
+    } else if constexpr (!std::is_copy_constructible_v<Slots>) {
+      return detail::trace_custom_function(Derived::name(), inputs, {},
+                                           "an argument of it cannot be copied into the graph");
+    } else {
+      detail::CustomRerun rerun = [slots = Slots{detail::slot_of(std::forward<Args>(args))...}](
+                                      std::span<const Tensor> in) {
+        return std::apply(
+            [&](const auto&... slot) {
+              std::size_t k = 0;
+              // Braces: the slots are read left to right, tensors in collect_tensors order.
+              std::tuple<decltype(detail::from_slot(slot, in, k))...> again{
+                  detail::from_slot(slot, in, k)...};
+              return std::apply([](const auto&... a) { return Derived::apply(a...); }, again);
+            },
+            slots);
+      };
+      return detail::trace_custom_function(Derived::name(), inputs, std::move(rerun), nullptr);
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------------------------

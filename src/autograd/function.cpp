@@ -1,13 +1,18 @@
 // Custom functions: the node that runs a user's backward, and FunctionCtx's saved tensors.
+#include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_set>
 
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
+#include "autograd/forward_ad.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
+#include "core/op_tracer.h"
 
 namespace adjoint {
 
@@ -143,6 +148,34 @@ void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs) 
   st.needs_input_grad.clear();
   for (const Tensor& x : inputs)
     st.needs_input_grad.push_back(grad_mode && x.defined() && x.requires_grad());
+}
+
+bool custom_function_traced() { return tracing() && !tls_op_tracer->watching(); }
+
+Tensor trace_custom_function(const std::string& name, const std::vector<Tensor>& inputs,
+                             CustomRerun rerun, const char* why_not) {
+  // The name outlives the graph that holds it (the node's name is a const char*).
+  static std::mutex names_mutex;
+  static std::unordered_set<std::string> names;
+  const char* op = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(names_mutex);
+    op = names.insert(name).first->c_str();
+  }
+  if (why_not) tls_op_tracer->untraceable(op, why_not);
+  for (const Tensor& x : inputs) {
+    // The node replays on plain values: a batched input would need the vmap level rebuilt
+    // around the call, and a tangent the jvp rule's ops, which run unseen by the tracer.
+    if (x.defined() && x.impl()->batched)
+      tls_op_tracer->untraceable(op,
+                                 "a custom function under vmap is not traced (vmap of the "
+                                 "compiled function is)");
+    if (has_visible_tangent(x))
+      tls_op_tracer->untraceable(op,
+                                 "a custom function under jvp is not traced (jvp of the "
+                                 "compiled function is)");
+  }
+  return tls_op_tracer->record_custom(op, inputs, std::move(rerun));
 }
 
 void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }

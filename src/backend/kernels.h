@@ -114,6 +114,9 @@ void fill(const Tensor& dst, Scalar value);
 enum class Reduce { Sum, Prod, Max, Min };
 /// Reduces over `dims` (wrapped, any order; empty means all). Sum of bool/int64 gives int64.
 Tensor reduce(Reduce kind, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+/// prod's derivative: out_i = prod_{j != i} x_j over each slice of `dims` (normalized), shaped
+/// like x; floating x (cpu/exclusive_products.cpp).
+Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims);
 enum class ArgReduce { ArgMax, ArgMin };
 /// Index of the first max (min) along `dim`, int64.
 Tensor arg_reduce(ArgReduce kind, const Tensor& x, int64_t dim, bool keepdim);

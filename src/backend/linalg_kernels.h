@@ -31,6 +31,11 @@ struct LuDet {
 };
 LuDet lu_det(const Tensor& a, const char* op);
 
+/// adj(A)ᵀ for A [..., n, n]: det(A) A⁻ᵀ where |det A| > tol · prod_i |row_i|, else from the
+/// SVD (Note [det's cofactors, matrix by matrix] in cpu/lapack.cpp). Non-finite entries at a
+/// matrix that needs the SVD are an error.
+Tensor det_cofactors(const Tensor& a, double tol, const char* op);
+
 /// Eigenvalues (ascending, [..., n]) and, when `vectors`, orthonormal eigenvectors (the
 /// columns of [..., n, n]) of a symmetric A, from its lower triangle (LAPACK syevd).
 struct Eigh {

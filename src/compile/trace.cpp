@@ -94,6 +94,10 @@ class Tracer final : public OpTracer {
   }
 
   Tensor record(OpCall& call) override {
+    if (watching_ != nullptr) [[unlikely]] {
+      check_watched(call.inputs(), call.name());
+      return call.next(Layer::Trace);
+    }
     std::vector<int> ins;
     ins.reserve(call.inputs().size());
     for (Tensor& x : call.inputs()) ins.push_back(use(x, call.name()));
@@ -108,6 +112,14 @@ class Tracer final : public OpTracer {
 
   Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
                          Generator* rng, ExternalExport exported) override {
+    if (watching_ != nullptr) [[unlikely]] {
+      check_watched(inputs, name);
+      // Not recorded (each replay runs the custom function again), but a draw's generator is
+      // restored after the trace all the same, so the first replay draws what eager code would.
+      if (rng && !local_generators_.contains(rng)) generators_.try_emplace(rng, rng->state());
+      Pause pause;
+      return run(std::vector<Tensor>(inputs.begin(), inputs.end()));
+    }
     std::vector<int> ins;
     std::vector<Tensor> args(inputs.begin(), inputs.end());
     for (Tensor& x : args) ins.push_back(use(x, name));
@@ -133,16 +145,41 @@ class Tracer final : public OpTracer {
     return out;
   }
 
+  Tensor record_custom(const char* name, std::span<const Tensor> inputs, ExternalFn run) override {
+    std::vector<int> ins;
+    std::vector<Tensor> args(inputs.begin(), inputs.end());
+    for (Tensor& x : args) ins.push_back(use(x, name));
+    Watched watched{name, {}};
+    for (const Tensor& x : args)
+      if (x.defined()) watched.storages.insert(x.impl()->storage.get());
+    Tensor out;
+    {
+      watching_ = &watched;
+      struct Unwatch {
+        const Watched*& w;
+        ~Unwatch() { w = nullptr; }
+      } unwatch{watching_};
+      out = run(args);
+    }
+    const auto arity = static_cast<std::ptrdiff_t>(ins.size());
+    add_node(std::make_shared<ExternalOp>(name, std::move(run), ExternalExport{}, arity),
+             std::move(ins), out, {}, false);
+    return out;
+  }
+
+  bool watching() const override { return watching_ != nullptr; }
+
   [[noreturn]] void untraceable(const char* op, const char* why) override {
     break_trace(str(op, " inside a compiled function: ", why));
   }
 
   void constant_made(const Tensor& t, ExternalExport recipe) override {
+    if (watching_ != nullptr) return;  // inside a custom function: made again at each replay
     constants_[t.impl()] = {std::move(recipe), t.impl()->storage->version()};
   }
   void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
   void generator_reseeded(const Generator* gen) override {
-    if (!local_generators_.contains(gen))
+    if (!local_generators_.contains(gen) && watching_ == nullptr)
       break_trace(
           "the function seeds or sets the state of a generator made outside it; a replay "
           "would not do that again (seed it outside, or make the generator inside)");
@@ -191,6 +228,28 @@ class Tracer final : public OpTracer {
     uint64_t version;
     Tensor stand_in;  ///< for a captured tensor: its alias
   };
+
+  /// A custom function's forward may read its arguments (and their views), what it makes, and
+  /// tensors from outside the compiled function (read again at each replay, as eager code
+  /// would); not another traced value, which its closure could only hold from this call.
+  void check_watched(std::span<const Tensor> inputs, const char* op) {
+    for (const Tensor& x : inputs) {
+      if (!x.defined()) continue;
+      const StorageImpl* storage = x.impl()->storage.get();
+      if (watching_->storages.contains(storage)) continue;
+      auto it = by_storage_.find(storage);
+      if (it == by_storage_.end()) continue;
+      for (int id : it->second) {
+        const ValueKind kind = g_.values[static_cast<std::size_t>(id)].kind;
+        if (kind == ValueKind::Capture || kind == ValueKind::Constant) continue;
+        break_trace(str(watching_->name, ": its forward reads a tensor (", x.shape(), ", ",
+                        x.dtype(), ", in ", op,
+                        ") that the compiled function computed or was given, but not as an "
+                        "argument of the custom function; a replay would hand it this call's "
+                        "tensor (pass it as an argument, e.g. in params)"));
+      }
+    }
+  }
 
   std::string describe_leaf(int id) const {
     const Value& v = g_.values[static_cast<std::size_t>(id)];
@@ -296,6 +355,11 @@ class Tracer final : public OpTracer {
     g_.nodes.push_back(std::move(n));
   }
 
+  struct Watched {
+    const char* name;                                 ///< the custom function
+    std::unordered_set<const StorageImpl*> storages;  ///< of its arguments
+  };
+  const Watched* watching_ = nullptr;
   Graph& g_;
   OpTracer* previous_;
   uint8_t previous_layers_;

@@ -43,6 +43,14 @@ class OpTracer {
   /// null for a deterministic function.
   virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
                                  Generator* rng, ExternalExport exported = {}) = 0;
+  /// A custom function's call (Note [Custom functions under compile] in adjoint/autograd.h):
+  /// runs `run` on `inputs` as one node, watching (below) while it runs.
+  virtual Tensor record_custom(const char* name, std::span<const Tensor> inputs,
+                               ExternalFn run) = 0;
+  /// While a custom function's forward runs inside record_custom: nothing it does is recorded
+  /// or stops the trace (each replay runs it again), except reading a traced tensor that is
+  /// not one of its arguments, which a replay could not hand it.
+  virtual bool watching() const = 0;
   /// `op` did what a graph cannot hold (read values into C++, wrote in place, registered a
   /// hook, ran a backward), for the reason `why`: the trace stops (a graph break).
   [[noreturn]] virtual void untraceable(const char* op, const char* why) = 0;
@@ -65,7 +73,7 @@ inline bool tracing() { return (tls_mode.layers & layer_bit(Layer::Trace)) != 0;
 
 /// Stops a trace at `op` (see OpTracer::untraceable); nothing when not tracing.
 inline void check_traceable(const char* op, const char* why) {
-  if (tracing()) [[unlikely]]
+  if (tracing() && !tls_op_tracer->watching()) [[unlikely]]
     tls_op_tracer->untraceable(op, why);
 }
 

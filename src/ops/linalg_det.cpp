@@ -6,6 +6,8 @@
 
 #include "ops/linalg_util.h"
 
+#include "adjoint/transforms.h"
+
 #include "backend/linalg_kernels.h"
 #include "core/op_fields.h"
 
@@ -69,24 +71,49 @@ Tensor cofactors(const Tensor& a) {
   return per_matrix(orientation) * matmul(r.u * others.unsqueeze(-2), r.vh);
 }
 
+/// adj(A)ᵀ with ops, both branches selected by where(): what DetCofactors computes, in a form
+/// that differentiates (svd's rules, inv's), so its rules are this function's.
+Tensor cofactors_composite(const Tensor& a) {
+  const Tensor mask = near_singular(a, linalg::det(a.detach()));
+  const Branches in = branch_inputs(a, mask);
+  return where(mask, cofactors(in.singular),
+               per_matrix(linalg::det(in.regular)) * linalg::inv(mT(in.regular)));
+}
+
+// adj(A)ᵀ, det's derivative, with the branch chosen matrix by matrix inside the kernel (Note
+// [det's cofactors, matrix by matrix] in src/backend/cpu/lapack.cpp): a first derivative of
+// det pays one LU per regular matrix. Its own derivatives, needed only from the second order
+// on, are those of the composite, which computes both branches.
+struct DetCofactors {
+  static constexpr const char* name = "det_cofactors";
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
+  static constexpr Save save = Save::Inputs;
+  Tensor forward(const Tensor& a) const {
+    return kernels::det_cofactors(a, std::sqrt(dtype_eps(a.dtype())), name);
+  }
+  // d adj(A)ᵀ: the composite's pullback
+  Tensor vjp(const Ctx& c, const Tensor& g) const {
+    return adjoint::vjp(cofactors_composite, c.input(0)).pullback(g);
+  }
+  Tensor jvp(const Ctx& c, const Tensor& ta) const {
+    return adjoint::jvp(cofactors_composite, c.input(0), ta).tangents;
+  }
+  // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
+  Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }
+};
+
 struct Det {
   static constexpr const char* name = "det";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
-  static constexpr Save save = Save::InputsAndOutput;
+  static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a) const { return kernels::lu_det(a, name).det; }
   // d det(A) = tr(adj(A) dA) = det(A) tr(A⁻¹ dA): gA = g adj(A)ᵀ = g det(A) A⁻ᵀ, or the
   // cofactors from the SVD where A is near singular (Note [det at singular matrices])
   Tensor vjp(const Ctx& c, const Tensor& g) const {
-    const Tensor mask = near_singular(c.input(0), c.output());
-    const Branches in = branch_inputs(c.input(0), mask);
-    return where(mask, per_matrix(g) * cofactors(in.singular),
-                 per_matrix(g * c.output()) * linalg::inv(mT(in.regular)));
+    return per_matrix(g) * apply(DetCofactors{}, c.input(0));
   }
   Tensor jvp(const Ctx& c, const Tensor& ta) const {
-    const Tensor mask = near_singular(c.input(0), c.output()).squeeze(-1).squeeze(-1);
-    const Branches in = branch_inputs(c.input(0), per_matrix(mask));
-    return where(mask, (cofactors(in.singular) * ta).sum({-2, -1}),
-                 c.output() * diagonal(linalg::solve(in.regular, ta)).sum({-1}));
+    return (apply(DetCofactors{}, c.input(0)) * ta).sum({-2, -1});
   }
   // Batching: LAPACK ops batch over leading dims; the batch dim is one more.
   Tensor vmap(const BatchArgs& b) const { return apply(*this, b[0]); }

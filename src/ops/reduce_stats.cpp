@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "adjoint/error.h"
+#include "adjoint/transforms.h"
 #include "core/op_fields.h"
 #include "ops/reduce_util.h"
 
@@ -40,8 +41,10 @@ Tensor keep(const Tensor& r, const Shape& input_shape, const std::vector<int64_t
 // written with mul, slice and cat alone: no division, so any number of zeros is exact, and
 // every derivative of it is again such ops, so second and higher derivatives are exact too
 // (hessian(prod)([0, 0]) = [[0, 1], [1, 0]]). Nothing reads values to choose a way (the rule
-// is the same traced, batched or eager), at O(n log n) multiplies per slice instead of the
-// O(n) of dividing the product by each element, which is wrong at zeros.
+// is the same traced, batched or eager). The scans cost O(n log n) multiplies per slice, so the
+// first derivative comes from a kernel doing the same two products in one O(n) pass each
+// (ProdPartials, below); only its own derivatives run the scans. Dividing the product by each
+// element would be O(n) too, and wrong at zeros.
 Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
   if (x.dim() == 0) return ones_like(x);
   if (x.numel() == 0) return zeros_like(x);
@@ -75,6 +78,40 @@ Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
   return permute((prefix * suffix).reshape(moved.shape()), inverse);
 }
 
+// prod's partials from an O(n) kernel (one prefix and one suffix pass per slice); its own
+// derivatives, needed from prod's second order on, are the composite's above, which a kernel
+// cannot give. So a first derivative of prod costs a pass over x, not log2(n) of them.
+struct ProdPartials {
+  static constexpr const char* name = "prod_partials";
+  auto fields() { return std::tie(dims); }
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
+  static constexpr Save save = Save::Inputs;
+  std::vector<int64_t> dims;  // normalized
+  Tensor forward(const Tensor& x) const { return kernels::exclusive_products(x, dims); }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    reduced_spec(x, dims, true, name);  // checks the dims
+    return {x.shape, x.dtype};
+  }
+  // d partials: the composite's pullback and pushforward
+  Tensor vjp(const Ctx& c, const Tensor& g) const {
+    const std::vector<int64_t> d = dims;
+    return adjoint::vjp([d](const Tensor& v) { return exclusive_products(v, d); }, c.input(0))
+        .pullback(g);
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx) const {
+    const std::vector<int64_t> d = dims;
+    return adjoint::jvp([d](const Tensor& v) { return exclusive_products(v, d); }, c.input(0), tx)
+        .tangents;
+  }
+  // Batching: the same slices, past the batch dim in front.
+  Tensor vmap(const BatchArgs& b) const {
+    std::vector<int64_t> d;
+    for (int64_t k : dims) d.push_back(k + 1);
+    return apply(ProdPartials{d}, b[0]);
+  }
+};
+
 struct Prod {
   static constexpr const char* name = "prod";
   auto fields() { return std::tie(dims, keepdim); }
@@ -90,7 +127,7 @@ struct Prod {
   }
   // d/dx_i prod(x) = prod_{j != i} x_j, shaped like x. See Note [Prod gradient without
   // division].
-  Tensor partials(const Ctx& c) const { return exclusive_products(c.input(0), dims); }
+  Tensor partials(const Ctx& c) const { return apply(ProdPartials{dims}, c.input(0)); }
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return keep(gy, c.input_shape(0), dims, keepdim) * partials(c);
   }

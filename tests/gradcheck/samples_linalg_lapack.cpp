@@ -88,6 +88,15 @@ ADJOINT_REGISTER_SAMPLES(linalg_lapack) {
   sink.add("linalg/det/singular", [](const Inputs& x) { return linalg::det(x[0]); }, {equal_rows()})
       .gradgrad = false;
 
+  // det's gradient, adj(A)ᵀ (the det_cofactors op, whose kernel picks LU or SVD per matrix):
+  // its derivatives are the composite's, checked here through the second and third
+  // derivatives of det.
+  auto cofactors = [](const Inputs& x) {
+    return grad([](const Tensor& a) { return linalg::det(a).sum(); })(shifted(x[0]));
+  };
+  sink.add("linalg/det_cofactors/matrix", cofactors, {randn64({3, 3})});
+  sink.add("linalg/det_cofactors/batch", cofactors, {randn64({2, 2, 2})});
+
   auto logabsdet = [](const Inputs& x) { return linalg::slogdet(shifted(x[0])).logabsdet; };
   sink.add("linalg/slogdet/matrix", logabsdet, {randn64({3, 3})});
   sink.add("linalg/slogdet/batch", logabsdet, {randn64({2, 3, 3})});

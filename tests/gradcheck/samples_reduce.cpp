@@ -107,6 +107,24 @@ ADJOINT_REGISTER_SAMPLES(reduce) {
       sink, "prod", "noncontiguous", [](const Tensor& x) { return prod(x, {1}); },
       away_from_zero({3, 2}).t());
 
+  // prod's gradient (the prod_partials op, an O(n) kernel whose derivatives are the scans'),
+  // with zeros in a slice: one zero and two zeros, where dividing would fail.
+  auto partials = [](const std::vector<int64_t>& dims) {
+    return [dims](const Tensor& x) {
+      return grad([&](const Tensor& v) { return prod(v, dims).sum(); })(x);
+    };
+  };
+  add(sink, "prod_partials", "dim", partials({1}), away_from_zero({2, 4}));
+  add(sink, "prod_partials", "dims", partials({0, 2}), away_from_zero({2, 2, 3}));
+  add(
+      sink, "prod_partials", "zeros",
+      [](const Tensor& x) {
+        return grad([](const Tensor& v) {
+          return prod(v * tensor({1.0, 0.0, 1.0, 0.0}, DType::Float64), {0}).sum();
+        })(x);
+      },
+      away_from_zero({4}));
+
   // logsumexp
   add(
       sink, "logsumexp", "dim", [](const Tensor& x) { return logsumexp(x, {1}); }, randn64({2, 3}));

@@ -408,7 +408,100 @@ Svd svd_impl(const Tensor& a, bool vectors, const char* op) {
   return r;
 }
 
+/// (-1)^(row swaps) prod_j U[j, j] of a column-major LU factorisation (getrf, gesv).
+template <class T>
+T lu_determinant(const std::vector<T>& lu, const std::vector<int>& ipiv, int64_t n) {
+  T d = 1;
+  for (int64_t j = 0; j < n; ++j) d *= ipiv[j] != j + 1 ? -lu[j + j * n] : lu[j + j * n];
+  return d;
+}
+
+// Note [det's cofactors, matrix by matrix]
+// adj(A)ᵀ, what det's derivative multiplies by, as the composite in src/ops/linalg_det.cpp
+// computes it (Note [det at singular matrices] there), but choosing for each matrix which of
+// its two branches to compute: det(A) A⁻ᵀ from one LU where |det A| > tol · prod_i |row_i|,
+// the SVD's cofactors det(U) det(Vh) U diag(π) Vh (π_i = prod_{j != i} s_j) elsewhere. The
+// composite runs both for every matrix (a trace cannot follow a choice); a kernel may choose,
+// so a batch of regular matrices pays one LU each instead of an LU, an inverse and an SVD.
+template <class T>
+Tensor det_cofactors_impl(const Tensor& a, double tol, const char* op) {
+  const int64_t n = a.size(-1);
+  Tensor out = make_empty(a.shape(), a.dtype());
+  if (out.numel() == 0) return out;
+  const int ni = lapack_int(n, a, op);
+  const Tensor ac = contiguous_copy(a);
+  const T* ap = ac.data_ptr<T>();
+  T* cp = out.data_ptr<T>();
+  std::vector<T> am(n * n), inv(n * n), s(n), u(n * n), vt(n * n), orient(n * n);
+  std::vector<int> ipiv(n), iwork(8 * n);
+  std::vector<T> work;
+  const int64_t batch = out.numel() / (n * n);
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* m = ap + b * n * n;
+    T* c = cp + b * n * n;
+    T bound = 1;  // Hadamard's: |det A| <= prod_i |row_i|
+    for (int64_t i = 0; i < n; ++i) {
+      T row = 0;
+      for (int64_t j = 0; j < n; ++j) row += m[i * n + j] * m[i * n + j];
+      bound *= std::sqrt(row);
+    }
+    // A⁻¹ by one gesv against the identity; the LU it leaves gives det(A). A⁻¹'s column-major
+    // buffer read row-major is A⁻ᵀ.
+    to_column_major(m, n, n, am.data());
+    std::fill(inv.begin(), inv.end(), T(0));
+    for (int64_t i = 0; i < n; ++i) inv[i + i * n] = 1;
+    int info = 0;
+    gesv(ni, ni, am.data(), ipiv.data(), inv.data(), info);
+    check_info_argument(info, "gesv");
+    const T det = lu_determinant(am, ipiv, n);
+    if (info == 0 && std::abs(det) > bound * static_cast<T>(tol)) {  // NaN: the SVD's branch
+      for (int64_t k = 0; k < n * n; ++k) c[k] = det * inv[k];
+      continue;
+    }
+    to_column_major(m, n, n, am.data());
+    check_finite(am, a, b, op);
+    if (work.empty()) {
+      T query = 0;
+      gesdd('A', ni, ni, am.data(), s.data(), u.data(), ni, vt.data(), ni, &query, -1, iwork.data(),
+            info);
+      check_info_argument(info, "gesdd");
+      work.resize(workspace_size(query));
+    }
+    gesdd('A', ni, ni, am.data(), s.data(), u.data(), ni, vt.data(), ni, work.data(),
+          static_cast<int>(work.size()), iwork.data(), info);
+    check_info_argument(info, "gesdd");
+    ADJOINT_CHECK(info == 0, Value, op, "the SVD did not converge:", batch_at(batch_shape(a), b),
+                  " (LAPACK gesdd info = ", info, "), A ", describe(a));
+    // det(U) det(Vh) = ±1, each from an LU of a copy.
+    T orientation = 1;
+    for (const std::vector<T>* q : {&u, &vt}) {
+      orient = *q;
+      getrf(ni, orient.data(), ipiv.data(), info);
+      check_info_argument(info, "getrf");
+      orientation *= lu_determinant(orient, ipiv, n) < 0 ? T(-1) : T(1);
+    }
+    for (int64_t k = 0; k < n; ++k) {  // π_k, kept in am (no longer needed)
+      T p = 1;
+      for (int64_t j = 0; j < n; ++j)
+        if (j != k) p *= s[j];
+      am[k] = p;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        T sum = 0;
+        for (int64_t k = 0; k < n; ++k) sum += u[i + k * n] * am[k] * vt[k + j * n];
+        c[i * n + j] = orientation * sum;
+      }
+  }
+  return out;
+}
+
 }  // namespace
+
+Tensor det_cofactors(const Tensor& a, double tol, const char* op) {
+  return dispatch_opmath_floating(a.dtype(), op,
+                                  [&]<class T>() { return det_cofactors_impl<T>(a, tol, op); });
+}
 
 Tensor lu_solve(const Tensor& a, const Tensor& b, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
