@@ -4,6 +4,7 @@
 // ops under no gradient, from batch_norm_stats (per-channel mean and unbiased variance, one
 // kernel). All rules are written with ops, so every order of derivative works.
 #include <cstdint>
+#include <typeinfo>
 #include <vector>
 
 #include "adjoint/error.h"
@@ -11,6 +12,7 @@
 #include "adjoint/normalization_ops.h"
 #include "backend/norm_kernels.h"
 #include "core/op_fields.h"
+#include "ops/batch_norm_update.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -249,22 +251,26 @@ void check_per_channel(const Tensor& t, int64_t channels, const char* what, cons
   ADJOINT_CHECK(is_floating(t.dtype()), DType, op, what, " must be floating, got ", describe(t));
 }
 
-// running = (1 - momentum) running + momentum stat, written once (copy_) and under no gradient.
-// Errors of the in-place write (under vmap, unbatched running statistics and a batched input;
-// under compile, a graph break) are reported as batch_norm's.
-void update_running(const Tensor& running, const Tensor& stat, double momentum, const char* op) {
+}  // namespace
+
+namespace detail {
+
+void update_running_statistic(const Tensor& running, const Tensor& stat, double momentum,
+                              const char* op) {
   try {
     NoGradGuard no_grad;
     Tensor r = running;
     r.copy_(running * (1 - momentum) + stat * momentum);
   } catch (const Error& e) {
-    throw Error(e.kind(), op,
-                detail::str("cannot update the running statistics ", describe(running),
-                            " in place: ", e.what()));
+    // A subclass (compile's graph break) is caught by its type further up: pass it on as it is.
+    if (typeid(e) != typeid(Error)) throw;
+    throw Error(
+        e.kind(), op,
+        str("cannot update the running statistics ", describe(running), " in place: ", e.what()));
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 BatchNormStats batch_norm_stats(const Tensor& x_in) {
   const char* op = "batch_norm_stats";
@@ -329,8 +335,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
     Tensor y = apply(BatchNorm{eps}, x, w, b);
     if (training && running_mean.defined() && x.numel() > 0) {
       const BatchNormStats s = batch_norm_stats(x.detach());
-      update_running(running_mean, s.mean, momentum, op);
-      update_running(running_var, s.var, momentum, op);
+      detail::update_running_statistic(running_mean, s.mean, momentum, op);
+      detail::update_running_statistic(running_var, s.var, momentum, op);
     }
     return y;
   }

@@ -9,6 +9,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/normalization_ops.h"
+#include "ops/batch_norm_update.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -94,17 +95,10 @@ Tensor instance_norm(const Tensor& x_in, const Tensor& running_mean, const Tenso
     const int64_t n = x.size(0);
     const BatchNormStats s = batch_norm_stats(x.reshape({1, n * channels, spatial}));
     NoGradGuard no_grad;
-    const Tensor batch_mean = adjoint::mean(s.mean.reshape({n, channels}), {0});
-    const Tensor batch_var = adjoint::mean(s.var.reshape({n, channels}), {0});
-    try {
-      Tensor rm = running_mean, rv = running_var;
-      rm.copy_(running_mean * (1 - momentum) + batch_mean * momentum);
-      rv.copy_(running_var * (1 - momentum) + batch_var * momentum);
-    } catch (const Error& e) {
-      throw Error(e.kind(), op,
-                  detail::str("cannot update the running statistics ", describe(running_mean),
-                              " in place: ", e.what()));
-    }
+    detail::update_running_statistic(
+        running_mean, adjoint::mean(s.mean.reshape({n, channels}), {0}), momentum, op);
+    detail::update_running_statistic(running_var, adjoint::mean(s.var.reshape({n, channels}), {0}),
+                                     momentum, op);
   }
   return y;
 }
