@@ -1,8 +1,9 @@
-// Fused batch norm kernels: per-channel statistics of an input [N, C, *] over every dim but the
-// channel dim 1, the normalisation with them, and its input gradient. Like the kernels in
-// kernels.h they see plain tensors (no autograd), accept any strides (a strided input, such as a
-// channels-last view, is copied to [N, C, *] order first) and allocate contiguous outputs. The
-// gradient kernel is the forward of the differentiable primitive batch_norm_backward
+// Fused normalisation kernels over channels: batch norm's per-channel statistics of an input
+// [N, C, *] over every dim but the channel dim 1, the normalisation with them and its input
+// gradient; group norm's forward (its input gradient is layer_norm_backward's, nn_kernels.h). Like
+// the kernels in kernels.h they see plain tensors (no autograd), accept any strides (a strided
+// input, such as a channels-last view, is copied to [N, C, *] order first) and allocate contiguous
+// outputs. The gradient kernel is the forward of the differentiable primitive batch_norm_backward
 // (src/ops/batch_norm.cpp), whose own rules are written with ops.
 #pragma once
 
@@ -32,5 +33,15 @@ BatchNormForward batch_norm(const Tensor& x, const Tensor& weight, const Tensor&
 /// all share x's dtype.
 Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd);
+
+struct GroupNormForward {
+  Tensor y;     ///< x's shape: (x - mean) * rstd * weight + bias, statistics per (example, group)
+  Tensor mean;  ///< [N, G]
+  Tensor rstd;  ///< [N, G]: 1 / sqrt(biased variance + eps)
+};
+/// Group norm of float x [N, C, *] over `groups` groups of C / groups channels (and every
+/// spatial position) per example; weight and bias are undefined or [C], with x's dtype.
+GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
+                            const Tensor& bias, double eps);
 
 }  // namespace adjoint::kernels

@@ -12,31 +12,11 @@
 #include "adjoint/normalization_ops.h"
 #include "backend/norm_kernels.h"
 #include "core/op_fields.h"
-#include "ops/batch_norm_update.h"
+#include "ops/batch_norm_util.h"
 #include "ops/common.h"
 
 namespace adjoint {
 namespace {
-
-// Every dim of a rank-`rank` input but the channel dim 1: what batch norm reduces.
-std::vector<int64_t> reduced_dims(int64_t rank) {
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < rank; ++d) dims.push_back(d);
-  return dims;
-}
-
-// Per-channel helpers for an input of `rank` dims: a [C] tensor as [1, C, 1, ...] (a view),
-// the per-channel mean kept in that shape, and the per-channel sum as [C].
-struct Channels {
-  int64_t rank;
-  Tensor bc(const Tensor& t) const {
-    Shape s(static_cast<std::size_t>(rank), 1);
-    s[1] = t.numel();
-    return t.reshape(s);
-  }
-  Tensor avg(const Tensor& t) const { return mean(t, reduced_dims(rank), true); }
-  Tensor sum_c(const Tensor& t) const { return sum(t, reduced_dims(rank)); }
-};
 
 // Note [Batch norm under vmap]
 // A batched input [B, N, C, *] is batch norm of [N, B C, *]: each example's channels become
@@ -87,7 +67,7 @@ struct BatchNormBackward {
     const Tensor& gy = c.input(0);
     const Tensor& x = c.input(1);
     const Tensor& w = c.input(2);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     const Tensor mu = ch.bc(c.input(3)), a = ch.bc(c.input(4));
     const Tensor g = w.defined() ? gy * ch.bc(w) : gy;
     const Tensor xh = (x - mu) * a;
@@ -114,7 +94,7 @@ struct BatchNormBackward {
     const Tensor& gy = c.input(0);
     const Tensor& x = c.input(1);
     const Tensor& w = c.input(2);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     const Tensor mu = ch.bc(c.input(3)), a = ch.bc(c.input(4));
     const Tensor g = w.defined() ? gy * ch.bc(w) : gy;
     const Tensor tg = w.defined() ? t_gy * ch.bc(w) + gy * ch.bc(t_w) : t_gy;
@@ -158,9 +138,9 @@ struct BatchNorm {
     const bool differentiate =
         c.differentiated(x) || (tls_mode.dual_visible != 0 && detail::has_visible_tangent(x));
     if (!differentiate) return {c.saved(0), c.saved(1)};
-    const Channels ch{x.dim()};
-    const Tensor mu = mean(x, reduced_dims(x.dim()));
-    const Tensor var = mean((x - ch.bc(mu)).square(), reduced_dims(x.dim()));
+    const detail::Channels ch{x.dim()};
+    const Tensor mu = ch.mean_c(x);
+    const Tensor var = ch.mean_c((x - ch.bc(mu)).square());
     return {mu, rsqrt(var + eps)};
   }
 
@@ -169,7 +149,7 @@ struct BatchNorm {
   std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gy) const {
     const Tensor& x = c.input(0);
     const Tensor& w = c.input(1);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     auto [mu, rstd] = stats(c);
     std::array<Tensor, 3> out;
     if (c.needs_grad(0)) out[0] = batch_norm_backward(gy, x, w, mu, rstd);
@@ -182,7 +162,7 @@ struct BatchNorm {
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor& tw, const Tensor& tb) const {
     const Tensor& x = c.input(0);
     const Tensor& w = c.input(1);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     const auto [mu, rstd] = stats(c);
     const Tensor xhat = (x - ch.bc(mu)) * ch.bc(rstd);
     Tensor t = ch.bc(rstd) * (tx - ch.avg(tx) - xhat * ch.avg(tx * xhat));
@@ -196,10 +176,9 @@ struct BatchNorm {
   // as ops give them.
   Tensor vmap(const BatchArgs& b, Saver& s) const {
     const Tensor x = b.with_batch(0);  // [B, N, C, *]
-    std::vector<int64_t> dims{1};
-    for (int64_t d = 3; d < x.dim(); ++d) dims.push_back(d);
-    Tensor mu = mean(x, dims);                                  // [B, C]
-    Tensor rstd = rsqrt(var(x, dims, /*correction=*/0) + eps);  // [B, C]
+    const detail::Channels ch{x.dim(), 2};
+    Tensor mu = ch.mean_c(x);                                        // [B, C]
+    Tensor rstd = rsqrt(ch.mean_c((x - ch.bc(mu)).square()) + eps);  // [B, C]
     s.save(detail::make_batched(mu, 0, b.level()));
     s.save(detail::make_batched(rstd, 0, b.level()));
     return unfold_batch(
@@ -221,14 +200,14 @@ struct BatchNormStatsOp {
   }
   Tensor vjp(const Ctx& c, const Tensor& g) const {
     const Tensor& x = c.input(0);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     const double m = count(c);
     const Tensor centred = x - ch.avg(x);
     return ch.bc(g.select(0, 0)) * (1 / m) + ch.bc(g.select(0, 1)) * centred * (2 / (m - 1));
   }
   Tensor jvp(const Ctx& c, const Tensor& tx) const {
     const Tensor& x = c.input(0);
-    const Channels ch{x.dim()};
+    const detail::Channels ch{x.dim()};
     const double m = count(c);
     const Tensor centred = x - ch.avg(x);
     return stack({ch.sum_c(tx) * (1 / m), ch.sum_c(centred * tx) * (2 / (m - 1))}, 0);
@@ -342,7 +321,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   }
   // Evaluation: y = x scale + shift with scale = w / sqrt(running_var + eps) and
   // shift = b - running_mean scale, per channel (ops: differentiable in all five).
-  const Channels ch{x.dim()};
+  const detail::Channels ch{x.dim()};
   Tensor scale = rsqrt(running_var + eps);
   if (w.defined()) scale = scale * w;
   Tensor shift = -(running_mean * scale);

@@ -112,6 +112,23 @@ TEST(GroupNorm, ChannelsLastAndFloat32) {
   EXPECT_LT(max_abs_diff(y, composite(cl.to(DType::Float64), 3, {}, {}, 1e-5)), 1e-5);
 }
 
+TEST(GroupNorm, VectorisedFloat32PathMatchesTheFloat64Composite) {
+  // Rows of 4 x 42 elements and channels of 42: the Highway loops (32 and more).
+  Tensor x64 = randn_t({4, 8, 6, 7}, 11) * 2 + 1, w64 = randn_t({8}, 12), b64 = randn_t({8}, 13);
+  Tensor x = leaf(x64.to(DType::Float32)), w = leaf(w64.to(DType::Float32)),
+         b = leaf(b64.to(DType::Float32));
+  Tensor xd = leaf(x.detach().to(DType::Float64)), wd = leaf(w.detach().to(DType::Float64)),
+         bd = leaf(b.detach().to(DType::Float64));
+  Tensor y = group_norm(x, 2, w, b), want = composite(xd, 2, wd, bd, 1e-5);
+  EXPECT_EQ(y.dtype(), DType::Float32);
+  EXPECT_LT(max_abs_diff(y, want), 2e-5);
+  Tensor gy = randn_t({4, 8, 6, 7}, 14);
+  std::vector<Tensor> got = autograd::grad({y}, {x, w, b}, {gy.to(DType::Float32)});
+  std::vector<Tensor> ref = autograd::grad({want}, {xd, wd, bd}, {gy});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LT(max_abs_diff(got[i], ref[i]), 1e-4 * (1 + ref[i].abs().max().item<double>())) << i;
+}
+
 TEST(GroupNorm, BadArgumentsAreNamedErrors) {
   Tensor x = randn_t({2, 6, 3}, 9);
   expect_throws_naming([&] { group_norm(x, 4); }, ErrorKind::Value, "group_norm", "divisible");

@@ -1,8 +1,9 @@
 // CPU batch norm kernels (backend/norm_kernels.h): per-channel moments, the forward with batch
-// statistics and the input gradient, for an input [N, C, *] read as [N, C, S]. Channels run in
-// parallel (parallel_for's fixed chunks), each channel reduced by one thread in a fixed order
-// with double accumulators, so results do not depend on the thread count. The loops over one
-// (n, c) segment of S contiguous elements are vectorised with Highway, built once per x86
+// statistics and the input gradient, for an input [N, C, *] read as [N, C, S]; and group norm's
+// forward, whose rows (an example's group: C / G channels of S) are contiguous in that layout.
+// Channels run in parallel (parallel_for's fixed chunks), each channel reduced by one thread in a
+// fixed order with double accumulators, so results do not depend on the thread count. The loops
+// over one (n, c) segment of S contiguous elements are vectorised with Highway, built once per x86
 // instruction set and chosen at run time as in simd_math.cpp; segments shorter than a few
 // vectors (S = 1 for an input [N, C]) take the scalar loops, which a dispatched call would cost
 // more than.
@@ -62,6 +63,7 @@ HWY_INLINE double SumT(const T* x, size_t n) {
     a2 = hn::Add(a2, LoadWide(dd, x + i + 2 * lanes));
     a3 = hn::Add(a3, LoadWide(dd, x + i + 3 * lanes));
   }
+  for (; i + lanes <= n; i += lanes) a0 = hn::Add(a0, LoadWide(dd, x + i));
   double s = Total(dd, a0, a1, a2, a3);
   for (; i < n; ++i) s += static_cast<double>(x[i]);
   return s;
@@ -83,6 +85,7 @@ HWY_INLINE double SumSqDevT(const T* x, size_t n, double mu) {
     a2 = hn::Add(a2, sq(x + i + 2 * lanes));
     a3 = hn::Add(a3, sq(x + i + 3 * lanes));
   }
+  for (; i + lanes <= n; i += lanes) a0 = hn::Add(a0, sq(x + i));
   double s = Total(dd, a0, a1, a2, a3);
   for (; i < n; ++i) {
     const double d = static_cast<double>(x[i]) - mu;
@@ -104,6 +107,11 @@ HWY_INLINE void DotDevT(const T* g, const T* x, size_t n, double mu, double* sum
     s1 = hn::Add(s1, g1);
     d0 = hn::MulAdd(g0, hn::Sub(LoadWide(dd, x + i), m), d0);
     d1 = hn::MulAdd(g1, hn::Sub(LoadWide(dd, x + i + lanes), m), d1);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    const auto g0 = LoadWide(dd, g + i);
+    s0 = hn::Add(s0, g0);
+    d0 = hn::MulAdd(g0, hn::Sub(LoadWide(dd, x + i), m), d0);
   }
   double sg = hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
   double sgx = hn::GetLane(hn::SumOfLanes(dd, hn::Add(d0, d1)));
@@ -261,14 +269,31 @@ int64_t channel_grain(const Layout& l) {
   return std::max<int64_t>(32768 / std::max<int64_t>(l.per_channel(), 1), 1);
 }
 
-// The mean and the sum of squared deviations of channel ch (two passes: no cancellation).
+// Note [Batch norm moments in one pass]
+// A channel's values are N segments of S contiguous elements, one per example, C S elements
+// apart. Reading the channel twice (the mean, then the squared deviations from it) pays the jump
+// between segments twice and reads the data from memory twice; instead each segment gets its own
+// mean and squared deviations in two passes over it while it sits in L1, and the segments are
+// merged in order with Chan et al.'s formula (the pairwise update of a count, a mean and a sum of
+// squared deviations), which keeps the two-pass accuracy: no E[x^2] - E[x]^2 cancellation.
+
+// The mean and the sum of squared deviations of channel ch.
 template <class T>
 std::pair<double, double> channel_moments(const T* xs, const Layout& l, int64_t ch) {
-  double sum = 0;
-  for (int64_t i = 0; i < l.n; ++i) sum += seg_sum(xs + l.offset(i, ch), l.s);
-  const double mu = sum / static_cast<double>(l.per_channel());  // NaN for no elements
-  double ss = 0;
-  for (int64_t i = 0; i < l.n; ++i) ss += seg_sum_sq_dev(xs + l.offset(i, ch), l.s, mu);
+  double count = 0, mu = 0, ss = 0;
+  const double seg = static_cast<double>(l.s);
+  for (int64_t i = 0; i < l.n; ++i) {
+    const T* p = xs + l.offset(i, ch);
+    if (i + 1 < l.n) __builtin_prefetch(xs + l.offset(i + 1, ch));
+    const double m = seg_sum(p, l.s) / seg;
+    const double q = seg_sum_sq_dev(p, l.s, m);
+    const double total = count + seg, delta = m - mu;
+    mu += delta * (seg / total);
+    ss += q + delta * delta * (count * seg / total);
+    count = total;
+  }
+  // No elements: the mean is 0 / 0, as mean() gives.
+  if (count == 0) mu = std::numeric_limits<double>::quiet_NaN();
   return {mu, ss};
 }
 
@@ -370,8 +395,13 @@ Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
         const double mu = static_cast<double>(ms[ch]), a = static_cast<double>(rs[ch]);
         const double wc = ws ? static_cast<double>(ws[ch]) : 1.0;
         double sums[2] = {0, 0};  // sum(gy), sum(gy (x - mean))
-        for (int64_t i = 0; i < l.n; ++i)
+        for (int64_t i = 0; i < l.n; ++i) {
+          if (i + 1 < l.n) {  // the next segment is C S elements away: start its loads early
+            __builtin_prefetch(gs + l.offset(i + 1, ch));
+            __builtin_prefetch(xs + l.offset(i + 1, ch));
+          }
           seg_dot_dev(gs + l.offset(i, ch), xs + l.offset(i, ch), l.s, mu, sums);
+        }
         // rstd w (gy - mean(gy) - x̂ mean(gy x̂)) = A gy + B x + C with A = rstd w,
         // B = -w rstd^3 mean(gy (x - mean)), C = -rstd w mean(gy) - B mean
         const double ca = a * wc;
@@ -380,6 +410,54 @@ Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
         for (int64_t i = 0; i < l.n; ++i)
           seg_affine2(gs + l.offset(i, ch), xs + l.offset(i, ch), os + l.offset(i, ch), l.s,
                       static_cast<T>(ca), static_cast<T>(cb), static_cast<T>(cc));
+      }
+    });
+  });
+  return out;
+}
+
+GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
+                            const Tensor& bias, double eps) {
+  const char* op = "group_norm";
+  ADJOINT_ASSERT(x.dim() >= 2 && groups > 0 && x.size(1) % groups == 0);
+  if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
+    GroupNormForward wide = group_norm(widen(x), groups, widen(weight), widen(bias), eps);
+    return {narrow_to(wide.y, x.dtype()), narrow_to(wide.mean, x.dtype()),
+            narrow_to(wide.rstd, x.dtype())};
+  }
+  const Layout l(x);
+  const int64_t per_group = l.c / groups, row = per_group * l.s;
+  const Tensor xc = contiguous_of(x);
+  const Tensor w = weight.defined() ? contiguous_of(weight) : Tensor();
+  const Tensor b = bias.defined() ? contiguous_of(bias) : Tensor();
+  GroupNormForward out;
+  out.y = make_empty(x.shape(), x.dtype());
+  out.mean = make_empty({l.n, groups}, x.dtype());
+  out.rstd = make_empty({l.n, groups}, x.dtype());
+  dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
+    const T* xs = xc.data_ptr<T>();
+    const T* ws = w.defined() ? w.data_ptr<T>() : nullptr;
+    const T* bs = b.defined() ? b.data_ptr<T>() : nullptr;
+    T* ys = out.y.data_ptr<T>();
+    T* means = out.mean.data_ptr<T>();
+    T* rstds = out.rstd.data_ptr<T>();
+    const int64_t grain = std::max<int64_t>(32768 / std::max<int64_t>(row, 1), 1);
+    parallel_for(l.n * groups, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = xs + r * row;
+        T* yr = ys + r * row;
+        // Two passes over the row (mean, then squared deviations): no cancellation.
+        const double mu = seg_sum(xr, row) / static_cast<double>(row);  // NaN for no elements
+        const double rs =
+            1.0 / std::sqrt(seg_sum_sq_dev(xr, row, mu) / static_cast<double>(row) + eps);
+        means[r] = static_cast<T>(mu);
+        rstds[r] = static_cast<T>(rs);
+        for (int64_t k = 0; k < per_group; ++k) {
+          const int64_t ch = (r % groups) * per_group + k;
+          const double scale = ws ? rs * static_cast<double>(ws[ch]) : rs;
+          const double shift = (bs ? static_cast<double>(bs[ch]) : 0.0) - mu * scale;
+          seg_affine(xr + k * l.s, yr + k * l.s, l.s, static_cast<T>(scale), static_cast<T>(shift));
+        }
       }
     });
   });
