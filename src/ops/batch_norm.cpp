@@ -32,11 +32,11 @@ Tensor fold_batch(const Tensor& xb) {  // [B, N, C, *] -> [N, B C, *]
   for (int64_t d = 3; d < xb.dim(); ++d) s.push_back(xb.size(d));
   return xb.permute(perm).reshape(s);
 }
-Tensor unfold_batch(const Tensor& y, int64_t batch) {  // [N, B C, *] -> [B, N, C, *]
+Tensor unfold_batch(const Tensor& y, int64_t batch, int64_t channels) {  // -> [B, N, C, *]
   Shape s;
   s.push_back(y.size(0));
   s.push_back(batch);
-  s.push_back(batch == 0 ? 0 : y.size(1) / batch);
+  s.push_back(channels);
   for (int64_t d = 2; d < y.dim(); ++d) s.push_back(y.size(d));
   std::vector<int64_t> perm{1, 0};
   for (int64_t d = 2; d <= y.dim(); ++d) perm.push_back(d);
@@ -109,7 +109,7 @@ struct BatchNormBackward {
     return unfold_batch(
         apply(BatchNormBackward{}, fold_batch(b.with_batch(0)), fold_batch(b.with_batch(1)),
               fold_channels(b, 2), fold_channels(b, 3), fold_channels(b, 4)),
-        b.size());
+        b.size(), b.with_batch(1).size(2));
   }
 };
 
@@ -182,7 +182,8 @@ struct BatchNorm {
     s.save(detail::make_batched(mu, 0, b.level()));
     s.save(detail::make_batched(rstd, 0, b.level()));
     return unfold_batch(
-        apply(BatchNorm{eps}, fold_batch(x), fold_channels(b, 1), fold_channels(b, 2)), b.size());
+        apply(BatchNorm{eps}, fold_batch(x), fold_channels(b, 1), fold_channels(b, 2)), b.size(),
+        x.size(2));
   }
 };
 
@@ -215,8 +216,7 @@ struct BatchNormStatsOp {
   // Batching: see Note [Batch norm under vmap]; [2, B C] unfolds to [B, 2, C].
   Tensor vmap(const BatchArgs& b) const {
     const Tensor packed = apply(BatchNormStatsOp{}, fold_batch(b.with_batch(0)));
-    return packed.reshape({2, b.size(), b.size() == 0 ? 0 : packed.size(1) / b.size()})
-        .permute({1, 0, 2});
+    return packed.reshape({2, b.size(), b.with_batch(0).size(2)}).permute({1, 0, 2});
   }
 };
 
@@ -326,7 +326,9 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   if (w.defined()) scale = scale * w;
   Tensor shift = -(running_mean * scale);
   if (b.defined()) shift = shift + b;
-  return x * ch.bc(scale) + ch.bc(shift);
+  // In the running statistics' precision, the result in the input's and parameters' dtype, as in
+  // training (float32 statistics of a bfloat16 model give bfloat16).
+  return cast_to(x * ch.bc(scale) + ch.bc(shift), dt);
 }
 
 }  // namespace adjoint

@@ -98,8 +98,9 @@ struct GroupNorm {
     Shape merged = x.shape();
     merged.erase(0);
     merged[0] = x.size(0) * x.size(1);
-    const Tensor xg = x.reshape(
-        {x.size(0), x.size(1), groups, x.size(2) / groups * spatial_size(x.select(0, 0))});
+    int64_t per_group = x.size(2) / groups;  // elements of one group of one example
+    for (int64_t d = 3; d < x.dim(); ++d) per_group *= x.size(d);
+    const Tensor xg = x.reshape({x.size(0), x.size(1), groups, per_group});
     const Tensor mu = mean(xg, {3});
     s.save(detail::make_batched(mu, 0, b.level()));
     s.save(detail::make_batched(rsqrt(mean((xg - mu.unsqueeze(3)).square(), {3}) + eps), 0,

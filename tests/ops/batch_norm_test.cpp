@@ -266,6 +266,13 @@ TEST(BatchNorm, DtypesPromoteToTheWiderOfInputAndParameters) {
   EXPECT_EQ(batch_norm(xi, {}, {}, {}, {}, true).dtype(), kDefaultFloat);
   Tensor yb = batch_norm(x, {}, {}, {}, {}, true);
   EXPECT_EQ(yb.dtype(), DType::BFloat16);
+  // float32 running statistics of a bfloat16 model: the output keeps the model's dtype.
+  Tensor rm = randn_t({3}, 41, DType::Float32), rv = rand({3}) + 0.5;
+  Tensor ye = batch_norm(x, rm, rv, {}, {}, false);
+  EXPECT_EQ(ye.dtype(), DType::BFloat16);
+  Tensor want = (x.to(DType::Float64) - per_channel(rm, 3).to(DType::Float64)) /
+                sqrt(per_channel(rv, 3).to(DType::Float64) + 1e-5);
+  EXPECT_LT(max_abs_diff(ye, want), 0.02 * (1 + want.abs().max().item<double>()));
 }
 
 TEST(BatchNorm, OneValuePerChannelWhenTrainingIsAnError) {
@@ -388,4 +395,33 @@ TEST(BatchNorm, ResultsDoNotDependOnTheThreadCount) {
   set_num_threads(before);
   EXPECT_EQ(max_abs_diff(outs[0], outs[2]), 0);
   EXPECT_EQ(max_abs_diff(outs[1], outs[3]), 0);
+}
+
+TEST(BatchNorm, VmapOverNoExamplesGivesEmptyResultsOfTheRightShape) {
+  Tensor xs = randn_t({0, 4, 3, 5}, 60), w = randn_t({3}, 61);
+  auto bn = [&](const Tensor& x) { return batch_norm(x, {}, {}, w, {}, true); };
+  EXPECT_EQ(vmap(bn)(xs).shape(), (Shape{0, 4, 3, 5}));
+  auto gn = [&](const Tensor& x) { return group_norm(x, 3, w); };
+  EXPECT_EQ(vmap(gn)(xs).shape(), (Shape{0, 4, 3, 5}));
+  auto stats = [](const Tensor& x) { return batch_norm_stats(x).var; };
+  EXPECT_EQ(vmap(stats)(xs).shape(), (Shape{0, 3}));
+}
+
+// As with torch.utils.checkpoint: the region runs again in backward, update included, so the
+// running statistics take a second step (docs/vision.md says so). The gradient is exact.
+TEST(BatchNorm, CheckpointRecomputationUpdatesTheRunningStatisticsAgain) {
+  Tensor rm = zeros({2}, DType::Float64), rv = ones({2}, DType::Float64);
+  Tensor x = leaf(randn_t({4, 2, 3}, 70));
+  Tensor y = checkpoint(
+      [&](const std::vector<Tensor>& xs) { return batch_norm(xs[0], rm, rv, {}, {}, true, 0.5); },
+      {x});
+  Tensor rm_once = zeros({2}, DType::Float64), rv_once = ones({2}, DType::Float64);
+  Tensor x2 = leaf(x.detach());
+  Tensor y2 = batch_norm(x2, rm_once, rv_once, {}, {}, true, 0.5);
+  EXPECT_LT(max_abs_diff(rm, rm_once), 1e-15);  // the forward: one step
+  Tensor g = autograd::grad({(y * y.detach()).sum()}, {x})[0];
+  EXPECT_LT(max_abs_diff(g, autograd::grad({(y2 * y2.detach()).sum()}, {x2})[0]), 1e-12);
+  batch_norm(x2.detach(), rm_once, rv_once, {}, {}, true, 0.5);  // a second step
+  EXPECT_LT(max_abs_diff(rm, rm_once), 1e-15);
+  EXPECT_LT(max_abs_diff(rv, rv_once), 1e-15);
 }
