@@ -9,8 +9,10 @@ set -euo pipefail
 # build's packages; a build without them still works, on one process (docs/distributed.md).
 # libdnnl-dev: oneDNN, for bfloat16 matmuls on CPUs with AVX512-BF16 or AMX (optional at build
 # time: without it bfloat16 products widen to float32; docs/mixed-precision.md).
+# zlib1g-dev: reading gzip-compressed IDX files. dataset-fashion-mnist (31 MB): the vision demo's
+# 70,000 images under /usr/share/datasets/fashion-mnist (docs/vision.md).
 PKGS=(cmake g++ make ccache libopenblas-dev libgtest-dev libgmock-dev libhwy-dev nlohmann-json3-dev libcli11-dev python3
-      libopenmpi-dev openmpi-bin libdnnl-dev "$@")
+      libopenmpi-dev openmpi-bin libdnnl-dev zlib1g-dev dataset-fashion-mnist "$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -20,6 +20,7 @@
 #include "adjoint/linalg.h"
 #include "adjoint/memory.h"
 #include "adjoint/mixed_precision.h"
+#include "adjoint/normalization_ops.h"
 #include "adjoint/odeint.h"
 #include "adjoint/offload.h"
 #include "adjoint/ops.h"

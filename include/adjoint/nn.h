@@ -4,6 +4,7 @@
 
 #include "adjoint/nn/activation.h"
 #include "adjoint/nn/attention.h"
+#include "adjoint/nn/batchnorm.h"
 #include "adjoint/nn/container.h"
 #include "adjoint/nn/dropout.h"
 #include "adjoint/nn/embedding.h"

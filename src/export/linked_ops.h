@@ -5,9 +5,11 @@
 namespace adjoint::detail {
 
 void link_ops_activation();
+void link_ops_batch_norm();
 void link_ops_binary();
 void link_ops_conversion();
 void link_ops_factories();
+void link_ops_group_norm();
 void link_ops_indexing();
 void link_ops_linalg();
 void link_ops_linalg_det();
@@ -27,9 +29,11 @@ void link_ops_transform_support();
 
 inline void link_every_ops_file() {
   link_ops_activation();
+  link_ops_batch_norm();
   link_ops_binary();
   link_ops_conversion();
   link_ops_factories();
+  link_ops_group_norm();
   link_ops_indexing();
   link_ops_linalg();
   link_ops_linalg_det();

@@ -116,6 +116,15 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  /// named_parameters() then named_buffers(), as PyTorch's state_dict(): everything a
+  /// checkpoint of the module holds (batch norm's running statistics and counter included), as
+  /// handles, so io::save_checkpoint(path, m.state_dict()) saves it and
+  /// io::load_checkpoint(path, m.state_dict()) restores it in place.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const {
+    std::vector<std::pair<std::string, Tensor>> out = named_parameters();
+    for (auto& entry : named_buffers()) out.push_back(std::move(entry));
+    return out;
+  }
   /// The direct children.
   std::vector<std::shared_ptr<Module>> children() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
