@@ -7,6 +7,7 @@ namespace adjoint::detail {
 void link_ops_activation();
 void link_ops_binary();
 void link_ops_conversion();
+void link_ops_conv();
 void link_ops_factories();
 void link_ops_indexing();
 void link_ops_linalg();
@@ -29,6 +30,7 @@ inline void link_every_ops_file() {
   link_ops_activation();
   link_ops_binary();
   link_ops_conversion();
+  link_ops_conv();
   link_ops_factories();
   link_ops_indexing();
   link_ops_linalg();
