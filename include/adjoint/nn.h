@@ -5,6 +5,7 @@
 #include "adjoint/nn/activation.h"
 #include "adjoint/nn/attention.h"
 #include "adjoint/nn/container.h"
+#include "adjoint/nn/conv.h"
 #include "adjoint/nn/dropout.h"
 #include "adjoint/nn/embedding.h"
 #include "adjoint/nn/gpt.h"
