@@ -4,7 +4,10 @@
 // and the Fashion-MNIST ResNet's shapes. The bounds come from the dtypes: each output is a sum
 // of n products, so float32 accumulation differs from the float64 reference by at most
 // n eps32 Σ|x w| (Higham's γ_n), and a bfloat16 result adds its rounding, half an ulp of |y|.
-// Skipped (saying so) where oneDNN is not built or has no bfloat16 ISA.
+// Inputs of fewer than 8 channels run on plain NCHW, the others on oneDNN's blocked layouts
+// (Note [Convolution memory format]); ctest runs this again with ADJOINT_CONV_LAYOUT=plain and
+// with oneDNN capped at AVX2. Skipped (saying so) where oneDNN is not built or has no bfloat16
+// ISA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +35,8 @@ std::vector<Case> cases() {
       {"strided_one_sided", {3, 5, 9, 8}, {6, 5, 2, 4}, {{2, 3}, {0, 1}, {1, 2}, {1, 1}, 1}},
       {"dilated", {2, 4, 11, 9}, {3, 4, 3, 2}, {{1, 2}, {2, 1}, {2, 1}, {2, 3}, 1}},
       {"groups", {2, 6, 8, 8}, {9, 2, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 3}},
+      {"blocked_odd", {3, 10, 9, 8}, {7, 10, 2, 3}, {{2, 1}, {0, 1}, {1, 2}, {2, 1}, 1}},
+      {"blocked_groups", {2, 16, 7, 7}, {24, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 2}},
       {"depthwise", {3, 8, 10, 10}, {16, 1, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, {1, 1}, 8}},
       {"channels_last", {2, 16, 9, 7}, {8, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}, true},
       {"conv1d", {4, 3, 17}, {5, 3, 4}, {{2}, {1}, {2}, {1}, 1}},

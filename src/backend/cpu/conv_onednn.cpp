@@ -2,6 +2,7 @@
 // forward, backward-data and backward-weights, float32 and bfloat16 (float32 accumulation),
 // one primitive per problem, cached per thread. The reference loops are conv_reference.cpp's.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -21,19 +22,26 @@ namespace adjoint::kernels::conv {
 namespace {
 
 // Note [Convolution memory format]
-// Activations (src, dst and their gradients) stay in the layout the caller's tensor has: plain
-// NCHW for a contiguous tensor, NHWC for a dense channels-last one (C innermost, as PyTorch's
-// channels_last), and the output takes the input's layout, as PyTorch's memory-format
-// propagation does; any other strides are copied to NCHW first. oneDNN's primitives read and
-// write these plain layouts directly, so no reorder is paid on activations. The weights are
-// small (a 3x3 conv of 64 channels is 147 KB), so they are handed to the primitive in whatever
-// layout oneDNN prefers (format `any`, in practice a blocked OIhw16i16o-like one) and reordered
-// from the plain OIHW tensor at every call, and the weight gradient is reordered back. A blocked
-// activation layout (nChw16c) was measured too and lost: the reorders in and out of every
-// convolution cost more than the blocked kernels saved at these sizes (docs/vision.md has the
-// table). Threading follows Note [Gemm threading]: the batch is cut into one fixed piece per
-// pool thread and each piece runs a primitive on one OpenMP thread, so results do not depend
-// on timing; the weight gradient sums the pieces' partial gradients in piece order.
+// adjoint's tensors are plain: NCHW when contiguous, or NHWC for a dense channels-last view
+// (C innermost, PyTorch's channels_last), which a convolution's output keeps, as PyTorch's
+// memory-format propagation does (other strides are copied to NCHW first). oneDNN's fast
+// kernels do not read plain NCHW: given it, oneDNN 2.6 picks its gemm-based convolution
+// (im2col inside), 1.5-2.5x slower here than its direct jit kernels on the blocked layout
+// nChw16c (docs/vision.md has the table). So plain NCHW activations are handed to the
+// primitive in the layout it picks (format `any`), and reordered into it before every call
+// and back after: a few percent of the convolution at these sizes, well under what the blocked
+// kernels save. The exception is a first layer (fewer than 8 input channels, as an image's 1
+// or 3): there oneDNN's gemm kernels on NCHW ran 3x faster than the blocked ones with their
+// reorders ([64, 1, 28, 28] to 16 channels: 3.5 against 10.9 ms forward and backward), so
+// NCHW stays. Channels-last activations go in as NHWC, which oneDNN's brgconv kernels read
+// directly (no reorder). The weights are small (a 3x3 conv of 64 channels is 147 KB) and
+// always go to the primitive's blocked layout and back (the weight gradient). A layout that
+// stayed blocked from one op to the next would save the activation reorders too; it would need
+// tensors that carry oneDNN layouts through every other kernel, and is not done.
+// ADJOINT_CONV_LAYOUT=plain (read once) keeps NCHW for the primitive, for that comparison.
+// Threading follows Note [Gemm threading]: the batch is cut into one fixed piece per pool
+// thread and each piece runs a primitive on one OpenMP thread, so results do not depend on
+// timing; the weight gradient sums the pieces' float32 partial gradients in piece order.
 
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
@@ -93,9 +101,12 @@ Tensor in_layout(const Tensor& t, bool channels_last) {
   return out;
 }
 
-// Memory descriptors of one piece of the batch (n samples).
+// Memory descriptors of one piece of the batch (n samples): the tensors' own (plain) layouts,
+// and what the primitive is asked for (`any` where oneDNN may choose: see Note [Convolution
+// memory format]).
 struct Descs {
-  dnnl::memory::desc src, dst, wei_any, wei_plain, bias;
+  dnnl::memory::desc src, dst, wei, bias;        // the tensors' layouts
+  dnnl::memory::desc src_any, dst_any, wei_any;  // the primitive's request
   dims strides, dilates, pad_l, pad_r;
 };
 
@@ -113,10 +124,32 @@ dnnl::memory::desc activation_md(const Problem& p, int64_t n, int64_t channels,
   return dnnl::memory::desc(dims(shape.begin(), shape.end()), type, dims(st.begin(), st.end()));
 }
 
+dnnl::memory::desc any_like(const dnnl::memory::desc& md) {
+  return dnnl::memory::desc(md.dims(), md.data_type(), dnnl::memory::format_tag::any);
+}
+
+// Below this many input channels (an image's first layer: 1 or 3) plain NCHW wins: see Note
+// [Convolution memory format].
+constexpr int64_t kBlockedMinChannels = 8;
+
+// ADJOINT_CONV_LAYOUT=plain: see Note [Convolution memory format].
+bool plain_activations() {
+  static const bool plain = [] {
+    const char* v = std::getenv("ADJOINT_CONV_LAYOUT");
+    return v != nullptr && std::string(v) == "plain";
+  }();
+  return plain;
+}
+
 Descs make_descs(const Problem& p, int64_t n, dt type, dt wei_type, bool cl, bool bias) {
   Descs d;
+  const bool keep = cl || plain_activations() || p.c < kBlockedMinChannels;
   d.src = activation_md(p, n, p.c, p.in, type, cl);
   d.dst = activation_md(p, n, p.o, p.out, type, cl);
+  // Channels-last activations stay as they are (oneDNN's brgconv kernels read NHWC); plain
+  // NCHW ones go to the blocked layout the primitive picks.
+  d.src_any = keep ? d.src : any_like(d.src);
+  d.dst_any = keep ? d.dst : any_like(d.dst);
   dims wd;
   if (p.groups > 1) wd.push_back(p.groups);
   wd.push_back(p.o / p.groups);
@@ -124,8 +157,8 @@ Descs make_descs(const Problem& p, int64_t n, dt type, dt wei_type, bool cl, boo
   for (int64_t k : spatial_of(p, p.k)) wd.push_back(k);
   Shape wshape(std::vector<int64_t>(wd.begin(), wd.end()));
   const Shape wst = contiguous_strides(wshape);
-  d.wei_plain = dnnl::memory::desc(wd, wei_type, dims(wst.begin(), wst.end()));
-  d.wei_any = dnnl::memory::desc(wd, wei_type, dnnl::memory::format_tag::any);
+  d.wei = dnnl::memory::desc(wd, wei_type, dims(wst.begin(), wst.end()));
+  d.wei_any = any_like(d.wei);
   if (bias) d.bias = dnnl::memory::desc({p.o}, dt::f32, dnnl::memory::format_tag::a);
   d.strides = spatial_of(p, p.stride);
   d.dilates = spatial_of(p, p.dilation, 1);  // oneDNN counts the gaps: dilation - 1
@@ -135,23 +168,38 @@ Descs make_descs(const Problem& p, int64_t n, dt type, dt wei_type, bool cl, boo
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d) {
+  const auto prop = dnnl::prop_kind::forward_training;
+  const auto algo = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::desc desc =
       d.bias.is_zero()
-          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                            dnnl::algorithm::convolution_direct, d.src, d.wei_any,
-                                            d.dst, d.strides, d.dilates, d.pad_l, d.pad_r)
-          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                            dnnl::algorithm::convolution_direct, d.src, d.wei_any,
-                                            d.bias, d.dst, d.strides, d.dilates, d.pad_l, d.pad_r);
+          ? dnnl::convolution_forward::desc(prop, algo, d.src_any, d.wei_any, d.dst_any, d.strides,
+                                            d.dilates, d.pad_l, d.pad_r)
+          : dnnl::convolution_forward::desc(prop, algo, d.src_any, d.wei_any, d.bias, d.dst_any,
+                                            d.strides, d.dilates, d.pad_l, d.pad_r);
   return dnnl::convolution_forward::primitive_desc(desc, onednn_engine());
 }
 
-// A cached primitive with the layout it wants its weights (or weight gradient) in, and the
-// reorder between that and the plain OIHW tensor when they differ.
+// One argument of a cached primitive: the tensor's layout, the primitive's, and the reorder
+// between them where they differ (tensor to primitive for an input, back for an output).
+struct Arg {
+  int id;
+  dnnl::memory::desc user, prim;
+  bool output;
+  std::optional<dnnl::reorder> reorder;
+};
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
+  Arg a{id, user, prim, output, std::nullopt};
+  const dnnl::engine& eng = onednn_engine();
+  if (user != prim)
+    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim, eng, user))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(eng, user, eng, prim));
+  return a;
+}
+
+// A cached primitive with its arguments in the order the callers pass their pointers.
 struct Entry {
   dnnl::primitive prim;
-  dnnl::memory::desc wei;
-  std::optional<dnnl::reorder> reorder;
+  std::vector<Arg> args;
 };
 
 enum Kind : int64_t { kForward, kBackwardData, kBackwardWeight };
@@ -164,37 +212,40 @@ std::vector<int64_t> key_of(Kind kind, const Problem& p, int64_t n, dt type, boo
   return key;
 }
 
+// Arguments: forward (src, weights, [bias], dst); backward-data (diff_dst, weights, diff_src);
+// backward-weights (src, diff_dst, diff_weights in float32).
 Entry make_entry(Kind kind, const Problem& p, int64_t n, dt type, bool cl, bool bias) {
   const dnnl::engine& eng = onednn_engine();
   if (kind == kBackwardWeight) {
-    Descs d = make_descs(p, n, type, dt::f32, cl, false);  // float32 weight gradient
-    const dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src,
-                                                        d.wei_any, d.dst, d.strides, d.dilates,
-                                                        d.pad_l, d.pad_r);
-    Descs h = make_descs(p, n, type, type, cl, false);
-    const auto hint = forward_pd(h);
-    const dnnl::convolution_backward_weights::primitive_desc pd(desc, eng, hint);
-    Entry e{dnnl::convolution_backward_weights(pd), pd.diff_weights_desc(), std::nullopt};
-    if (e.wei != d.wei_plain)
-      e.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, e.wei, eng, d.wei_plain));
-    return e;
+    const Descs d = make_descs(p, n, type, dt::f32, cl, false);  // float32 weight gradient
+    const Descs h = make_descs(p, n, type, type, cl, false);
+    const dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
+                                                        d.src_any, d.wei_any, d.dst_any, d.strides,
+                                                        d.dilates, d.pad_l, d.pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc pd(desc, eng, forward_pd(h));
+    return {dnnl::convolution_backward_weights(pd),
+            {make_arg(DNNL_ARG_SRC, d.src, pd.src_desc(), false),
+             make_arg(DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false),
+             make_arg(DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true)}};
   }
   const Descs d = make_descs(p, n, type, type, cl, bias);
   const auto fwd = forward_pd(d);
   if (kind == kForward) {
-    Entry e{dnnl::convolution_forward(fwd), fwd.weights_desc(), std::nullopt};
-    if (e.wei != d.wei_plain)
-      e.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, d.wei_plain, eng, e.wei));
+    Entry e{dnnl::convolution_forward(fwd),
+            {make_arg(DNNL_ARG_SRC, d.src, fwd.src_desc(), false),
+             make_arg(DNNL_ARG_WEIGHTS, d.wei, fwd.weights_desc(), false)}};
+    if (bias) e.args.push_back(make_arg(DNNL_ARG_BIAS, d.bias, fwd.bias_desc(), false));
+    e.args.push_back(make_arg(DNNL_ARG_DST, d.dst, fwd.dst_desc(), true));
     return e;
   }
-  const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src,
-                                                   d.wei_any, d.dst, d.strides, d.dilates, d.pad_l,
-                                                   d.pad_r);
+  const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any,
+                                                   d.wei_any, d.dst_any, d.strides, d.dilates,
+                                                   d.pad_l, d.pad_r);
   const dnnl::convolution_backward_data::primitive_desc pd(desc, eng, fwd);
-  Entry e{dnnl::convolution_backward_data(pd), pd.weights_desc(), std::nullopt};
-  if (e.wei != d.wei_plain)
-    e.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, d.wei_plain, eng, e.wei));
-  return e;
+  return {dnnl::convolution_backward_data(pd),
+          {make_arg(DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false),
+           make_arg(DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false),
+           make_arg(DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true)}};
 }
 
 // This thread's primitive for the problem (made on first use; the cache is bounded).
@@ -209,7 +260,35 @@ Entry& entry(Kind kind, const Problem& p, int64_t n, dt type, bool cl, bool bias
   return it->second;
 }
 
-// The batch cut into pieces (one per pool thread, at least ~1 MFLOP each): piece i is
+// Runs e on the tensors' memory at `ptrs` (one per argument, in e.args' order): inputs
+// reordered into the primitive's layouts first, outputs reordered back after.
+void execute(Entry& e, const std::vector<void*>& ptrs, dnnl::stream& stream) {
+  const dnnl::engine& eng = onednn_engine();
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<std::pair<std::size_t, dnnl::memory>> outputs;
+  for (std::size_t i = 0; i < e.args.size(); ++i) {
+    Arg& a = e.args[i];
+    dnnl::memory user(a.user, eng, ptrs[i]);
+    if (!a.reorder) {
+      args.emplace(a.id, user);
+      continue;
+    }
+    dnnl::memory mine(a.prim, eng);
+    if (a.output)
+      outputs.emplace_back(i, mine);
+    else
+      a.reorder->execute(stream, user, mine);
+    args.emplace(a.id, mine);
+  }
+  e.prim.execute(stream, args);
+  for (auto& [i, mine] : outputs) {
+    dnnl::memory user(e.args[i].user, eng, ptrs[i]);
+    e.args[i].reorder->execute(stream, mine, user);
+  }
+  stream.wait();  // the reordered buffers live only here
+}
+
+// The batch cut into pieces (one per pool thread, at least ~2 MFLOP each): piece i is
 // [begin(i), begin(i + 1)).
 struct Pieces {
   int count;
@@ -231,7 +310,6 @@ void for_each_piece(const Pieces& pieces, F&& f) {
       const int64_t b = pieces.begin(static_cast<int>(i)),
                     e = pieces.begin(static_cast<int>(i) + 1);
       if (e > b) f(static_cast<int>(i), b, e - b, stream);
-      stream.wait();  // the piece's reordered weights live only in f
     }
   });
 }
@@ -239,16 +317,6 @@ void for_each_piece(const Pieces& pieces, F&& f) {
 char* bytes(const Tensor& t) { return static_cast<char*>(t.impl()->data()); }
 void* at_sample(const Tensor& t, int64_t n0) {
   return bytes(t) + n0 * t.strides()[0] * static_cast<int64_t>(itemsize(t.dtype()));
-}
-
-// The weights in the layout `e` wants: the plain tensor's memory, or a reordered copy.
-dnnl::memory weights_for(Entry& e, const dnnl::memory::desc& plain, const Tensor& w,
-                         dnnl::stream& stream) {
-  dnnl::memory user(plain, onednn_engine(), bytes(w));
-  if (!e.reorder) return user;
-  dnnl::memory blocked(e.wei, onednn_engine());
-  e.reorder->execute(stream, user, blocked);
-  return blocked;
 }
 
 }  // namespace
@@ -282,15 +350,10 @@ Tensor onednn_forward(const Problem& p, const Tensor& x_in, const Tensor& w_in,
   const Tensor b = b_in.defined() ? cast(b_in, DType::Float32) : Tensor();
   const dt type = onednn_type(x.dtype());
   for_each_piece(pieces_of(p), [&](int, int64_t n0, int64_t n, dnnl::stream& stream) {
-    Entry& e = entry(kForward, p, n, type, cl, b.defined());
-    const Descs d = make_descs(p, n, type, type, cl, b.defined());
-    const dnnl::engine& eng = onednn_engine();
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(d.src, eng, at_sample(x, n0))},
-        {DNNL_ARG_WEIGHTS, weights_for(e, d.wei_plain, w, stream)},
-        {DNNL_ARG_DST, dnnl::memory(d.dst, eng, at_sample(y, n0))}};
-    if (b.defined()) args.emplace(DNNL_ARG_BIAS, dnnl::memory(d.bias, eng, bytes(b)));
-    e.prim.execute(stream, args);
+    std::vector<void*> ptrs{at_sample(x, n0), bytes(w)};
+    if (b.defined()) ptrs.push_back(bytes(b));
+    ptrs.push_back(at_sample(y, n0));
+    execute(entry(kForward, p, n, type, cl, b.defined()), ptrs, stream);
   });
   return y;
 }
@@ -304,12 +367,8 @@ Tensor onednn_backward_data(const Problem& p, const Tensor& gy_in, const Tensor&
   const Tensor gy = in_layout(gy_in, cl), w = in_layout(w_in, false);
   const dt type = onednn_type(gy.dtype());
   for_each_piece(pieces_of(p), [&](int, int64_t n0, int64_t n, dnnl::stream& stream) {
-    Entry& e = entry(kBackwardData, p, n, type, cl, false);
-    const Descs d = make_descs(p, n, type, type, cl, false);
-    const dnnl::engine& eng = onednn_engine();
-    e.prim.execute(stream, {{DNNL_ARG_DIFF_DST, dnnl::memory(d.dst, eng, at_sample(gy, n0))},
-                            {DNNL_ARG_WEIGHTS, weights_for(e, d.wei_plain, w, stream)},
-                            {DNNL_ARG_DIFF_SRC, dnnl::memory(d.src, eng, at_sample(gx, n0))}});
+    execute(entry(kBackwardData, p, n, type, cl, false),
+            {at_sample(gy, n0), bytes(w), at_sample(gx, n0)}, stream);
   });
   return gx;
 }
@@ -326,22 +385,14 @@ Tensor onednn_backward_weight(const Problem& p, const Tensor& x_in, const Tensor
   for (int64_t s : w_shape) partial_shape.push_back(s);
   Tensor partial = make_empty(partial_shape, DType::Float32);
   const int64_t wn = w_shape.numel();
-  for_each_piece(pieces, [&](int i, int64_t n0, int64_t n, dnnl::stream& stream) {
-    Entry& e = entry(kBackwardWeight, p, n, type, cl, false);
-    const Descs d = make_descs(p, n, type, dt::f32, cl, false);
-    const dnnl::engine& eng = onednn_engine();
-    dnnl::memory plain(d.wei_plain, eng, partial.data_ptr<float>() + i * wn);
-    dnnl::memory gw = e.reorder ? dnnl::memory(e.wei, eng) : plain;
-    e.prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(d.src, eng, at_sample(x, n0))},
-                            {DNNL_ARG_DIFF_DST, dnnl::memory(d.dst, eng, at_sample(gy, n0))},
-                            {DNNL_ARG_DIFF_WEIGHTS, gw}});
-    if (e.reorder) e.reorder->execute(stream, gw, plain);
-  });
   float* acc = partial.data_ptr<float>();
+  for_each_piece(pieces, [&](int i, int64_t n0, int64_t n, dnnl::stream& stream) {
+    execute(entry(kBackwardWeight, p, n, type, cl, false),
+            {at_sample(x, n0), at_sample(gy, n0), acc + i * wn}, stream);
+  });
   for (int i = 1; i < pieces.count; ++i)
     for (int64_t j = 0; j < wn; ++j) acc[j] += acc[i * wn + j];
-  Tensor first = make_view(partial, w_shape, contiguous_strides(w_shape), 0);
-  return cast(first, x_in.dtype());
+  return cast(make_view(partial, w_shape, contiguous_strides(w_shape), 0), x_in.dtype());
 }
 
 }  // namespace adjoint::kernels::conv
