@@ -216,6 +216,56 @@ TEST(Conv2d, AutocastRunsInBfloat16) {
     ASSERT_NEAR(got[i], ref[i], std::abs(ref[i]) * (1.0 / 256) + 1e-5) << i;
 }
 
+// vmap over every combination of batched input, weight and bias (the registry batches all of
+// them or the first only): each equals the loop over examples, for conv2d, conv_transpose2d and
+// the per-example gradients through both.
+TEST(ConvVmap, AnyCombinationOfBatchedArgumentsEqualsTheLoop) {
+  Generator gen(8);
+  const int64_t B = 3;
+  auto conv = [](const std::vector<Tensor>& a) {
+    return conv2d(a[0], a[1], a[2], {2, 1}, 1, 1, 2);
+  };
+  auto tconv = [](const std::vector<Tensor>& a) {
+    return conv_transpose2d(a[0], a[1], a[2], 2, 1, 1, 2);
+  };
+  auto wgrad = [&](const std::vector<Tensor>& a) {
+    return grad([&](const std::vector<Tensor>& p) { return conv(p).square().sum(); }, 1)(a);
+  };
+  struct Fn {
+    std::function<Tensor(const std::vector<Tensor>&)> f;
+    Shape x, w, b;
+  };
+  const std::vector<Fn> fns = {{conv, {2, 4, 5, 6}, {6, 2, 3, 3}, {6}},
+                               {tconv, {2, 4, 3, 3}, {4, 3, 3, 2}, {6}},
+                               {wgrad, {2, 4, 5, 6}, {6, 2, 3, 3}, {6}}};
+  for (const Fn& fn : fns)
+    for (int mask = 1; mask < 8; ++mask) {
+      std::vector<Tensor> args;
+      std::vector<BatchDim> dims;
+      const std::vector<Shape> shapes{fn.x, fn.w, fn.b};
+      for (int i = 0; i < 3; ++i) {
+        const bool batched = (mask >> i) & 1;
+        Shape s = shapes[static_cast<std::size_t>(i)];
+        if (batched) s.insert(i == 1 ? 1 : 0, B);  // the weight's batch dim not in front
+        args.push_back(rnd(s, gen));
+        dims.push_back(batched ? BatchDim(i == 1 ? 1 : 0) : no_batch);
+      }
+      const Tensor got = vmap(fn.f, dims)(args);
+      std::vector<Tensor> want;
+      for (int64_t k = 0; k < B; ++k) {
+        std::vector<Tensor> ex;
+        for (int i = 0; i < 3; ++i)
+          ex.push_back(
+              dims[static_cast<std::size_t>(i)]
+                  ? args[static_cast<std::size_t>(i)].select(*dims[static_cast<std::size_t>(i)], k)
+                  : args[static_cast<std::size_t>(i)]);
+        want.push_back(fn.f(ex));
+      }
+      expect_near_all(values(got), values(stack(want, 0)), 1e-10,
+                      "vmap mask " + std::to_string(mask));
+    }
+}
+
 // ---- errors ----
 
 void expect_error(const std::function<void()>& f, ErrorKind kind,

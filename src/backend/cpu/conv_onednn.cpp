@@ -26,21 +26,20 @@ namespace {
 // (C innermost, PyTorch's channels_last), which a convolution's output keeps, as PyTorch's
 // memory-format propagation does (other strides are copied to NCHW first). oneDNN's fast
 // kernels do not read plain NCHW: given it, oneDNN 2.6 picks its gemm-based convolution
-// (im2col inside), 1.5-2.5x slower here than its direct jit kernels on the blocked layout
-// nChw16c (docs/vision.md has the table). So plain NCHW activations are handed to the
-// primitive in the layout it picks (format `any`), and reordered into it before every call
-// and back after: a few percent of the convolution at these sizes, well under what the blocked
-// kernels save. The exception is a first layer (fewer than 8 input channels, as an image's 1
-// or 3): there oneDNN's gemm kernels on NCHW ran 3x faster than the blocked ones with their
-// reorders ([64, 1, 28, 28] to 16 channels: 3.5 against 10.9 ms forward and backward), so
-// NCHW stays. Channels-last activations go in as NHWC, which oneDNN's brgconv kernels read
-// directly (no reorder). The weights are small (a 3x3 conv of 64 channels is 147 KB) and
-// always go to the primitive's blocked layout and back (the weight gradient). A layout that
-// stayed blocked from one op to the next would save the activation reorders too; it would need
-// tensors that carry oneDNN layouts through every other kernel, and is not done.
-// ADJOINT_CONV_LAYOUT=plain (read once) keeps NCHW for the primitive, for that comparison.
-// Threading follows Note [Gemm threading]: the batch is cut into one fixed piece per pool
-// thread and each piece runs a primitive on one OpenMP thread, so results do not depend on
+// (im2col inside), which ran 1.4-2.5x slower here than its direct jit kernels on the blocked
+// layout nChw16c, with the reorders to and from it paid (docs/vision.md has the table). So
+// plain NCHW activations are handed to the primitive in the layout it picks (format `any`),
+// and reordered into it before every call and back after. The exception is a first layer
+// (fewer than 8 input channels, as an image's 1 or 3): there the gemm kernels on NCHW ran 2.7x
+// faster than the blocked ones with their reorders ([64, 1, 28, 28] to 16 channels: 6.7
+// against 18.1 ms forward and backward on one thread), so NCHW stays. Channels-last activations go
+// in as NHWC, which oneDNN's brgconv kernels read directly (no reorder). The weights are small (a
+// 3x3 conv of 64 channels is 147 KB) and always go to the primitive's blocked layout and back (the
+// weight gradient). A layout that stayed blocked from one op to the next would save the activation
+// reorders too; it would need tensors that carry oneDNN layouts through every other kernel, and is
+// not done. ADJOINT_CONV_LAYOUT=plain (read once) keeps NCHW for the primitive, for that
+// comparison. Threading follows Note [Gemm threading]: the batch is cut into one fixed piece per
+// pool thread and each piece runs a primitive on one OpenMP thread, so results do not depend on
 // timing; the weight gradient sums the pieces' float32 partial gradients in piece order.
 
 using dt = dnnl::memory::data_type;
