@@ -9,6 +9,7 @@
 #include "adjoint/checkpoint_budget.h"
 #include "adjoint/checkpoint_loop.h"
 #include "adjoint/compile.h"
+#include "adjoint/conv.h"
 #include "adjoint/debug.h"
 #include "adjoint/dtype.h"
 #include "adjoint/error.h"

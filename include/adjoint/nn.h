@@ -6,6 +6,7 @@
 #include "adjoint/nn/attention.h"
 #include "adjoint/nn/batchnorm.h"
 #include "adjoint/nn/container.h"
+#include "adjoint/nn/conv.h"
 #include "adjoint/nn/dropout.h"
 #include "adjoint/nn/embedding.h"
 #include "adjoint/nn/gpt.h"

@@ -8,6 +8,7 @@ void link_ops_activation();
 void link_ops_batch_norm();
 void link_ops_binary();
 void link_ops_conversion();
+void link_ops_conv();
 void link_ops_factories();
 void link_ops_group_norm();
 void link_ops_indexing();
@@ -32,6 +33,7 @@ inline void link_every_ops_file() {
   link_ops_batch_norm();
   link_ops_binary();
   link_ops_conversion();
+  link_ops_conv();
   link_ops_factories();
   link_ops_group_norm();
   link_ops_indexing();
