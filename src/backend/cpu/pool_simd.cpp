@@ -1,0 +1,159 @@
+// Vectorised pooling rows (see pool_simd.h), built by Highway once per instruction set and
+// dispatched at run time as simd_math.cpp (whose ISA cap applies here too: it disables targets
+// for the whole process). Lanes are output columns; a stride of 1 loads the lanes' inputs with
+// one unaligned load, other strides gather them. Columns left over after the last full vector
+// run the same computation one lane at a time.
+#include "backend/cpu/pool_simd.h"
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/pool_simd.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// foreach_target.h re-includes this file once per target, each time followed by these:
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace adjoint::kernels::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The lanes' inputs x[base + lane * stride].
+template <class D, class VI>
+HWY_INLINE hn::Vec<D> LoadStrided(D d, const hn::TFromD<D>* p, int64_t stride, VI offsets) {
+  if (stride == 1) return hn::LoadU(d, p);
+  return hn::GatherIndex(d, p, offsets);
+}
+
+// lane * stride in every lane (built in memory: 64-bit lanes have no multiply on every target).
+template <class DI>
+HWY_INLINE hn::Vec<DI> StrideOffsets(DI di, int64_t stride) {
+  using TI = hn::TFromD<DI>;
+  HWY_ALIGN TI lanes[HWY_MAX_BYTES / sizeof(TI)];
+  for (size_t l = 0; l < hn::Lanes(di); ++l) lanes[l] = static_cast<TI>(l * stride);
+  return hn::Load(di, lanes);
+}
+
+template <class T>
+void MaxPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
+                int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {
+  const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  using TI = hn::TFromD<decltype(di)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto offsets = StrideOffsets(di, stride);
+  HWY_ALIGN TI idx[HWY_MAX_BYTES / sizeof(TI)];
+  int64_t ow = 0;
+  for (; ow + lanes <= n; ow += lanes) {
+    const int64_t first = h0 * W + w0 + ow * stride;
+    auto best = hn::Set(d, -std::numeric_limits<T>::infinity());
+    auto bi = hn::Add(hn::Set(di, static_cast<TI>(first)), offsets);
+    for (int64_t a = 0; a < hcount; ++a) {
+      const int64_t h = h0 + a * hstep;
+      for (int64_t b = 0; b < kcount; ++b) {
+        const int64_t i = h * W + w0 + ow * stride + b * wstep;
+        const auto v = LoadStrided(d, x + i, stride, offsets);
+        const auto take = hn::Or(hn::Gt(v, best), hn::IsNaN(v));
+        best = hn::IfThenElse(take, v, best);
+        bi = hn::IfThenElse(hn::RebindMask(di, take),
+                            hn::Add(hn::Set(di, static_cast<TI>(i)), offsets), bi);
+      }
+    }
+    hn::Store(bi, di, idx);
+    for (int64_t l = 0; l < lanes; ++l) out[ow + l] = static_cast<int64_t>(idx[l]);
+  }
+  for (; ow < n; ++ow) {  // the scalar loop of pool.cpp, one column
+    T best = -std::numeric_limits<T>::infinity();
+    int64_t bi = h0 * W + w0 + ow * stride;
+    for (int64_t a = 0; a < hcount; ++a)
+      for (int64_t b = 0; b < kcount; ++b) {
+        const int64_t i = (h0 + a * hstep) * W + w0 + ow * stride + b * wstep;
+        if (x[i] > best || std::isnan(x[i])) {
+          best = x[i];
+          bi = i;
+        }
+      }
+    out[ow] = bi;
+  }
+}
+
+template <class T>
+void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, int64_t stride,
+                int64_t kcount, int64_t n, T divisor, T* out) {
+  const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto offsets = StrideOffsets(di, stride);
+  const auto div = hn::Set(d, divisor);
+  int64_t ow = 0;
+  for (; ow + lanes <= n; ow += lanes) {
+    auto sum = hn::Zero(d);
+    for (int64_t a = 0; a < hcount; ++a) {
+      const T* row = x + (h0 + a) * W + w0 + ow * stride;
+      for (int64_t b = 0; b < kcount; ++b)
+        sum = hn::Add(sum, LoadStrided(d, row + b, stride, offsets));
+    }
+    hn::StoreU(hn::Div(sum, div), d, out + ow);
+  }
+  for (; ow < n; ++ow) {
+    T sum = 0;
+    for (int64_t a = 0; a < hcount; ++a) {
+      const T* row = x + (h0 + a) * W + w0 + ow * stride;
+      for (int64_t b = 0; b < kcount; ++b) sum += row[b];
+    }
+    out[ow] = sum / divisor;
+  }
+}
+
+void MaxPoolRowF32(const float* x, int64_t W, int64_t h0, int64_t hc, int64_t hs, int64_t w0,
+                   int64_t s, int64_t k, int64_t ws, int64_t n, int64_t* out) {
+  MaxPoolRow(x, W, h0, hc, hs, w0, s, k, ws, n, out);
+}
+void MaxPoolRowF64(const double* x, int64_t W, int64_t h0, int64_t hc, int64_t hs, int64_t w0,
+                   int64_t s, int64_t k, int64_t ws, int64_t n, int64_t* out) {
+  MaxPoolRow(x, W, h0, hc, hs, w0, s, k, ws, n, out);
+}
+void AvgPoolRowF32(const float* x, int64_t W, int64_t h0, int64_t hc, int64_t w0, int64_t s,
+                   int64_t k, int64_t n, float div, float* out) {
+  AvgPoolRow(x, W, h0, hc, w0, s, k, n, div, out);
+}
+void AvgPoolRowF64(const double* x, int64_t W, int64_t h0, int64_t hc, int64_t w0, int64_t s,
+                   int64_t k, int64_t n, double div, double* out) {
+  AvgPoolRow(x, W, h0, hc, w0, s, k, n, div, out);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace adjoint::kernels::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace adjoint::kernels::simd {
+
+HWY_EXPORT(MaxPoolRowF32);
+HWY_EXPORT(MaxPoolRowF64);
+HWY_EXPORT(AvgPoolRowF32);
+HWY_EXPORT(AvgPoolRowF64);
+
+void max_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep,
+                  int64_t w0, int64_t stride, int64_t kcount, int64_t wstep, int64_t n,
+                  int64_t* out) {
+  HWY_DYNAMIC_DISPATCH(MaxPoolRowF32)(x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out);
+}
+void max_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep,
+                  int64_t w0, int64_t stride, int64_t kcount, int64_t wstep, int64_t n,
+                  int64_t* out) {
+  HWY_DYNAMIC_DISPATCH(MaxPoolRowF64)(x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out);
+}
+void avg_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0,
+                  int64_t stride, int64_t kcount, int64_t n, float divisor, float* out) {
+  HWY_DYNAMIC_DISPATCH(AvgPoolRowF32)(x, W, h0, hcount, w0, stride, kcount, n, divisor, out);
+}
+void avg_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0,
+                  int64_t stride, int64_t kcount, int64_t n, double divisor, double* out) {
+  HWY_DYNAMIC_DISPATCH(AvgPoolRowF64)(x, W, h0, hcount, w0, stride, kcount, n, divisor, out);
+}
+
+}  // namespace adjoint::kernels::simd
+#endif  // HWY_ONCE
