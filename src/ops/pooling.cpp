@@ -17,6 +17,7 @@
 #include "backend/pool_kernels.h"
 #include "core/op_fields.h"
 #include "ops/common.h"
+#include "ops/pool_backward.h"
 
 namespace adjoint {
 namespace {
@@ -260,9 +261,8 @@ Tensor unflatten_1d(const Tensor& y, int64_t spatial) { return spatial == 1 ? y.
 std::pair<Tensor, Tensor> max_pool(const Tensor& x_in, int64_t spatial,
                                    const std::vector<int64_t>& kernel,
                                    const std::vector<int64_t>& stride,
-                                   const std::vector<int64_t>& pad,
-                                   const std::vector<int64_t>& dil, bool ceil_mode,
-                                   const char* op) {
+                                   const std::vector<int64_t>& pad, const std::vector<int64_t>& dil,
+                                   bool ceil_mode, const char* op) {
   const Tensor x = pooling_input(x_in, spatial, op);
   const PoolGeometry g = window_geometry(x, kernel, stride, pad, dil, ceil_mode, op);
   const Tensor index = apply(MaxPoolIndices{g}, x);
@@ -312,9 +312,8 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
 namespace {
 
 Tensor avg_pool(const Tensor& x_in, int64_t spatial, const std::vector<int64_t>& kernel,
-                const std::vector<int64_t>& stride, const std::vector<int64_t>& pad,
-                bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor,
-                const char* op) {
+                const std::vector<int64_t>& stride, const std::vector<int64_t>& pad, bool ceil_mode,
+                bool count_include_pad, std::optional<int64_t> divisor, const char* op) {
   ADJOINT_CHECK(!divisor || *divisor != 0, Value, op, "divisor_override must not be zero");
   const Tensor x = pooling_input(x_in, spatial, op);
   PoolGeometry g = window_geometry(x, kernel, stride, pad, {1, 1}, ceil_mode, op);
@@ -370,6 +369,42 @@ std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x_in,
 
 Tensor adaptive_max_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
   return adaptive_max_pool2d_with_indices(x, std::move(output_size)).first;
+}
+
+Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& plane) {
+  const char* op = "max_pool2d_backward";
+  ADJOINT_CHECK(gy.defined() && indices.defined(), Value, op, "got an undefined tensor");
+  ADJOINT_CHECK(indices.dtype() == DType::Int64, DType, op, "indices must be int64, got ",
+                describe(indices));
+  ADJOINT_CHECK(gy.dim() >= 2 && gy.shape() == indices.shape() && plane.size() == 2 &&
+                    plane[0] > 0 && plane[1] > 0,
+                Shape, op, "gradient ", describe(gy), " and indices ", describe(indices),
+                " must have one shape [..., OH, OW], and the plane ", plane, " two positive dims");
+  return scatter_at(to_floating(gy), indices, plane);
+}
+
+Tensor avg_pool2d_backward(const Tensor& gy, const Shape& input_shape,
+                           std::vector<int64_t> kernel_size, std::vector<int64_t> stride,
+                           std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad,
+                           std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d_backward";
+  ADJOINT_CHECK(gy.defined(), Value, op, "got an undefined gradient");
+  ADJOINT_CHECK(!divisor_override || *divisor_override != 0, Value, op,
+                "divisor_override must not be zero");
+  // The geometry is checked against a stand-in of the input's shape (no data is read).
+  const Tensor x = pooling_input(zeros({}, to_floating(gy).dtype()).expand(input_shape), 2, op);
+  const auto k = expand_list(kernel_size, 2, "kernel_size", 1, op);
+  const auto s = stride.empty() ? k : expand_list(stride, 2, "stride", 1, op);
+  PoolGeometry g =
+      window_geometry(x, k, s, expand_list(padding, 2, "padding", 0, op), {1, 1}, ceil_mode, op);
+  g.count_include_pad = count_include_pad;
+  g.divisor_override = divisor_override.value_or(0);
+  Shape out = input_shape;
+  out[out.size() - 2] = g.out_size(0, x.size(-2));
+  out[out.size() - 1] = g.out_size(1, x.size(-1));
+  ADJOINT_CHECK(gy.shape() == out, Shape, op, "gradient ", describe(gy),
+                " must have avg_pool2d's output shape ", out, " for input shape ", input_shape);
+  return avg_pool_backward_op(to_floating(gy), g, spatial_of(input_shape));
 }
 
 }  // namespace adjoint

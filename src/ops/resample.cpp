@@ -27,7 +27,7 @@ struct BlockGeometry {
   std::vector<int64_t> kernel, dilation, padding, stride;
   auto fields() { return std::tie(kernel, dilation, padding, stride); }
   kernels::Im2ColGeometry im2col() const {
-    return {kernel[0], kernel[1], stride[0], stride[1],
+    return {kernel[0],  kernel[1],  stride[0],   stride[1],
             padding[0], padding[1], dilation[0], dilation[1]};
   }
 };
@@ -50,7 +50,8 @@ struct Unfold {
   Tensor jvp(const Ctx&, const Tensor& tx) const { return unfold_op(tx, geo); }
   Tensor vmap(const BatchArgs& b) const {
     const Tensor& x = b[0];  // [B, N, C, H, W]
-    const Tensor y = apply(*this, x.reshape({x.size(0) * x.size(1), x.size(2), x.size(3), x.size(4)}));
+    const Tensor y =
+        apply(*this, x.reshape({x.size(0) * x.size(1), x.size(2), x.size(3), x.size(4)}));
     return y.reshape({x.size(0), x.size(1), y.size(1), y.size(2)});
   }
 };
@@ -132,8 +133,7 @@ const char* pad_mode_name(PadMode m) {
 // Constant padding of dim d by (lo, hi): crops first (negative entries), then filled blocks.
 Tensor pad_constant_dim(const Tensor& x, int64_t d, int64_t lo, int64_t hi, double value) {
   Tensor y = x;
-  if (lo < 0 || hi < 0)
-    y = y.slice(d, lo < 0 ? -lo : 0, y.size(d) - (hi < 0 ? -hi : 0));
+  if (lo < 0 || hi < 0) y = y.slice(d, lo < 0 ? -lo : 0, y.size(d) - (hi < 0 ? -hi : 0));
   if (lo <= 0 && hi <= 0) return y;
   std::vector<Tensor> parts;
   Shape block = y.shape();
@@ -183,8 +183,8 @@ LinearTaps linear_taps(int64_t in, int64_t out, bool align_corners, std::optiona
     s = scale && *scale > 0 ? 1 / *scale : static_cast<double>(in) / static_cast<double>(out);
   LinearTaps t;
   for (int64_t o = 0; o < out; ++o) {
-    const double real =
-        align_corners ? s * static_cast<double>(o) : std::max(s * (static_cast<double>(o) + 0.5) - 0.5, 0.0);
+    const double real = align_corners ? s * static_cast<double>(o)
+                                      : std::max(s * (static_cast<double>(o) + 0.5) - 0.5, 0.0);
     const int64_t i = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
     const double l = std::min(std::max(real - static_cast<double>(i), 0.0), 1.0);
     t.i0.push_back(i);
@@ -253,8 +253,8 @@ Tensor fold(const Tensor& x_in, std::vector<int64_t> output_size, std::vector<in
                 describe(x_in));
   const auto [bh, bw] = block_counts(g, out[0], out[1], op);
   ADJOINT_CHECK(cols == bh * bw, Shape, op, "expected the input's last dim to be the number of ",
-                "blocks ", bh, " * ", bw, " = ", bh * bw, " for output_size ", Shape(out),
-                ", got ", describe(x_in));
+                "blocks ", bh, " * ", bw, " = ", bh * bw, " for output_size ", Shape(out), ", got ",
+                describe(x_in));
   const Tensor x = to_floating(x_in);
   const Shape plane{out[0], out[1]};
   if (x.dim() == 2) return fold_op(x.unsqueeze(0), g, plane).squeeze(0);
@@ -270,9 +270,9 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode, doubl
   ADJOINT_CHECK(dims <= x.dim(), Shape, op, "pad list of ", pad.size(),
                 " values pads more dims than input ", describe(x), " has");
   if (mode != PadMode::Constant) {
-    ADJOINT_CHECK(dims >= 1 && dims <= 3 && (x.dim() == dims + 1 || x.dim() == dims + 2), Shape,
-                  op, pad_mode_name(mode), " padding of ", dims, " dims takes a ", dims + 1,
-                  "-d or ", dims + 2, "-d input, got ", describe(x));
+    ADJOINT_CHECK(dims >= 1 && dims <= 3 && (x.dim() == dims + 1 || x.dim() == dims + 2), Shape, op,
+                  pad_mode_name(mode), " padding of ", dims, " dims takes a ", dims + 1, "-d or ",
+                  dims + 2, "-d input, got ", describe(x));
     ADJOINT_CHECK(value == 0, Value, op, "a fill value is only for constant padding, got ", value,
                   " with mode ", pad_mode_name(mode));
   }
@@ -290,8 +290,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode, doubl
       ADJOINT_CHECK(lo < n && hi < n, Value, op, "reflect padding (", lo, ", ", hi, ") of dim ", d,
                     " must be smaller than its size ", n, " (input ", describe(x), ")");
     else if (mode == PadMode::Circular)
-      ADJOINT_CHECK(lo <= n && hi <= n, Value, op, "circular padding (", lo, ", ", hi,
-                    ") of dim ", d, " must be at most its size ", n, " (input ", describe(x), ")");
+      ADJOINT_CHECK(lo <= n && hi <= n, Value, op, "circular padding (", lo, ", ", hi, ") of dim ",
+                    d, " must be at most its size ", n, " (input ", describe(x), ")");
     else
       ADJOINT_CHECK(n > 0, Shape, op, "replicate padding of the empty dim ", d, " of input ",
                     describe(x));

@@ -1,10 +1,12 @@
-// Gradcheck samples for the pooling ops (src/ops/pooling.cpp), named "pool/<op>/<case>": odd
+// Gradcheck samples for the pooling ops (src/ops/pooling.cpp), named "pool/<op>/<case>", and
+// for the transposes their gradients run (max_pool2d_backward, avg_pool2d_backward): odd
 // sizes, strides, dilations, padding, ceil_mode on and off, batch 1, channels 1, an empty
 // batch, unbatched, non-contiguous and channels-last-strided inputs. Max pooling's inputs are
 // a permutation of evenly spaced values (no two closer than 0.02), so no window has a tie that
 // finite differences would step across.
 #include <numeric>
 
+#include "ops/pool_backward.h"
 #include "support/registry.h"
 
 namespace {
@@ -60,8 +62,8 @@ ADJOINT_REGISTER_SAMPLES(pool) {
            {distinct64({1, 2, 5, 5})});
 
   // ---- max_pool1d ----
-  sink.add("pool/max_pool1d/k3_s2_p1",
-           [](const Inputs& x) { return max_pool1d(x[0], 3, 2, 1); }, {distinct64({2, 3, 9})});
+  sink.add("pool/max_pool1d/k3_s2_p1", [](const Inputs& x) { return max_pool1d(x[0], 3, 2, 1); },
+           {distinct64({2, 3, 9})});
   sink.add("pool/max_pool1d/dilation_ceil",
            [](const Inputs& x) { return max_pool1d(x[0], 2, 2, 1, 2, true); },
            {distinct64({1, 2, 8})});
@@ -70,8 +72,7 @@ ADJOINT_REGISTER_SAMPLES(pool) {
 
   // ---- avg_pool2d ----
   auto ap2 = [](V k, V s, V p, bool ceil, bool include, std::optional<int64_t> div) {
-    return SampleFn(
-        [=](const Inputs& x) { return avg_pool2d(x[0], k, s, p, ceil, include, div); });
+    return SampleFn([=](const Inputs& x) { return avg_pool2d(x[0], k, s, p, ceil, include, div); });
   };
   sink.add("pool/avg_pool2d/k2", ap2({2}, {}, {0}, false, true, {}), {randn64({2, 3, 6, 6})});
   sink.add("pool/avg_pool2d/k3_s2_p1", ap2({3}, {2}, {1}, false, true, {}),
@@ -95,8 +96,8 @@ ADJOINT_REGISTER_SAMPLES(pool) {
            {randn64({0, 2, 4, 4})});
 
   // ---- avg_pool1d ----
-  sink.add("pool/avg_pool1d/k3_s2_p1",
-           [](const Inputs& x) { return avg_pool1d(x[0], 3, 2, 1); }, {randn64({2, 3, 9})});
+  sink.add("pool/avg_pool1d/k3_s2_p1", [](const Inputs& x) { return avg_pool1d(x[0], 3, 2, 1); },
+           {randn64({2, 3, 9})});
   sink.add("pool/avg_pool1d/ceil_exclude_pad",
            [](const Inputs& x) { return avg_pool1d(x[0], 2, 2, 1, true, false); },
            {randn64({1, 2, 8})});
@@ -122,4 +123,32 @@ ADJOINT_REGISTER_SAMPLES(pool) {
   sink.add("pool/adaptive_max_pool2d/unbatched", amp({2, 3}), {distinct64({2, 5, 7})});
   sink.add("pool/adaptive_max_pool2d/noncontiguous", amp({2}),
            {distinct64({1, 2, 6, 5}).transpose(-1, -2)});
+
+  // ---- the gradients' transposes, as ops of their own ----
+  {
+    const Tensor idx =
+        constant(max_pool2d_with_indices(distinct64({2, 2, 7, 5}), {3}, {2}, {1}).second);
+    sink.add("pool/max_pool2d_backward/k3_s2_p1",
+             [](const Inputs& x) {
+               return max_pool2d_backward(x[0], x[1], Shape{7, 5});
+             },
+             {randn64(idx.shape()), idx});
+    const Tensor overlap =
+        constant(max_pool2d_with_indices(distinct64({3, 5, 6}), {3}, {1}).second);
+    sink.add("pool/max_pool2d_backward/overlapping_unbatched",
+             [](const Inputs& x) {
+               return max_pool2d_backward(x[0], x[1], Shape{5, 6});
+             },
+             {randn64(overlap.shape()), overlap});
+  }
+  sink.add("pool/avg_pool2d_backward/k3_s2_p1_ceil",
+           [](const Inputs& x) {
+             return avg_pool2d_backward(x[0], Shape{1, 2, 7, 5}, {3}, {2}, {1}, true, false);
+           },
+           {randn64({1, 2, 4, 3})});
+  sink.add("pool/avg_pool2d_backward/divisor_override",
+           [](const Inputs& x) {
+             return avg_pool2d_backward(x[0], Shape{2, 4, 5}, {2}, {1}, {1}, false, true, 3);
+           },
+           {randn64({2, 5, 6})});
 }

@@ -55,7 +55,8 @@ ADJOINT_REGISTER_SAMPLES(resample) {
                                                        : "circular";
     sink.add("resample/pad/" + m + "_1d", pad_fn({2, 1}, mode), {randn64({2, 3, 5})});
     sink.add("resample/pad/" + m + "_2d", pad_fn({1, 2, 2, 1}, mode), {randn64({1, 2, 4, 5})});
-    sink.add("resample/pad/" + m + "_3d", pad_fn({1, 1, 0, 1, 1, 0}, mode), {randn64({2, 3, 3, 4})});
+    sink.add("resample/pad/" + m + "_3d", pad_fn({1, 1, 0, 1, 1, 0}, mode),
+             {randn64({2, 3, 3, 4})});
     sink.add("resample/pad/" + m + "_negative", pad_fn({-1, 2}, mode), {randn64({2, 5})});
     sink.add("resample/pad/" + m + "_noncontiguous", pad_fn({1, 2, 1, 1}, mode),
              {randn64({1, 2, 5, 4}).transpose(-1, -2)});
@@ -75,8 +76,8 @@ ADJOINT_REGISTER_SAMPLES(resample) {
     const std::string a = align ? "_align" : "";
     sink.add("resample/interpolate/bilinear_up" + a, interp(by_size({5, 7}, M::Bilinear, align)),
              {randn64({1, 2, 3, 4})});
-    sink.add("resample/interpolate/bilinear_down" + a,
-             interp(by_size({2, 3}, M::Bilinear, align)), {randn64({2, 1, 5, 7})});
+    sink.add("resample/interpolate/bilinear_down" + a, interp(by_size({2, 3}, M::Bilinear, align)),
+             {randn64({2, 1, 5, 7})});
     sink.add("resample/interpolate/bilinear_scale" + a,
              interp(by_scale({1.5, 2}, M::Bilinear, align)), {randn64({1, 1, 3, 3})});
     sink.add("resample/interpolate/linear" + a, interp(by_size({7}, M::Linear, align)),
@@ -90,33 +91,40 @@ ADJOINT_REGISTER_SAMPLES(resample) {
            {randn64({0, 2, 3, 3})});
 
   // ---- pixel_shuffle ----
-  sink.add("resample/pixel_shuffle/r2",
-           [](const Inputs& x) { return pixel_shuffle(x[0], 2); }, {randn64({1, 8, 2, 3})});
+  sink.add("resample/pixel_shuffle/r2", [](const Inputs& x) { return pixel_shuffle(x[0], 2); },
+           {randn64({1, 8, 2, 3})});
   sink.add("resample/pixel_shuffle/r3_unbatched",
            [](const Inputs& x) { return pixel_shuffle(x[0], 3); }, {randn64({9, 2, 1})});
-  sink.add("resample/pixel_unshuffle/r2",
-           [](const Inputs& x) { return pixel_unshuffle(x[0], 2); }, {randn64({2, 1, 4, 6})});
+  sink.add("resample/pixel_unshuffle/r2", [](const Inputs& x) { return pixel_unshuffle(x[0], 2); },
+           {randn64({2, 1, 4, 6})});
 
   // ---- unfold / fold ----
-  sink.add("resample/unfold/k2",
-           [](const Inputs& x) { return unfold(x[0], {2}); }, {randn64({2, 3, 4, 5})});
+  sink.add("resample/unfold/k2", [](const Inputs& x) { return unfold(x[0], {2}); },
+           {randn64({2, 3, 4, 5})});
   sink.add("resample/unfold/all_options",
-           [](const Inputs& x) { return unfold(x[0], {2, 3}, {1, 2}, {1, 0}, {2, 1}); },
+           [](const Inputs& x) {
+             return unfold(x[0], {2, 3}, {1, 2}, {1, 0}, {2, 1});
+           },
            {randn64({2, 3, 5, 7})});
   sink.add("resample/unfold/unbatched",
-           [](const Inputs& x) { return unfold(x[0], {3}, {1}, {1}, {2}); },
-           {randn64({1, 5, 5})});
-  sink.add("resample/unfold/noncontiguous",
-           [](const Inputs& x) { return unfold(x[0], {2}); },
+           [](const Inputs& x) { return unfold(x[0], {3}, {1}, {1}, {2}); }, {randn64({1, 5, 5})});
+  sink.add("resample/unfold/noncontiguous", [](const Inputs& x) { return unfold(x[0], {2}); },
            {randn64({1, 2, 5, 4}).transpose(-1, -2)});
-  sink.add("resample/unfold/empty_batch",
-           [](const Inputs& x) { return unfold(x[0], {2}); }, {randn64({0, 2, 3, 3})});
+  sink.add("resample/unfold/empty_batch", [](const Inputs& x) { return unfold(x[0], {2}); },
+           {randn64({0, 2, 3, 3})});
   sink.add("resample/fold/overlapping",
-           [](const Inputs& x) { return fold(x[0], {4, 5}, {2}); },
+           [](const Inputs& x) {
+             return fold(x[0], {4, 5}, {2});
+           },
            {randn64({2, 12, 12})});  // C = 3, 3 x 4 blocks
   sink.add("resample/fold/all_options",
-           [](const Inputs& x) { return fold(x[0], {5, 7}, {2, 3}, {1, 2}, {1, 0}, {2, 1}); },
+           [](const Inputs& x) {
+             return fold(x[0], {5, 7}, {2, 3}, {1, 2}, {1, 0}, {2, 1});
+           },
            {randn64({1, 12, 9})});  // C = 2, 3 x 3 blocks
   sink.add("resample/fold/unbatched",
-           [](const Inputs& x) { return fold(x[0], {3, 3}, {2}); }, {randn64({4, 4})});
+           [](const Inputs& x) {
+             return fold(x[0], {3, 3}, {2});
+           },
+           {randn64({4, 4})});
 }

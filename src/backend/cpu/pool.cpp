@@ -2,12 +2,12 @@
 // together) run in parallel with parallel_for's fixed partition; one thread computes a whole
 // plane in a fixed order, so sums and scatters are deterministic. Max pooling's argmax and
 // average pooling's forward vectorise the output positions whose windows lie inside the row
-// (pool_simd.cpp); the border positions, and every position of the plain reference used by
-// the tests (ADJOINT_POOL_REFERENCE), run the scalar loops below.
+// (pool_simd.cpp), computing exactly what the scalar loops below compute for them (the tests
+// hold both to a plain loop written from PyTorch's definitions, bit for bit); the border
+// positions run the scalar loops.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdlib>
 #include <limits>
 
 #include "adjoint/error.h"
@@ -40,15 +40,6 @@ Shape with_spatial(const Shape& s, int64_t spatial, std::initializer_list<int64_
 // Planes per chunk: about 32K elements of work each.
 int64_t plane_grain(int64_t per_plane) {
   return std::max<int64_t>(32768 / std::max<int64_t>(per_plane, 1), 1);
-}
-
-// Whether the SIMD interiors are off (the tests' reference run; read once).
-bool reference_only() {
-  static const bool off = [] {
-    const char* v = std::getenv("ADJOINT_POOL_REFERENCE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return off;
 }
 
 // The output columns [lo, hi) whose whole window lies in the row (start[ow] = ow * stride -
@@ -153,10 +144,11 @@ Tensor max_pool_indices(const Tensor& x_in, const PoolWindows& win) {
   Tensor out = make_empty(with_spatial(x.shape(), 2, {OH, OW}), DType::Int64);
   if (out.numel() == 0) return out;
   // The vectorised interior: regular columns (max pooling's, with a dilated kernel too).
-  const int64_t kernel = win.w.count.empty() ? 0 : *std::max_element(win.w.count.begin(), win.w.count.end());
+  const int64_t kernel =
+      win.w.count.empty() ? 0 : *std::max_element(win.w.count.begin(), win.w.count.end());
   Interior in = interior_of(win.w, kernel);
   const int64_t stride = interior_stride(win.w, in);
-  if (reference_only() || !regular(win.w, in, stride) || H * W > (int64_t{1} << 31)) in = {};
+  if (!regular(win.w, in, stride) || H * W > (int64_t{1} << 31)) in = {};
   int64_t* o = out.data_ptr<int64_t>();
   dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     const T* xs = x.data_ptr<T>();
@@ -188,7 +180,7 @@ Tensor avg_pool(const Tensor& x_in, const PoolWindows& win) {
     Interior in = interior_of(win.w, kernel);
     const int64_t stride = interior_stride(win.w, in);
     // Interior columns share their w length, so a row's divisor is one number.
-    if (reference_only() || !regular(win.w, in, stride) || win.w.step != 1) in = {};
+    if (!regular(win.w, in, stride) || win.w.step != 1) in = {};
     for (int64_t ow = in.lo; ow < in.hi; ++ow)
       if (win.w.padded[ow] != kernel) in = {};
     dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
@@ -259,11 +251,13 @@ Tensor pool_gather(const Tensor& x_in, const Tensor& index_in, int64_t spatial, 
       switch (item) {
         case 8:
           for (int64_t k = 0; k < K; ++k)
-            reinterpret_cast<uint64_t*>(orow)[k] = reinterpret_cast<const uint64_t*>(plane)[irow[k]];
+            reinterpret_cast<uint64_t*>(orow)[k] =
+                reinterpret_cast<const uint64_t*>(plane)[irow[k]];
           break;
         case 4:
           for (int64_t k = 0; k < K; ++k)
-            reinterpret_cast<uint32_t*>(orow)[k] = reinterpret_cast<const uint32_t*>(plane)[irow[k]];
+            reinterpret_cast<uint32_t*>(orow)[k] =
+                reinterpret_cast<const uint32_t*>(plane)[irow[k]];
           break;
         default:
           for (int64_t k = 0; k < K; ++k)

@@ -136,18 +136,16 @@ HWY_EXPORT(MaxPoolRowF64);
 HWY_EXPORT(AvgPoolRowF32);
 HWY_EXPORT(AvgPoolRowF64);
 
-void max_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep,
-                  int64_t w0, int64_t stride, int64_t kcount, int64_t wstep, int64_t n,
-                  int64_t* out) {
+void max_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
+                  int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {
   HWY_DYNAMIC_DISPATCH(MaxPoolRowF32)(x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out);
 }
-void max_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep,
-                  int64_t w0, int64_t stride, int64_t kcount, int64_t wstep, int64_t n,
-                  int64_t* out) {
+void max_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
+                  int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {
   HWY_DYNAMIC_DISPATCH(MaxPoolRowF64)(x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out);
 }
-void avg_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0,
-                  int64_t stride, int64_t kcount, int64_t n, float divisor, float* out) {
+void avg_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, int64_t stride,
+                  int64_t kcount, int64_t n, float divisor, float* out) {
   HWY_DYNAMIC_DISPATCH(AvgPoolRowF32)(x, W, h0, hcount, w0, stride, kcount, n, divisor, out);
 }
 void avg_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0,
