@@ -83,6 +83,35 @@ struct PoolGeometry {
     return a;
   }
 
+  /// Throws naming `op` unless the attributes are ones the public functions make: two of each
+  /// size, positive kernels, strides, dilations and adaptive outputs, padding in [0, k / 2].
+  void check(const char* op) const {
+    bool ok = kernel.size() == 2 && stride.size() == 2 && padding.size() == 2 &&
+              dilation.size() == 2 && output.size() == 2;
+    for (int d = 0; ok && d < 2; ++d)
+      ok = kernel[d] >= 1 && stride[d] >= 1 && dilation[d] >= 1 && output[d] >= 1 &&
+           padding[d] >= 0 && padding[d] <= kernel[d] / 2;
+    ADJOINT_CHECK(ok, Value, op, "invalid pooling attributes: kernel ", Shape(kernel), ", stride ",
+                  Shape(stride), ", padding ", Shape(padding), ", dilation ", Shape(dilation),
+                  ", output ", Shape(output));
+  }
+  /// The output shape for an input of `shape` ([..., H, W], H and W positive), checked to
+  /// have at least one element per spatial dim.
+  Shape output_shape(const Shape& shape, const char* op) const {
+    check(op);
+    ADJOINT_CHECK(shape.size() >= 2 && shape[shape.size() - 2] > 0 && shape[shape.size() - 1] > 0,
+                  Shape, op, "expected an input [..., H, W] with H and W positive, got ", shape);
+    Shape out = shape;
+    for (int d = 0; d < 2; ++d) {
+      const std::size_t i = shape.size() - 2 + static_cast<std::size_t>(d);
+      out[i] = out_size(d, shape[i]);
+      ADJOINT_CHECK(out[i] >= 1, Shape, op, "the output size ", out, " is too small: kernel size ",
+                    Shape(kernel), " with dilation ", Shape(dilation), " does not fit the input ",
+                    shape, " with padding ", Shape(padding));
+    }
+    return out;
+  }
+
   kernels::PoolWindows windows(int64_t h, int64_t w, bool max) const {
     kernels::PoolWindows win;
     win.h = axis(0, h, max);
@@ -94,6 +123,26 @@ struct PoolGeometry {
 };
 
 Shape spatial_of(const Shape& s) { return Shape{s[s.size() - 2], s[s.size() - 1]}; }
+
+// infer (Note [Checking an imported graph] in src/export/import.cpp): a floating input.
+const detail::ValueSpec& floating_spec(std::span<const detail::ValueSpec> in, std::size_t i,
+                                       const char* op) {
+  const detail::ValueSpec& v = spec_of(in, i, op);
+  ADJOINT_CHECK(is_floating(v.dtype), DType, op, "expected a floating tensor, got ", describe(v));
+  return v;
+}
+
+// infer of pool_gather and pool_scatter: int64 indices [lead..., O...] and values whose
+// leading dims are the indices' (values shaped as the indices when `same`).
+void check_indexed(const detail::ValueSpec& v, const detail::ValueSpec& index, bool same,
+                   const char* op) {
+  bool ok =
+      index.dtype == DType::Int64 && v.shape.size() == index.shape.size() && v.shape.size() >= 2;
+  for (std::size_t d = 0; ok && d < v.shape.size(); ++d)
+    ok = (d + 2 >= v.shape.size() && !same) || v.shape[d] == index.shape[d];
+  ADJOINT_CHECK(ok, Shape, op, "values ", describe(v), " and int64 indices ", describe(index),
+                " must share their leading dims", same ? " and their planes" : "");
+}
 
 Tensor gather_at(const Tensor& x, const Tensor& index);
 Tensor scatter_at(const Tensor& g, const Tensor& index, const Shape& plane);
@@ -107,6 +156,9 @@ struct MaxPoolIndices {
   PoolGeometry geo;
   Tensor forward(const Tensor& x) const {
     return kernels::max_pool_indices(x, geo.windows(x.size(-2), x.size(-1), true));
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return {geo.output_shape(floating_spec(in, 0, name).shape, name), DType::Int64};
   }
   // Integer indices: nothing to differentiate (apply records no node for them).
   Tensor vjp(const Ctx&, const Tensor&) const { return Tensor(); }
@@ -122,6 +174,12 @@ struct PoolGather {
   Tensor forward(Saver& s, const Tensor& x, const Tensor& index) const {
     s.save(index);
     return kernels::pool_gather(x, index, 2, name);
+  }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = floating_spec(in, 0, name);
+    const detail::ValueSpec& index = spec_of(in, 1, name);
+    check_indexed(x, index, false, name);
+    return {index.shape, x.dtype};
   }
   // d/dx: the cotangent scattered (added) to the indices
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
@@ -146,6 +204,17 @@ struct PoolScatter {
     s.save(index);
     return kernels::pool_scatter(g, index, plane, name);
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& g = floating_spec(in, 0, name);
+    const detail::ValueSpec& index = spec_of(in, 1, name);
+    check_indexed(g, index, true, name);
+    ADJOINT_CHECK(plane.size() == 2 && plane[0] > 0 && plane[1] > 0, Shape, name, "plane ", plane,
+                  " must have two positive dims");
+    Shape out = g.shape;
+    out[out.size() - 2] = plane[0];
+    out[out.size() - 1] = plane[1];
+    return {out, g.dtype};
+  }
   // d/dg: the cotangent gathered at the indices
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& ct) const {
     return {gather_at(ct, c.saved(0)), Tensor()};
@@ -168,6 +237,10 @@ struct AvgPool {
   Tensor forward(const Tensor& x) const {
     return kernels::avg_pool(x, geo.windows(x.size(-2), x.size(-1), false));
   }
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = floating_spec(in, 0, name);
+    return {geo.output_shape(x.shape, name), x.dtype};
+  }
   // d/dx: each output's cotangent / divisor spread over its window (avg_pool_backward)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     return avg_pool_backward_op(gy, geo, spatial_of(c.input_shape(0)));
@@ -185,6 +258,18 @@ struct AvgPoolBackward {
   Shape plane;  // the input's (H, W)
   Tensor forward(const Tensor& g) const {
     return kernels::avg_pool_backward(g, geo.windows(plane[0], plane[1], false));
+  }
+  // g [..., OH, OW] for an input [..., H, W] (plane = {H, W}).
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& g = floating_spec(in, 0, name);
+    ADJOINT_CHECK(g.shape.size() >= 2 && plane.size() == 2, Shape, name, "gradient ", describe(g),
+                  " and plane ", plane, " must have two spatial dims");
+    Shape x = g.shape;
+    x[x.size() - 2] = plane[0];
+    x[x.size() - 1] = plane[1];
+    ADJOINT_CHECK(geo.output_shape(x, name) == g.shape, Shape, name, "gradient ", describe(g),
+                  " is not avg_pool's output for an input ", x);
+    return {x, g.dtype};
   }
   // d/dg: avg_pool of the cotangent
   Tensor vjp(const Ctx&, const Tensor& ct) const { return avg_pool_op(ct, geo); }

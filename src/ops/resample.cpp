@@ -26,12 +26,23 @@ namespace {
 struct BlockGeometry {
   std::vector<int64_t> kernel, dilation, padding, stride;
   auto fields() { return std::tie(kernel, dilation, padding, stride); }
+  /// Throws naming `op` unless the attributes are ones the public functions make.
+  void check(const char* op) const {
+    bool ok =
+        kernel.size() == 2 && dilation.size() == 2 && padding.size() == 2 && stride.size() == 2;
+    for (int d = 0; ok && d < 2; ++d)
+      ok = kernel[d] >= 1 && dilation[d] >= 1 && padding[d] >= 0 && stride[d] >= 1;
+    ADJOINT_CHECK(ok, Value, op, "invalid block attributes: kernel ", Shape(kernel), ", dilation ",
+                  Shape(dilation), ", padding ", Shape(padding), ", stride ", Shape(stride));
+  }
   kernels::Im2ColGeometry im2col() const {
     return {kernel[0],  kernel[1],  stride[0],   stride[1],
             padding[0], padding[1], dilation[0], dilation[1]};
   }
 };
 
+std::pair<int64_t, int64_t> block_counts(const BlockGeometry& g, int64_t h, int64_t w,
+                                         const char* op);
 Tensor unfold_op(const Tensor& x, const BlockGeometry& g);
 Tensor fold_op(const Tensor& cols, const BlockGeometry& g, const Shape& plane);
 
@@ -42,6 +53,15 @@ struct Unfold {
   static constexpr Save save = Save::None;
   BlockGeometry geo;
   Tensor forward(const Tensor& x) const { return kernels::im2col(x, geo.im2col()); }
+  // infer (Note [Checking an imported graph] in src/export/import.cpp): x [N, C, H, W].
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    geo.check(name);
+    ADJOINT_CHECK(x.shape.size() == 4 && is_floating(x.dtype), Shape, name,
+                  "expected a floating input [N, C, H, W], got ", describe(x));
+    const auto [bh, bw] = block_counts(geo, x.shape[2], x.shape[3], name);
+    return {Shape{x.shape[0], x.shape[1] * geo.kernel[0] * geo.kernel[1], bh * bw}, x.dtype};
+  }
   // d/dx: the cotangent's blocks summed back into place (fold)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     const Shape& s = c.input_shape(0);
@@ -65,6 +85,18 @@ struct Fold {
   Shape plane;  // the output's (H, W)
   Tensor forward(const Tensor& cols) const {
     return kernels::col2im(cols, geo.im2col(), plane[0], plane[1]);
+  }
+  // cols [N, C kh kw, L] with L the plane's number of blocks.
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& c = spec_of(in, 0, name);
+    geo.check(name);
+    ADJOINT_CHECK(c.shape.size() == 3 && is_floating(c.dtype) && plane.size() == 2, Shape, name,
+                  "expected floating blocks [N, C kh kw, L], got ", describe(c));
+    const auto [bh, bw] = block_counts(geo, plane[0], plane[1], name);
+    const int64_t k = geo.kernel[0] * geo.kernel[1];
+    ADJOINT_CHECK(c.shape[1] % k == 0 && c.shape[2] == bh * bw, Shape, name, "blocks ", describe(c),
+                  " do not fold into ", plane);
+    return {Shape{c.shape[0], c.shape[1] / k, plane[0], plane[1]}, c.dtype};
   }
   // d/dcols: the cotangent's blocks (unfold)
   Tensor vjp(const Ctx&, const Tensor& ct) const { return unfold_op(ct, geo); }
