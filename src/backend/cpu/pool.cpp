@@ -69,6 +69,20 @@ bool regular(const PoolAxis& w, Interior in, int64_t stride) {
   return true;
 }
 
+// Throws naming the first index outside [0, size): one branch-free pass (it vectorises), and a
+// second only to name a bad one.
+void check_plane_indices(const int64_t* ip, int64_t n, int64_t size, const Tensor& t,
+                         const char* what, const char* op) {
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i)
+    bad |= static_cast<uint64_t>(ip[i]) >= static_cast<uint64_t>(size);
+  if (!bad) return;
+  for (int64_t i = 0; i < n; ++i)
+    ADJOINT_CHECK(ip[i] >= 0 && ip[i] < size, Index, op, "index ", ip[i],
+                  " is out of range for a plane of ", size, " elements (", what, " ", describe(t),
+                  ")");
+}
+
 template <class T>
 void max_plane(const T* x, int64_t* out, const PoolWindows& win, int64_t lo, int64_t hi) {
   const PoolAxis &ah = win.h, &aw = win.w;
@@ -87,10 +101,9 @@ void max_plane(const T* x, int64_t* out, const PoolWindows& win, int64_t lo, int
         for (int64_t b = 0; b < aw.count[ow]; ++b) {
           const int64_t i = h * W + aw.start[ow] + b * aw.step;
           const T v = x[i];
-          if (v > best || std::isnan(v)) {
-            best = v;
-            bi = i;
-          }
+          const bool take = v > best || std::isnan(v);  // branch-free: random data mispredicts
+          best = take ? v : best;
+          bi = take ? i : bi;
         }
       }
       orow[ow] = bi;
@@ -236,10 +249,7 @@ Tensor pool_gather(const Tensor& x_in, const Tensor& index_in, int64_t spatial, 
   Tensor out = make_empty(idx.shape(), x.dtype());
   if (out.numel() == 0) return out;
   const int64_t* ip = idx.data_ptr<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    ADJOINT_CHECK(ip[i] >= 0 && ip[i] < S_shape, Index, op, "index ", ip[i],
-                  " is out of range for a plane of ", S_shape, " elements (input ", describe(x_in),
-                  ")");
+  check_plane_indices(ip, idx.numel(), S_shape, x_in, "input", op);
   const std::size_t item = itemsize(x.dtype());
   const char* in = static_cast<const char*>(x.raw_data());
   char* o = static_cast<char*>(out.raw_data());
@@ -284,10 +294,7 @@ Tensor pool_scatter(const Tensor& g_in, const Tensor& index_in, const Shape& pla
   if (out.numel() > 0) fill(out, 0);
   if (out.numel() > 0 && g.numel() > 0) {
     const int64_t* ip = idx.data_ptr<int64_t>();
-    for (int64_t i = 0; i < idx.numel(); ++i)
-      ADJOINT_CHECK(ip[i] >= 0 && ip[i] < S, Index, op, "index ", ip[i],
-                    " is out of range for a plane of ", S, " elements (gradient ", describe(g_in),
-                    ")");
+    check_plane_indices(ip, idx.numel(), S, g_in, "gradient", op);
     dispatch_opmath_floating(g.dtype(), op, [&]<class T>() {
       const T* gs = g.data_ptr<T>();
       T* os = out.data_ptr<T>();

@@ -2,7 +2,7 @@
 // dispatched at run time as simd_math.cpp (whose ISA cap applies here too: it disables targets
 // for the whole process). Lanes are output columns; a stride of 1 loads the lanes' inputs with
 // one unaligned load, other strides gather them. Columns left over after the last full vector
-// run the same computation one lane at a time.
+// take vectors of 8 and 4 lanes, then run the same computation one column at a time.
 #include "backend/cpu/pool_simd.h"
 
 #include <cmath>
@@ -36,16 +36,18 @@ HWY_INLINE hn::Vec<DI> StrideOffsets(DI di, int64_t stride) {
   return hn::Load(di, lanes);
 }
 
-template <class T>
-void MaxPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
-                int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {
-  const hn::ScalableTag<T> d;
-  const hn::RebindToSigned<decltype(d)> di;
+// The columns [ow, ow + k Lanes(d)) of a max pooling row, k as large as fits in n; ow advances.
+template <class D>
+HWY_INLINE void MaxPoolVectors(D d, const hn::TFromD<D>* x, int64_t W, int64_t h0, int64_t hcount,
+                               int64_t hstep, int64_t w0, int64_t stride, int64_t kcount,
+                               int64_t wstep, int64_t n, int64_t* out, int64_t& ow) {
+  using T = hn::TFromD<D>;
+  const hn::RebindToSigned<D> di;
   using TI = hn::TFromD<decltype(di)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  if (ow + lanes > n) return;
   const auto offsets = StrideOffsets(di, stride);
   HWY_ALIGN TI idx[HWY_MAX_BYTES / sizeof(TI)];
-  int64_t ow = 0;
   for (; ow + lanes <= n; ow += lanes) {
     const int64_t first = h0 * W + w0 + ow * stride;
     auto best = hn::Set(d, -std::numeric_limits<T>::infinity());
@@ -64,30 +66,46 @@ void MaxPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep
     hn::Store(bi, di, idx);
     for (int64_t l = 0; l < lanes; ++l) out[ow + l] = static_cast<int64_t>(idx[l]);
   }
+}
+
+// Full vectors, then vectors of 8 and 4 lanes (a row of 14 pooled columns is 8 + 4 + 2), then
+// one column at a time.
+template <class T>
+void MaxPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
+                int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {
+  int64_t ow = 0;
+  MaxPoolVectors(hn::ScalableTag<T>(), x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out,
+                 ow);
+  MaxPoolVectors(hn::CappedTag<T, 8>(), x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out,
+                 ow);
+  MaxPoolVectors(hn::CappedTag<T, 4>(), x, W, h0, hcount, hstep, w0, stride, kcount, wstep, n, out,
+                 ow);
   for (; ow < n; ++ow) {  // the scalar loop of pool.cpp, one column
     T best = -std::numeric_limits<T>::infinity();
     int64_t bi = h0 * W + w0 + ow * stride;
     for (int64_t a = 0; a < hcount; ++a)
       for (int64_t b = 0; b < kcount; ++b) {
         const int64_t i = (h0 + a * hstep) * W + w0 + ow * stride + b * wstep;
-        if (x[i] > best || std::isnan(x[i])) {
-          best = x[i];
-          bi = i;
-        }
+        const T v = x[i];
+        const bool take = v > best || v != v;  // branch-free: random data mispredicts
+        best = take ? v : best;
+        bi = take ? i : bi;
       }
     out[ow] = bi;
   }
 }
 
-template <class T>
-void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, int64_t stride,
-                int64_t kcount, int64_t n, T divisor, T* out) {
-  const hn::ScalableTag<T> d;
-  const hn::RebindToSigned<decltype(d)> di;
+// The columns [ow, ow + k Lanes(d)) of an average pooling row; ow advances.
+template <class D>
+HWY_INLINE void AvgPoolVectors(D d, const hn::TFromD<D>* x, int64_t W, int64_t h0, int64_t hcount,
+                               int64_t w0, int64_t stride, int64_t kcount, int64_t n,
+                               hn::TFromD<D> divisor, hn::TFromD<D>* out, int64_t& ow) {
+  using T = hn::TFromD<D>;
+  const hn::RebindToSigned<D> di;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  if (ow + lanes > n) return;
   const auto offsets = StrideOffsets(di, stride);
   const auto div = hn::Set(d, divisor);
-  int64_t ow = 0;
   for (; ow + lanes <= n; ow += lanes) {
     auto sum = hn::Zero(d);
     for (int64_t a = 0; a < hcount; ++a) {
@@ -97,6 +115,15 @@ void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, i
     }
     hn::StoreU(hn::Div(sum, div), d, out + ow);
   }
+}
+
+template <class T>
+void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, int64_t stride,
+                int64_t kcount, int64_t n, T divisor, T* out) {
+  int64_t ow = 0;
+  AvgPoolVectors(hn::ScalableTag<T>(), x, W, h0, hcount, w0, stride, kcount, n, divisor, out, ow);
+  AvgPoolVectors(hn::CappedTag<T, 8>(), x, W, h0, hcount, w0, stride, kcount, n, divisor, out, ow);
+  AvgPoolVectors(hn::CappedTag<T, 4>(), x, W, h0, hcount, w0, stride, kcount, n, divisor, out, ow);
   for (; ow < n; ++ow) {
     T sum = 0;
     for (int64_t a = 0; a < hcount; ++a) {
