@@ -112,6 +112,8 @@ ADJOINT_REGISTER_SAMPLES(pool) {
   sink.add("pool/adaptive_avg_pool2d/global", aap({1}), {randn64({2, 3, 4, 5})});
   sink.add("pool/adaptive_avg_pool2d/larger_than_input", aap({4, 6}), {randn64({1, 1, 3, 4})});
   sink.add("pool/adaptive_avg_pool2d/unbatched", aap({2}), {randn64({3, 5, 5})});
+  // Every output column of a width-1 input shares its window: vector lanes must not collide.
+  sink.add("pool/adaptive_avg_pool2d/one_column_to_many", aap({3, 20}), {randn64({1, 2, 2, 1})});
   sink.add("pool/adaptive_avg_pool2d/channels_last", aap({2, 3}),
            {channels_last(randn64({1, 5, 7, 2}))});
   sink.add("pool/adaptive_avg_pool2d/empty_batch", aap({2}), {randn64({0, 2, 4, 4})});

@@ -146,6 +146,32 @@ std::pair<std::vector<T>, std::vector<int64_t>> ref_adaptive(const std::vector<T
   return {v, idx};
 }
 
+// avg_pool2d's input gradient as PyTorch's avg_pool2d_backward: output by output, the
+// cotangent / divisor added to every element of the (clipped) window.
+template <class T>
+std::vector<T> ref_avg_pool_backward(const std::vector<T>& g, int64_t P, int64_t H, int64_t W,
+                                     const Pool2d& c, bool include_pad, int64_t divisor) {
+  const int64_t OH = out_size(H, c.k[0], c.p[0], c.s[0], 1, c.ceil);
+  const int64_t OW = out_size(W, c.k[1], c.p[1], c.s[1], 1, c.ceil);
+  std::vector<T> gx(static_cast<std::size_t>(P * H * W), T(0));
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        int64_t hs = oh * c.s[0] - c.p[0], ws = ow * c.s[1] - c.p[1];
+        int64_t he = std::min(hs + c.k[0], H + c.p[0]), we = std::min(ws + c.k[1], W + c.p[1]);
+        const int64_t pool_size = (he - hs) * (we - ws);
+        hs = std::max<int64_t>(hs, 0);
+        ws = std::max<int64_t>(ws, 0);
+        he = std::min(he, H);
+        we = std::min(we, W);
+        const int64_t div = divisor ? divisor : include_pad ? pool_size : (he - hs) * (we - ws);
+        const T delta = g[(p * OH + oh) * OW + ow] / static_cast<T>(div);
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) gx[(p * H + h) * W + w] += delta;
+      }
+  return gx;
+}
+
 template <class T>
 std::vector<T> values_of(const Tensor& t) {
   return t.contiguous().to_vector<T>();
@@ -203,7 +229,29 @@ void check_avg_pool(DType dtype) {
   }
 }
 
+template <class T>
+void check_avg_pool_backward(DType dtype) {
+  uint64_t seed = 50;
+  for (const auto& [shape, c] : configs()) {
+    if (c.d[0] != 1 || c.d[1] != 1) continue;
+    for (bool include : {true, false}) {
+      const Tensor x = randn_t(shape, seed++, dtype).requires_grad_(true);
+      const Tensor y = avg_pool2d(x, c.k, c.s, c.p, c.ceil, include);
+      const Tensor g = randn_t(y.shape(), seed++, dtype);
+      const Tensor gx = autograd::grad({y}, {x}, {g})[0];
+      const int64_t P = shape[0] * shape[1], H = shape[2], W = shape[3];
+      EXPECT_EQ(values_of<T>(gx), ref_avg_pool_backward(values_of<T>(g), P, H, W, c, include, 0))
+          << "shape " << shape << " include_pad " << include;
+    }
+  }
+}
+
 }  // namespace
+
+TEST(AvgPool2d, BackwardMatchesLoopFloat64) { check_avg_pool_backward<double>(DType::Float64); }
+TEST(AvgPool2d, BackwardMatchesLoopFloat32BitForBit) {
+  check_avg_pool_backward<float>(DType::Float32);
+}
 
 TEST(MaxPool2d, MatchesLoopFloat64) { check_max_pool<double>(DType::Float64); }
 TEST(MaxPool2d, MatchesLoopFloat32BitForBit) { check_max_pool<float>(DType::Float32); }

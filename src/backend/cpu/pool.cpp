@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
@@ -56,7 +57,12 @@ Interior interior_of(const PoolAxis& w, int64_t kernel) {
   return r;
 }
 
-// The stride of the interior's starts (1 when it has one column).
+// Runs narrower than the smallest vector (4 lanes) stay scalar: the rows' loops over window
+// columns are then the inner ones, which is faster for wide windows (global pooling's).
+constexpr int64_t kMinVectorRun = 4;
+
+// The stride of the interior's starts (1 when it has one column; 0 when adaptive windows
+// repeat a start, which the vectorised rows refuse: their lanes would meet).
 int64_t interior_stride(const PoolAxis& w, Interior in) {
   return in.hi - in.lo >= 2 ? w.start[in.lo + 1] - w.start[in.lo] : 1;
 }
@@ -131,18 +137,30 @@ void avg_plane(const T* x, T* out, const PoolWindows& win, int64_t lo, int64_t h
   }
 }
 
+// Average pooling's transpose on one plane, output by output in row-major order (each output's
+// value g / divisor added to its window). Columns [lo, hi) go through the vectorised row, which
+// adds in the same order per element; `v` holds one output row's values.
 template <class T>
-void avg_backward_plane(const T* g, T* out, const PoolWindows& win) {
+void avg_backward_plane(const T* g, T* out, const PoolWindows& win, int64_t lo, int64_t hi,
+                        int64_t stride, T* v) {
   const PoolAxis &ah = win.h, &aw = win.w;
   const int64_t W = aw.in, OW = aw.out();
-  for (int64_t oh = 0; oh < ah.out(); ++oh)
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const T v = static_cast<T>(g[oh * OW + ow] / static_cast<T>(win.divisor(oh, ow)));
-      for (int64_t a = 0; a < ah.count[oh]; ++a) {
-        T* row = out + (ah.start[oh] + a) * W + aw.start[ow];
-        for (int64_t b = 0; b < aw.count[ow]; ++b) row[b] += v;
-      }
+  auto scalar = [&](int64_t oh, int64_t ow) {
+    for (int64_t a = 0; a < ah.count[oh]; ++a) {
+      T* row = out + (ah.start[oh] + a) * W + aw.start[ow];
+      for (int64_t b = 0; b < aw.count[ow]; ++b) row[b] += v[ow];
     }
+  };
+  for (int64_t oh = 0; oh < ah.out(); ++oh) {
+    for (int64_t ow = 0; ow < OW; ++ow)
+      v[ow] = static_cast<T>(g[oh * OW + ow] / static_cast<T>(win.divisor(oh, ow)));
+    for (int64_t ow = 0; ow < lo; ++ow) scalar(oh, ow);
+    if (hi > lo)
+      for (int64_t a = 0; a < ah.count[oh]; ++a)
+        simd::avg_pool_backward_row(out + (ah.start[oh] + a) * W + aw.start[lo], stride,
+                                    aw.count[lo], hi - lo, v + lo);
+    for (int64_t ow = std::max(lo, hi); ow < OW; ++ow) scalar(oh, ow);
+  }
 }
 
 }  // namespace
@@ -161,7 +179,9 @@ Tensor max_pool_indices(const Tensor& x_in, const PoolWindows& win) {
       win.w.count.empty() ? 0 : *std::max_element(win.w.count.begin(), win.w.count.end());
   Interior in = interior_of(win.w, kernel);
   const int64_t stride = interior_stride(win.w, in);
-  if (!regular(win.w, in, stride) || H * W > (int64_t{1} << 31)) in = {};
+  if (in.hi - in.lo < kMinVectorRun || stride < 1 || !regular(win.w, in, stride) ||
+      H * W > (int64_t{1} << 31))
+    in = {};
   int64_t* o = out.data_ptr<int64_t>();
   dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
     const T* xs = x.data_ptr<T>();
@@ -193,7 +213,9 @@ Tensor avg_pool(const Tensor& x_in, const PoolWindows& win) {
     Interior in = interior_of(win.w, kernel);
     const int64_t stride = interior_stride(win.w, in);
     // Interior columns share their w length, so a row's divisor is one number.
-    if (!regular(win.w, in, stride) || win.w.step != 1) in = {};
+    if (in.hi - in.lo < kMinVectorRun || stride < 1 || !regular(win.w, in, stride) ||
+        win.w.step != 1)
+      in = {};
     for (int64_t ow = in.lo; ow < in.hi; ++ow)
       if (win.w.padded[ow] != kernel) in = {};
     dispatch_opmath_floating(x.dtype(), op, [&]<class T>() {
@@ -226,11 +248,17 @@ Tensor avg_pool_backward(const Tensor& g_in, const PoolWindows& win) {
   Tensor out = make_empty(with_spatial(g.shape(), 2, {H, W}), g.dtype());
   if (out.numel() > 0) {
     fill(out, 0);
+    const int64_t kernel = *std::max_element(win.w.count.begin(), win.w.count.end());
+    Interior in = interior_of(win.w, kernel);
+    const int64_t stride = interior_stride(win.w, in);
+    if (in.hi - in.lo < kMinVectorRun || stride < 1 || !regular(win.w, in, stride)) in = {};
     dispatch_opmath_floating(g.dtype(), op, [&]<class T>() {
       const T* gs = g.data_ptr<T>();
       T* os = out.data_ptr<T>();
       parallel_for(P, plane_grain(H * W + OH * OW * 4), [&](int64_t b, int64_t e) {
-        for (int64_t p = b; p < e; ++p) avg_backward_plane(gs + p * OH * OW, os + p * H * W, win);
+        std::vector<T> v(static_cast<std::size_t>(OW));
+        for (int64_t p = b; p < e; ++p)
+          avg_backward_plane(gs + p * OH * OW, os + p * H * W, win, in.lo, in.hi, stride, v.data());
       });
     });
   }

@@ -134,6 +134,45 @@ void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, i
   }
 }
 
+// row[ow * stride + b] += v[ow] for ow in [0, n), b from kcount - 1 down to 0: each element
+// then receives its columns' values in increasing ow, the order of the scalar loop over
+// outputs (one b touches distinct elements, so a vector's lanes never collide).
+template <class D>
+HWY_INLINE void AvgBackwardVectors(D d, hn::TFromD<D>* p, int64_t stride, const hn::TFromD<D>* v,
+                                   int64_t n, int64_t& ow) {
+  const hn::RebindToSigned<D> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  if (ow + lanes > n) return;
+  const auto offsets = StrideOffsets(di, stride);
+  for (; ow + lanes <= n; ow += lanes) {
+    auto* q = p + ow * stride;
+    const auto add = hn::LoadU(d, v + ow);
+    if (stride == 1) {
+      hn::StoreU(hn::Add(hn::LoadU(d, q), add), d, q);
+    } else {
+      hn::ScatterIndex(hn::Add(hn::GatherIndex(d, q, offsets), add), d, q, offsets);
+    }
+  }
+}
+
+template <class T>
+void AvgPoolBackwardRow(T* row, int64_t stride, int64_t kcount, int64_t n, const T* v) {
+  for (int64_t b = kcount - 1; b >= 0; --b) {
+    int64_t ow = 0;
+    AvgBackwardVectors(hn::ScalableTag<T>(), row + b, stride, v, n, ow);
+    AvgBackwardVectors(hn::CappedTag<T, 8>(), row + b, stride, v, n, ow);
+    AvgBackwardVectors(hn::CappedTag<T, 4>(), row + b, stride, v, n, ow);
+    for (; ow < n; ++ow) row[ow * stride + b] += v[ow];
+  }
+}
+
+void AvgPoolBackwardRowF32(float* row, int64_t stride, int64_t k, int64_t n, const float* v) {
+  AvgPoolBackwardRow(row, stride, k, n, v);
+}
+void AvgPoolBackwardRowF64(double* row, int64_t stride, int64_t k, int64_t n, const double* v) {
+  AvgPoolBackwardRow(row, stride, k, n, v);
+}
+
 void MaxPoolRowF32(const float* x, int64_t W, int64_t h0, int64_t hc, int64_t hs, int64_t w0,
                    int64_t s, int64_t k, int64_t ws, int64_t n, int64_t* out) {
   MaxPoolRow(x, W, h0, hc, hs, w0, s, k, ws, n, out);
@@ -162,6 +201,16 @@ HWY_EXPORT(MaxPoolRowF32);
 HWY_EXPORT(MaxPoolRowF64);
 HWY_EXPORT(AvgPoolRowF32);
 HWY_EXPORT(AvgPoolRowF64);
+HWY_EXPORT(AvgPoolBackwardRowF32);
+HWY_EXPORT(AvgPoolBackwardRowF64);
+
+void avg_pool_backward_row(float* row, int64_t stride, int64_t kcount, int64_t n, const float* v) {
+  HWY_DYNAMIC_DISPATCH(AvgPoolBackwardRowF32)(row, stride, kcount, n, v);
+}
+void avg_pool_backward_row(double* row, int64_t stride, int64_t kcount, int64_t n,
+                           const double* v) {
+  HWY_DYNAMIC_DISPATCH(AvgPoolBackwardRowF64)(row, stride, kcount, n, v);
+}
 
 void max_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t hstep, int64_t w0,
                   int64_t stride, int64_t kcount, int64_t wstep, int64_t n, int64_t* out) {

@@ -22,4 +22,9 @@ void avg_pool_row(const float* x, int64_t W, int64_t h0, int64_t hcount, int64_t
 void avg_pool_row(const double* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0,
                   int64_t stride, int64_t kcount, int64_t n, double divisor, double* out);
 
+/// row[ow * stride + b] += v[ow] for ow in [0, n) and b in [0, kcount): average pooling's
+/// transpose on one input row, each element receiving its columns' values in increasing ow.
+void avg_pool_backward_row(float* row, int64_t stride, int64_t kcount, int64_t n, const float* v);
+void avg_pool_backward_row(double* row, int64_t stride, int64_t kcount, int64_t n, const double* v);
+
 }  // namespace adjoint::kernels::simd
