@@ -191,6 +191,12 @@ const std::vector<std::pair<Shape, Pool2d>>& configs() {
       {{1, 2, 6, 71}, {{2, 3}, {2, 2}, {1, 1}, {1, 2}, true}},
       {{3, 4, 9, 64}, {{3, 3}, {3, 3}, {0, 1}, {1, 1}}},
       {{1, 1, 4, 130}, {{1, 5}, {1, 4}, {0, 2}, {1, 1}, true}},
+      // Stride 2 with two or more window columns: the interleaved loads (Note [Strided lanes]);
+      // with one column: the gathers.
+      {{2, 2, 6, 60}, {{2, 2}, {2, 2}, {0, 0}, {1, 1}}},
+      {{1, 2, 7, 41}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}}},
+      {{1, 2, 7, 41}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true}},
+      {{1, 1, 5, 50}, {{3, 1}, {1, 2}, {1, 0}, {1, 1}}},
   };
   return c;
 }

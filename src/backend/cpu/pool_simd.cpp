@@ -20,11 +20,48 @@ namespace adjoint::kernels::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The lanes' inputs x[base + lane * stride].
+// Note [Strided lanes]
+// A lane's element of window column b is p[lane * stride] with p the first lane's. A stride of
+// 1 is one unaligned load. A stride of 2 is half of an interleaved load of 2 Lanes elements:
+// the even half of the load at p for b = 0, the odd half of the load at p - 1 otherwise. Both
+// read only the windows' own elements when a window has two columns or more: the load at p
+// ends one past the last lane's element b = 0, which is inside that lane's window, and the
+// load at p - 1 ends on the last lane's element. Other strides (and one-column windows) gather.
 template <class D, class VI>
-HWY_INLINE hn::Vec<D> LoadStrided(D d, const hn::TFromD<D>* p, int64_t stride, VI offsets) {
+HWY_INLINE hn::Vec<D> LoadStrided(D d, const hn::TFromD<D>* p, int64_t stride, int64_t b,
+                                  int64_t kcount, VI offsets) {
   if (stride == 1) return hn::LoadU(d, p);
+  if (stride == 2 && kcount >= 2) {
+    hn::Vec<D> even, odd;
+    if (b == 0) {
+      hn::LoadInterleaved2(d, p, even, odd);
+      return even;
+    }
+    hn::LoadInterleaved2(d, p - 1, even, odd);
+    return odd;
+  }
   return hn::GatherIndex(d, p, offsets);
+}
+
+// p[lane * stride] += add[lane], with the loads of LoadStrided (Note [Strided lanes]); a stride
+// of 2 stores the interleaved pair back whole, the other half unchanged.
+template <class D, class VI>
+HWY_INLINE void AddStrided(D d, hn::TFromD<D>* p, int64_t stride, int64_t b, int64_t kcount,
+                           VI offsets, hn::Vec<D> add) {
+  if (stride == 1) {
+    hn::StoreU(hn::Add(hn::LoadU(d, p), add), d, p);
+  } else if (stride == 2 && kcount >= 2) {
+    hn::TFromD<D>* q = b == 0 ? p : p - 1;
+    hn::Vec<D> even, odd;
+    hn::LoadInterleaved2(d, q, even, odd);
+    if (b == 0)
+      even = hn::Add(even, add);
+    else
+      odd = hn::Add(odd, add);
+    hn::StoreInterleaved2(even, odd, d, q);
+  } else {
+    hn::ScatterIndex(hn::Add(hn::GatherIndex(d, p, offsets), add), d, p, offsets);
+  }
 }
 
 // lane * stride in every lane (built in memory: 64-bit lanes have no multiply on every target).
@@ -56,7 +93,7 @@ HWY_INLINE void MaxPoolVectors(D d, const hn::TFromD<D>* x, int64_t W, int64_t h
       const int64_t h = h0 + a * hstep;
       for (int64_t b = 0; b < kcount; ++b) {
         const int64_t i = h * W + w0 + ow * stride + b * wstep;
-        const auto v = LoadStrided(d, x + i, stride, offsets);
+        const auto v = LoadStrided(d, x + i, stride, b, kcount, offsets);
         const auto take = hn::Or(hn::Gt(v, best), hn::IsNaN(v));
         best = hn::IfThenElse(take, v, best);
         bi = hn::IfThenElse(hn::RebindMask(di, take),
@@ -111,7 +148,7 @@ HWY_INLINE void AvgPoolVectors(D d, const hn::TFromD<D>* x, int64_t W, int64_t h
     for (int64_t a = 0; a < hcount; ++a) {
       const T* row = x + (h0 + a) * W + w0 + ow * stride;
       for (int64_t b = 0; b < kcount; ++b)
-        sum = hn::Add(sum, LoadStrided(d, row + b, stride, offsets));
+        sum = hn::Add(sum, LoadStrided(d, row + b, stride, b, kcount, offsets));
     }
     hn::StoreU(hn::Div(sum, div), d, out + ow);
   }
@@ -138,30 +175,23 @@ void AvgPoolRow(const T* x, int64_t W, int64_t h0, int64_t hcount, int64_t w0, i
 // then receives its columns' values in increasing ow, the order of the scalar loop over
 // outputs (one b touches distinct elements, so a vector's lanes never collide).
 template <class D>
-HWY_INLINE void AvgBackwardVectors(D d, hn::TFromD<D>* p, int64_t stride, const hn::TFromD<D>* v,
-                                   int64_t n, int64_t& ow) {
+HWY_INLINE void AvgBackwardVectors(D d, hn::TFromD<D>* p, int64_t stride, int64_t b, int64_t kcount,
+                                   const hn::TFromD<D>* v, int64_t n, int64_t& ow) {
   const hn::RebindToSigned<D> di;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   if (ow + lanes > n) return;
   const auto offsets = StrideOffsets(di, stride);
-  for (; ow + lanes <= n; ow += lanes) {
-    auto* q = p + ow * stride;
-    const auto add = hn::LoadU(d, v + ow);
-    if (stride == 1) {
-      hn::StoreU(hn::Add(hn::LoadU(d, q), add), d, q);
-    } else {
-      hn::ScatterIndex(hn::Add(hn::GatherIndex(d, q, offsets), add), d, q, offsets);
-    }
-  }
+  for (; ow + lanes <= n; ow += lanes)
+    AddStrided(d, p + ow * stride, stride, b, kcount, offsets, hn::LoadU(d, v + ow));
 }
 
 template <class T>
 void AvgPoolBackwardRow(T* row, int64_t stride, int64_t kcount, int64_t n, const T* v) {
   for (int64_t b = kcount - 1; b >= 0; --b) {
     int64_t ow = 0;
-    AvgBackwardVectors(hn::ScalableTag<T>(), row + b, stride, v, n, ow);
-    AvgBackwardVectors(hn::CappedTag<T, 8>(), row + b, stride, v, n, ow);
-    AvgBackwardVectors(hn::CappedTag<T, 4>(), row + b, stride, v, n, ow);
+    AvgBackwardVectors(hn::ScalableTag<T>(), row + b, stride, b, kcount, v, n, ow);
+    AvgBackwardVectors(hn::CappedTag<T, 8>(), row + b, stride, b, kcount, v, n, ow);
+    AvgBackwardVectors(hn::CappedTag<T, 4>(), row + b, stride, b, kcount, v, n, ow);
     for (; ow < n; ++ow) row[ow * stride + b] += v[ow];
   }
 }
