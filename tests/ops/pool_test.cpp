@@ -264,6 +264,24 @@ TEST(MaxPool2d, MatchesLoopFloat32BitForBit) { check_max_pool<float>(DType::Floa
 TEST(AvgPool2d, MatchesLoopFloat64) { check_avg_pool<double>(DType::Float64); }
 TEST(AvgPool2d, MatchesLoopFloat32BitForBit) { check_avg_pool<float>(DType::Float32); }
 
+TEST(Pooling, SameBitsForAnyThreadCount) {
+  // 2048 planes: several chunks of planes per thread; each plane is one thread's.
+  const Tensor x = randn_t({64, 32, 14, 14}, 20, DType::Float32).requires_grad_(true);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    auto [v, i] = max_pool2d_with_indices(x, {3}, {2}, {1});
+    const Tensor a = avg_pool2d(x, {3}, {1}, {1}, false, false);
+    const Tensor g = autograd::grad({v.sum() + a.square().sum()}, {x})[0];
+    return std::make_tuple(values_of<float>(v), values_of<int64_t>(i), values_of<float>(a),
+                           values_of<float>(g));
+  };
+  const int before = get_num_threads();
+  const auto one = run(1);
+  const auto two = run(2);
+  set_num_threads(before);
+  EXPECT_TRUE(one == two);
+}
+
 TEST(MaxPool2d, NaNWinsAndTiesTakeTheFirst) {
   // Row of 40 (vectorised) with equal values: each window's first element; then a NaN.
   std::vector<double> v(2 * 40, 1.0);

@@ -23,10 +23,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Note [Strided lanes]
 // A lane's element of window column b is p[lane * stride] with p the first lane's. A stride of
 // 1 is one unaligned load. A stride of 2 is half of an interleaved load of 2 Lanes elements:
-// the even half of the load at p for b = 0, the odd half of the load at p - 1 otherwise. Both
-// read only the windows' own elements when a window has two columns or more: the load at p
-// ends one past the last lane's element b = 0, which is inside that lane's window, and the
-// load at p - 1 ends on the last lane's element. Other strides (and one-column windows) gather.
+// the even half of the load at p for b = 0, the odd half of the load at p - 1 otherwise. Neither
+// reads outside the windows' span when a window has two columns or more: the load at p ends one
+// past the last lane's element b = 0, which lies within that lane's window (before its column
+// 1), and the load at p - 1 starts after the first lane's column b - 1 and ends on the last
+// lane's element. Other strides (and one-column windows) gather.
 template <class D, class VI>
 HWY_INLINE hn::Vec<D> LoadStrided(D d, const hn::TFromD<D>* p, int64_t stride, int64_t b,
                                   int64_t kcount, VI offsets) {
