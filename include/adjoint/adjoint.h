@@ -25,6 +25,7 @@
 #include "adjoint/odeint.h"
 #include "adjoint/offload.h"
 #include "adjoint/ops.h"
+#include "adjoint/pooling.h"
 #include "adjoint/profiler.h"
 #include "adjoint/scalar.h"
 #include "adjoint/shape.h"

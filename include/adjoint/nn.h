@@ -14,4 +14,5 @@
 #include "adjoint/nn/linear.h"
 #include "adjoint/nn/module.h"
 #include "adjoint/nn/normalization.h"
+#include "adjoint/nn/pooling.h"
 #include "adjoint/nn/transformer.h"
