@@ -5,6 +5,7 @@
 namespace adjoint::detail {
 
 void link_ops_activation();
+void link_ops_attention();
 void link_ops_binary();
 void link_ops_conversion();
 void link_ops_factories();
@@ -27,6 +28,7 @@ void link_ops_transform_support();
 
 inline void link_every_ops_file() {
   link_ops_activation();
+  link_ops_attention();
   link_ops_binary();
   link_ops_conversion();
   link_ops_factories();
