@@ -108,6 +108,7 @@ Tensor score_bias(const Tensor& mask, bool causal, int64_t L, int64_t S, DType d
 /// softmax along the last dim with every row of -inf scores 0, as PyTorch's _safe_softmax:
 /// such a row is softmaxed as zeros (so no NaN reaches a gradient) and then replaced by 0.
 Tensor safe_softmax(const Tensor& s) {
+  if (s.size(-1) == 0) return s;  // no keys
   const Tensor dead = eq(amax(s, {-1}, true), -inf());
   const Tensor zero = zeros({}, s.dtype());
   return where(dead, zero, softmax(where(dead, zero, s), -1));
@@ -144,6 +145,8 @@ Tensor math_lse(const Tensor& q_in, const Tensor& k_in, const Tensor& mask, cons
   const Tensor m = mask.defined() && mask.dtype() != DType::Bool ? mask.to(wide) : mask;
   const Tensor bias = score_bias(m, a.causal, q.size(-2), k.size(-2), wide);
   if (bias.defined()) s = s + bias;
+  if (s.size(-1) == 0)  // no keys: every row is masked throughout
+    return zeros(Shape(std::vector<int64_t>(q.shape().begin(), q.shape().end() - 1)), wide);
   const Tensor dead = eq(amax(s, {-1}), -inf());
   return where(dead, zeros({}, wide),
                logsumexp(where(dead.unsqueeze(-1), zeros({}, wide), s), {-1}));
@@ -328,6 +331,15 @@ struct ScaledDotProductAttention : Attrs {
   }
 };
 
+// Whether `from` broadcasts to `to` without growing it.
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const std::size_t lead = to.size() - from.size();
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
 // What both public functions start with: q, k and v of one rank >= 3 with broadcast batch dims
 // (and heads, without GQA), the mask checked, the attributes, and the dims to drop at the end.
 struct Prepared {
@@ -389,9 +401,8 @@ Prepared prepare(const Tensor& query, const Tensor& key, const Tensor& value,
                   describe(attn_mask));
     Shape scores = p.q.shape();
     scores[scores.size() - 1] = p.k.size(-2);
-    ADJOINT_CHECK(
-        attn_mask.dim() <= rank && broadcast_shapes(scores, attn_mask.shape(), op) == scores, Shape,
-        op, "attn_mask ", describe(attn_mask), " does not broadcast to the scores ", scores);
+    ADJOINT_CHECK(broadcasts_to(attn_mask.shape(), scores), Shape, op, "attn_mask ",
+                  describe(attn_mask), " does not broadcast to the scores ", scores);
     p.mask = attn_mask;
   }
   p.attrs.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
