@@ -446,14 +446,15 @@ AttentionForward forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
 
 template <class A>
 struct BackwardScratch {
-  std::vector<A> s, pd, ds, z, acc_a, acc_b;
+  std::vector<A> s, pd, ds, z, dk, dv, dq;
   explicit BackwardScratch(const Problem<A>& p)
       : s(kQueryBlock * kKeyBlock),
         pd(kQueryBlock * kKeyBlock),
         ds(kQueryBlock * kKeyBlock),
         z(kKeyBlock),
-        acc_a(std::max(kQueryBlock, kKeyBlock) * std::max<int64_t>(p.E, 1)),
-        acc_b(kKeyBlock * std::max<int64_t>(p.Ev, 1)) {}
+        dk(kKeyBlock * std::max<int64_t>(p.E, 1)),
+        dv(kKeyBlock * std::max<int64_t>(p.Ev, 1)),
+        dq(kQueryBlock * std::max<int64_t>(p.E, 1)) {}
 };
 
 // The tensors of the backward besides the problem: dO's matrices, lse and D = rowsum(dO ∘ O).
@@ -498,6 +499,24 @@ void block_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, int
   }
 }
 
+// dV += (P Z)ᵀ dO and dK += dSᵀ Q for one block (w as block_gradients left it).
+template <class A>
+void add_key_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, int64_t i0,
+                       int64_t bq, int64_t bk, BackwardScratch<A>& w, A* dk, A* dv) {
+  block_gemm(true, false, bk, p.Ev, bq, p.drop.on ? w.pd.data() : w.s.data(), bk,
+             g.dout[nh] + i0 * g.dout.ld, g.dout.ld, A(1), dv, p.Ev);
+  block_gemm(true, false, bk, p.E, bq, w.ds.data(), bk, p.q[nh] + i0 * p.q.ld, p.q.ld, A(1), dk,
+             p.E);
+}
+
+// Note [Attention backward passes]
+// With enough key/value heads for every thread (N Hkv >= 2 threads) one pass per head does it
+// all: for each key block, the blocks of every query head of its group give dK and dV, and add
+// dS K into dQ, which that task owns whole. With fewer, dK and dV come from a pass over key
+// blocks and dQ from a second pass over query blocks (Note [Attention work split]), which forms
+// each block's P and dS twice. Both passes use the same key blocks and add into each gradient
+// row in the same order (dQ over key blocks ascending, dK and dV over query heads, then query
+// blocks ascending), with products of the same shapes, so either way gives the same bits.
 template <class A>
 Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& out, const Tensor& lse, const Tensor& mask, const Tensor& seed,
@@ -509,7 +528,7 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   A* dq = packed.data_ptr<A>();
   A* dk = dq + nq;
   A* dv = dk + nk;
-  const int64_t heads = p.batch * p.heads_q;
+  const int64_t heads = p.batch * p.heads_q, kv_heads = p.batch * p.heads_kv;
   Cotangent<A> g;
   g.dout = matrices<A>(dout);
   const Tensor lse_c = lse.is_contiguous() ? lse : cast(lse, lse.dtype());
@@ -530,43 +549,55 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
                  });
   }
   SingleThreadedBlas one;
+  const int64_t key_blocks = blocks_of(p.S, kKeyBlock), query_blocks = blocks_of(p.L, kQueryBlock);
+  // Key block kb of key/value head nkv: its dK and dV rows, and (with `dq_out`) dS K added into
+  // dQ's rows of every query head of its group.
+  auto key_block = [&](BackwardScratch<A>& w, int64_t nkv, int64_t kb, A* dq_out) {
+    const int64_t j0 = kb * kKeyBlock, bk = std::min(kKeyBlock, p.S - j0);
+    A* dk_acc = w.dk.data();
+    A* dv_acc = w.dv.data();
+    std::fill(dk_acc, dk_acc + bk * p.E, A(0));
+    std::fill(dv_acc, dv_acc + bk * p.Ev, A(0));
+    const int64_t n = nkv / p.heads_kv, kvh = nkv % p.heads_kv;
+    const A* km = p.k[nkv] + j0 * p.k.ld;
+    for (int64_t hh = 0; hh < p.group; ++hh) {
+      const int64_t nh = n * p.heads_q + kvh * p.group + hh;
+      for (int64_t i0 = p.first_query_block(j0) * kQueryBlock; i0 < p.L; i0 += kQueryBlock) {
+        const int64_t bq = std::min(kQueryBlock, p.L - i0);
+        block_gradients(p, g, nh, i0, bq, j0, bk, w);
+        add_key_gradients(p, g, nh, i0, bq, bk, w, dk_acc, dv_acc);
+        if (dq_out)
+          block_gemm(false, false, bq, p.E, bk, w.ds.data(), bk, km, p.k.ld, A(1),
+                     dq_out + (nh * p.L + i0) * p.E, p.E);
+      }
+    }
+    std::memcpy(dk + (nkv * p.S + j0) * p.E, dk_acc, sizeof(A) * bk * p.E);
+    std::memcpy(dv + (nkv * p.S + j0) * p.Ev, dv_acc, sizeof(A) * bk * p.Ev);
+  };
+  if (kv_heads >= 2 * static_cast<int64_t>(get_num_threads())) {
+    std::fill(dq, dq + nq, A(0));
+    parallel_for(kv_heads, 1, [&](int64_t t0, int64_t t1) {
+      BackwardScratch<A> w(p);
+      for (int64_t nkv = t0; nkv < t1; ++nkv)
+        for (int64_t kb = 0; kb < key_blocks; ++kb) key_block(w, nkv, kb, dq);
+    });
+    return narrow_to(packed, q.dtype());
+  }
   // dK and dV by key blocks of each key/value head, over the query heads of its group.
   for_blocks(
-      p.batch * p.heads_kv, blocks_of(p.S, kKeyBlock), p.causal,
-      [&] { return BackwardScratch<A>(p); },
-      [&](BackwardScratch<A>& w, int64_t nkv, int64_t kb) {
-        const int64_t j0 = kb * kKeyBlock, bk = std::min(kKeyBlock, p.S - j0);
-        A* dk_acc = w.acc_a.data();
-        A* dv_acc = w.acc_b.data();
-        std::fill(dk_acc, dk_acc + bk * p.E, A(0));
-        std::fill(dv_acc, dv_acc + bk * p.Ev, A(0));
-        const int64_t n = nkv / p.heads_kv, kvh = nkv % p.heads_kv;
-        for (int64_t hh = 0; hh < p.group; ++hh) {
-          const int64_t nh = n * p.heads_q + kvh * p.group + hh;
-          for (int64_t i0 = p.first_query_block(j0) * kQueryBlock; i0 < p.L; i0 += kQueryBlock) {
-            const int64_t bq = std::min(kQueryBlock, p.L - i0);
-            block_gradients(p, g, nh, i0, bq, j0, bk, w);
-            const A* pd = p.drop.on ? w.pd.data() : w.s.data();
-            block_gemm(true, false, bk, p.Ev, bq, pd, bk, g.dout[nh] + i0 * g.dout.ld, g.dout.ld,
-                       A(1), dv_acc, p.Ev);
-            block_gemm(true, false, bk, p.E, bq, w.ds.data(), bk, p.q[nh] + i0 * p.q.ld, p.q.ld,
-                       A(1), dk_acc, p.E);
-          }
-        }
-        std::memcpy(dk + (nkv * p.S + j0) * p.E, dk_acc, sizeof(A) * bk * p.E);
-        std::memcpy(dv + (nkv * p.S + j0) * p.Ev, dv_acc, sizeof(A) * bk * p.Ev);
-      });
-  // dQ by query blocks.
+      kv_heads, key_blocks, p.causal, [&] { return BackwardScratch<A>(p); },
+      [&](BackwardScratch<A>& w, int64_t nkv, int64_t kb) { key_block(w, nkv, kb, nullptr); });
+  // dQ by query blocks, over the same key blocks as above.
   for_blocks(
-      heads, blocks_of(p.L, kQueryBlock), p.causal, [&] { return BackwardScratch<A>(p); },
+      heads, query_blocks, p.causal, [&] { return BackwardScratch<A>(p); },
       [&](BackwardScratch<A>& w, int64_t nh, int64_t qb) {
         const int64_t i0 = qb * kQueryBlock, bq = std::min(kQueryBlock, p.L - i0);
-        A* dq_acc = w.acc_a.data();
+        A* dq_acc = w.dq.data();
         std::fill(dq_acc, dq_acc + bq * p.E, A(0));
         const int64_t end = p.key_end(i0, bq);
         const A* km = p.k[p.kv_of(nh)];
         for (int64_t j0 = 0; j0 < end; j0 += kKeyBlock) {
-          const int64_t bk = std::min(kKeyBlock, end - j0);
+          const int64_t bk = std::min(kKeyBlock, p.S - j0);
           block_gradients(p, g, nh, i0, bq, j0, bk, w);
           block_gemm(false, false, bq, p.E, bk, w.ds.data(), bk, km + j0 * p.k.ld, p.k.ld, A(1),
                      dq_acc, p.E);
