@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "adjoint/nn.h"
 #include "support/expect.h"
 
 using namespace adjoint;
@@ -505,6 +506,42 @@ TEST(Attention, CompiledItIsOneNodeEachWay) {
   EXPECT_EQ(count("scaled_dot_product_attention_backward("), 1) << dump;
   EXPECT_EQ(count("softmax"), 0) << dump;
   EXPECT_EQ(count("matmul"), 0) << dump;
+}
+
+// grad of a vmapped call: the node is the logical op, whose forward was the batching rule (which
+// keeps no log-sum-exp), so its VJP recomputes that on the math path.
+TEST(Attention, GradientThroughVmap) {
+  const Tensor q = leaf(randn_t({3, 2, 20, 8}, 121)), k = leaf(randn_t({3, 2, 30, 8}, 122));
+  const Tensor v = leaf(randn_t({3, 2, 30, 4}, 123));
+  const Tensor w = randn_t({3, 2, 20, 4}, 124);
+  auto one = [](const std::vector<Tensor>& x) {
+    return scaled_dot_product_attention(x[0], x[1], x[2], {}, 0, true);
+  };
+  const Tensor y = vmap(one, {0, 0, 0}, {0})(std::vector<Tensor>{q, k, v});
+  const std::vector<Tensor> g = autograd::grad({(y * w).sum()}, {q, k, v});
+  // The leading dim is a batch dim of the op itself: the same function without vmap.
+  const Tensor want = one({q, k, v});
+  const std::vector<Tensor> gw = autograd::grad({(want * w).sum()}, {q, k, v});
+  EXPECT_LE(max_err(y, want), 1e-14);
+  for (int i = 0; i < 3; ++i) EXPECT_LE(max_err(g[i], gw[i]), 1e-13) << i;
+}
+
+TEST(Attention, TheModuleSwitchComputesTheSameAttention) {
+  Generator init(131);
+  nn::CausalSelfAttention attn(32, 4, 16, 0.0, &init);
+  const Tensor x = leaf(randn_t({2, 12, 32}, 132, DType::Float32));
+  const Tensor y_math = attn.forward(x);
+  const std::vector<Tensor> g_math = autograd::grad({y_math.square().sum()}, {x, attn.qkv->weight});
+  attn.fused = true;
+  const Tensor y_fused = attn.forward(x);
+  const std::vector<Tensor> g_fused =
+      autograd::grad({y_fused.square().sum()}, {x, attn.qkv->weight});
+  EXPECT_LE(max_err(y_fused, y_math),
+            32 * dtype_eps(DType::Float32) * std::max(max_abs(y_math), 1.0));
+  for (int i = 0; i < 2; ++i)
+    EXPECT_LE(max_err(g_fused[i], g_math[i]),
+              32 * dtype_eps(DType::Float32) * std::max(max_abs(g_math[i]), 1.0))
+        << i;
 }
 
 TEST(Attention, ArgumentErrors) {
