@@ -344,7 +344,8 @@ void scores(const Problem<A>& p, int64_t nh, int64_t i0, int64_t bq, int64_t j0,
 // and block count-1-b form one task: every task costs about the same, and the pool's fixed
 // contiguous chunks stay balanced. PyTorch's CPU kernel splits its backward over batch and heads
 // only, which leaves cores idle when B·H is small (gpt-long: 8 heads of 1024 rows); here that
-// case has B·H·(L / 64) tasks.
+// case has B·H·(L / 64) tasks. With at least two key/value heads per thread the backward runs
+// one pass per key/value head instead (Note [Attention backward passes]).
 template <class MakeScratch, class F>
 void for_blocks(int64_t matrices, int64_t blocks, bool balanced, MakeScratch make, F fn) {
   if (matrices == 0 || blocks == 0) return;
@@ -614,8 +615,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
                                    const AttentionSpec& spec) {
   check_shapes(q, k, v, mask);
   if (q.dtype() == DType::Float64) return forward_impl<double>(q, k, v, mask, seed, spec);
-  AttentionForward r = forward_impl<float>(q, k, v, mask, seed, spec);
-  return r;
+  return forward_impl<float>(q, k, v, mask, seed, spec);  // float32, and 16-bit widened
 }
 
 Tensor attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
