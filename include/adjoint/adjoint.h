@@ -3,6 +3,7 @@
 
 #include "adjoint/allocator.h"
 #include "adjoint/anomaly.h"
+#include "adjoint/attention_ops.h"
 #include "adjoint/autocast.h"
 #include "adjoint/autograd.h"
 #include "adjoint/checkpoint.h"

@@ -5,6 +5,7 @@
 namespace adjoint::detail {
 
 void link_ops_activation();
+void link_ops_attention();
 void link_ops_batch_norm();
 void link_ops_binary();
 void link_ops_conversion();
@@ -32,6 +33,7 @@ void link_ops_transform_support();
 
 inline void link_every_ops_file() {
   link_ops_activation();
+  link_ops_attention();
   link_ops_batch_norm();
   link_ops_binary();
   link_ops_conversion();

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "adjoint/attention_ops.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 
@@ -62,6 +63,13 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor k = project(1, 1);
   Tensor v = project(2, 1);
 
+  if (fused) {
+    // The scale is already in q: scale 1.
+    const double p = is_training() ? attn_drop->p() : 0.0;
+    Tensor y = scaled_dot_product_attention(q, k, v, {}, p, true, 1.0, false,
+                                            p > 0 ? &attn_drop->generator() : nullptr);
+    return (*resid_drop)((*proj)(y.transpose(1, 2).reshape({B, T, d_})));
+  }
   Tensor scores = matmul(q, k.transpose(-2, -1));  // [B, H, T, T]
   const Tensor m = T == context_ ? mask : mask.slice(0, 0, T).slice(1, 0, T);
   // softmax(masked_fill(scores, mask, -inf)) in one op: no -inf pass over the scores and no

@@ -1,5 +1,5 @@
 // nn::CausalSelfAttention: multi-head self-attention with a causal mask, written as plain
-// matmul / mask / softmax / matmul (no fused kernel), as in GPT-2.
+// matmul / mask / softmax / matmul, as in GPT-2, or (opt-in) on the fused kernel.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,11 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Dropout> attn_drop;
   std::shared_ptr<Dropout> resid_drop;
   Tensor mask;  ///< [context, context] bool, true above the diagonal (the future)
+  /// Opt-in: softmax and the products run as one scaled_dot_product_attention op (is_causal;
+  /// attn_drop's p while training, drawn by that op from attn_drop's generator, so the same
+  /// distribution but not the same elements as Dropout's), which keeps no [B, H, T, T] tensor
+  /// for backward. Off by default; docs/attention.md has the measurements.
+  bool fused = false;
 
  private:
   int64_t d_, heads_, context_;
