@@ -3,7 +3,7 @@
 // interpolate, pixel_shuffle and pixel_unshuffle, and unfold/fold (im2col). Inputs are batched
 // [N, C, *spatial] or unbatched [C, *spatial]; integer inputs are converted to the default float
 // dtype. Every op is differentiable to any order, batches under vmap and traces under compile.
-// See docs/vision-pooling.md.
+// See docs/vision.md, "Pooling and resampling".
 #pragma once
 
 #include <cstdint>
