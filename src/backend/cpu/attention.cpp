@@ -20,14 +20,10 @@
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/simd_math.h"
+#include "backend/cpu/single_threaded_blas.h"
 #include "backend/kernels.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
-
-extern "C" {
-void openblas_set_num_threads(int);
-int openblas_get_num_threads(void);
-}
 
 namespace adjoint::kernels {
 namespace {
@@ -48,23 +44,6 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 // backward's P is exp(-inf) = 0 there), as PyTorch's kernels and its math path's _safe_softmax
 // do since 2.5. A NaN score makes m NaN and the whole row NaN, as in the math path.
 constexpr int64_t kQueryBlock = 64, kKeyBlock = 64;
-
-// Sets OpenBLAS to one thread for its lifetime: every block product runs on the pool thread
-// that owns the block (Note [Gemm threading] in gemm.cpp).
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() : prev_(openblas_get_num_threads()) {
-    if (prev_ != 1) openblas_set_num_threads(1);
-  }
-  ~SingleThreadedBlas() {
-    if (prev_ != 1) openblas_set_num_threads(prev_);
-  }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int prev_;
-};
 
 // C = op(A) op(B) + beta C on the calling thread, row-major (as sgemm in sgemm.h).
 template <class A>

@@ -16,16 +16,12 @@
 #include "backend/cpu/gemm_packed16.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/single_threaded_blas.h"
 #include "backend/cpu/wrapping.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
-
-extern "C" {
-void openblas_set_num_threads(int);
-int openblas_get_num_threads(void);
-}
 
 namespace adjoint::kernels {
 namespace {
@@ -68,22 +64,6 @@ constexpr double kSplitFlops = 2.0 * 64 * 64 * 64;  // below this one thread is 
 // sgemm's beta = 1 overlaps with its arithmetic. Each element is still one sgemm over the whole
 // k, so the bits are those of the whole product.
 constexpr int64_t kTileRows = 256, kTileCols = 1024;  // at most 1 MiB of float32
-
-// Sets OpenBLAS to one thread for its lifetime (cheap: OpenBLAS only stores the number).
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() : prev_(openblas_get_num_threads()) {
-    if (prev_ != 1) openblas_set_num_threads(1);
-  }
-  ~SingleThreadedBlas() {
-    if (prev_ != 1) openblas_set_num_threads(prev_);
-  }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int prev_;
-};
 
 template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
