@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "adjoint/device.h"
+
 namespace adjoint {
 
 struct MemoryStats {
@@ -18,6 +20,10 @@ struct MemoryStats {
 MemoryStats memory_stats();
 /// Sets peak_bytes to current_bytes.
 void reset_peak_memory_stats();
+/// The statistics of one device: the CPU allocator's, or the bytes meta tensors would take
+/// (counted in the CPU allocator's size classes; nothing is cached, nothing allocated).
+MemoryStats memory_stats(Device device);
+void reset_peak_memory_stats(Device device);
 /// Returns every cached block to the system.
 void empty_cache();
 
@@ -28,6 +34,9 @@ void* allocate(std::size_t nbytes);
 void deallocate(void* ptr, std::size_t nbytes);
 /// The bytes a request of nbytes takes (its size class): what MemoryStats counts for it.
 std::size_t block_bytes(std::size_t nbytes);
+/// The meta device's bookkeeping of a storage of nbytes made and dropped.
+void count_meta_allocation(std::size_t nbytes);
+void count_meta_deallocation(std::size_t nbytes);
 }  // namespace detail
 
 }  // namespace adjoint

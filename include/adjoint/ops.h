@@ -43,6 +43,8 @@ Tensor tensor(std::initializer_list<double> data, const Shape& shape, TensorOpti
 
 // ---- conversion and copies ----
 Tensor to(const Tensor& x, DType dtype);
+/// x on `device` (itself when there already); see Tensor::to(Device).
+Tensor to(const Tensor& x, Device device);
 Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);
 

@@ -7,12 +7,18 @@
 #include <cstdint>
 #include <memory>
 
+#include "adjoint/device.h"
+
 namespace adjoint {
 
 class StorageImpl {
  public:
   /// Takes `nbytes` from the caching allocator.
   explicit StorageImpl(std::size_t nbytes);
+  /// `nbytes` on `device`: the CPU allocator's memory, or on meta no memory at all (data() is
+  /// null and the meta device's statistics count the bytes). Other devices are not built: an
+  /// error naming the device.
+  StorageImpl(std::size_t nbytes, Device device);
   /// Wraps memory owned elsewhere; `release` is called with `data` when the storage dies.
   StorageImpl(void* data, std::size_t nbytes, void (*release)(void* ctx, void* data), void* ctx);
   ~StorageImpl();
@@ -21,6 +27,7 @@ class StorageImpl {
 
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
@@ -28,6 +35,7 @@ class StorageImpl {
   void* data_;
   std::size_t nbytes_;
   uint64_t version_ = 0;
+  Device device_ = kCPU;
   void (*release_)(void*, void*) = nullptr;
   void* release_ctx_ = nullptr;
 };

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "adjoint/device.h"
 #include "adjoint/dtype.h"
 #include "adjoint/scalar.h"
 #include "adjoint/shape.h"
@@ -25,13 +26,23 @@ class Tensor;
 
 /// Options for factories, libtorch style:
 ///   zeros({2, 3}, TensorOptions().dtype(DType::Float64).requires_grad(true))
-/// A DType converts implicitly: zeros({2}, DType::Int64).
+/// A DType or a Device converts implicitly: zeros({2}, DType::Int64), zeros({2}, kMeta).
+/// Without a device, a factory uses default_device() (cpu unless a DeviceGuard lives).
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}  // NOLINT: implicit on purpose
+  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit on purpose
+  TensorOptions(Device d) : device_(d) {}  // NOLINT: implicit on purpose
   DType dtype() const { return dtype_; }
   bool requires_grad() const { return requires_grad_; }
+  /// The device asked for, or default_device() when none was.
+  Device device() const { return device_ ? *device_ : default_device(); }
+  bool has_device() const { return device_.has_value(); }
+  TensorOptions device(Device d) const {
+    TensorOptions o = *this;
+    o.device_ = d;
+    return o;
+  }
   TensorOptions dtype(DType d) const {
     TensorOptions o = *this;
     o.dtype_ = d;
@@ -46,6 +57,7 @@ class TensorOptions {
  private:
   DType dtype_ = kDefaultFloat;
   bool requires_grad_ = false;
+  std::optional<Device> device_;
 };
 
 /// Removes a hook when asked (remove()); dropping the handle keeps the hook.
@@ -82,6 +94,9 @@ class Tensor {
   int64_t size(int64_t dim) const;
   int64_t numel() const;
   DType dtype() const;
+  /// Where the storage lives (cpu, meta).
+  Device device() const;
+  bool is_meta() const { return device().is_meta(); }
   int64_t storage_offset() const;
   bool is_contiguous() const;
   bool is_floating_point() const { return is_floating(dtype()); }
@@ -142,6 +157,13 @@ class Tensor {
 
   // ---- conversions and copies ----
   Tensor to(DType dtype) const;
+  /// The tensor on `device` (itself when it is there already), differentiable like a copy.
+  /// To meta: the shape, dtype and strides without the values. From meta: an error (there is
+  /// nothing to copy); to_empty gives uninitialised memory instead.
+  Tensor to(Device device) const;
+  /// A tensor of this shape and dtype on `device` with uninitialised values and no history
+  /// (how meta modules are materialised, libtorch's empty_like(x, device)).
+  Tensor to_empty(Device device) const;
   Tensor contiguous() const;
   Tensor clone() const;
 

@@ -51,6 +51,9 @@ struct BatchedValue;
 AutogradMeta* new_autograd_meta();
 void delete_autograd_meta(AutogradMeta* m);
 [[noreturn]] void throw_batched_data_access(const TensorImpl& t);
+/// Throws when t has no data because it lives on the meta device; returns otherwise (a
+/// CPU storage wrapping no memory).
+void check_has_data(const TensorImpl& t);
 struct AutogradMetaDeleter {
   void operator()(AutogradMeta* m) const { delete_autograd_meta(m); }
 };
@@ -92,7 +95,10 @@ struct TensorImpl {
   void* data() const {
     if (batched) [[unlikely]]
       detail::throw_batched_data_access(*this);
-    return static_cast<char*>(storage->data()) + offset * static_cast<int64_t>(itemsize(dtype));
+    char* base = static_cast<char*>(storage->data());
+    if (!base) [[unlikely]]  // a meta tensor (no bytes), or wrapped memory of none
+      detail::check_has_data(*this);
+    return base + offset * static_cast<int64_t>(itemsize(dtype));
   }
   /// Recomputes numel and the contiguity flag after shape or strides change.
   void refresh();

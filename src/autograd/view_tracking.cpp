@@ -133,8 +133,8 @@ struct BaseView {
   // summed where elements share memory (an expanded view)
   Tensor vjp(const Ctx& c, const Tensor& gy) const {
     const Shape& base_shape = c.input_shape(0);
-    return index_add(zeros({base_shape.numel()}, gy.dtype()), 0, index.reshape({-1}),
-                     gy.reshape({-1}))
+    return index_add(zeros({base_shape.numel()}, TensorOptions(gy.dtype()).device(gy.device())), 0,
+                     index.reshape({-1}), gy.reshape({-1}))
         .reshape(base_shape);
   }
   Tensor jvp(const Ctx&, const Tensor& tb) const {

@@ -29,22 +29,9 @@ struct AttentionForward {
   Tensor out;  ///< [*b, Hq, L, Ev], q's dtype
   Tensor lse;  ///< [*b, Hq, L]: log-sum-exp of each row of scores; float32 (float64 for float64)
 };
-/// softmax(scale q kᵀ + bias) v with the dropout of `seed` on the probabilities. A row whose
-/// every key is masked gives 0 (and log-sum-exp 0), as PyTorch's kernels since 2.5.
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& mask, const Tensor& seed,
-                                   const AttentionSpec& spec);
 
-/// The gradients of attention_forward with respect to q, k and v for the output's gradient
-/// `dout`, given the forward's output and log-sum-exp, packed into one contiguous 1-d tensor of
-/// q's dtype: dq's elements ([*b, Hq, L, E]), then dk's, then dv's, each contiguous.
-Tensor attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& mask,
-                          const Tensor& seed, const AttentionSpec& spec);
-
-/// The multipliers the kernels apply to the probabilities for dropout p with `seed`: for the
-/// scores shape [*b, Hq, L, S], 1 / (1 - p) where an element is kept and 0 where it is dropped,
-/// in `dtype` (for the math path, which must drop what the kernels drop).
-Tensor attention_dropout_scale(const Tensor& seed, const Shape& scores, double p, DType dtype);
+// This family's kernels, declared once for the callers here and for each device's
+// implementation (Note [The kernel table] in backend/device_kernels.h).
+#include "backend/kernel_lists/attention.inc"
 
 }  // namespace adjoint::kernels

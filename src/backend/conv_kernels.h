@@ -35,20 +35,11 @@ enum class ConvPath { Auto, Reference, OneDnn };
 /// for it; never without oneDNN).
 bool conv_onednn_supports(DType dtype);
 
-/// y[n, o, *] = bias[o] + Σ_{c in o's group, k} x[n, c, * s - pl + k d] w[o, c', k]:
-/// x [N, C, *in], w [O, C / groups, *k], bias [O] or undefined, all one floating dtype;
-/// y [N, O, *out]. 16-bit inputs accumulate in float32.
-Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
-                    ConvPath path = ConvPath::Auto);
-/// The adjoint of conv_forward in x: gx [N, C, *in] (`input_shape`) from gy [N, O, *out] and w.
-/// Also the transposed convolution's forward.
-Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g,
-                          const Shape& input_shape, ConvPath path = ConvPath::Auto);
-/// The adjoint of conv_forward in w: gw [O, C / groups, *k] (`weight_shape`) from x and gy.
-Tensor conv_backward_weight(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
-                            const Shape& weight_shape, ConvPath path = ConvPath::Auto);
-
 /// The name of the path Auto takes for `dtype` ("onednn:<isa>" or "reference"), for reports.
 const char* conv_path_name(DType dtype);
+
+// This family's kernels, declared once for the callers here and for each device's
+// implementation (Note [The kernel table] in backend/device_kernels.h).
+#include "backend/kernel_lists/conv.inc"
 
 }  // namespace adjoint::kernels

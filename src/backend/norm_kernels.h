@@ -13,35 +13,20 @@
 
 namespace adjoint::kernels {
 
-/// Per-channel mean and variance of float x [N, C, *], packed [2, C]: row 0 the mean, row 1
-/// sum((x - mean)^2) / (M - correction) with M = x.numel() / C (correction 0: biased, 1:
-/// Bessel's). A channel of no elements has NaN statistics (0 / 0), as mean() and var() give.
-Tensor batch_norm_moments(const Tensor& x, int64_t correction);
-
 struct BatchNormForward {
   Tensor y;     ///< x's shape: (x - mean) * rstd * weight + bias, per channel
   Tensor mean;  ///< [C]: the batch mean
   Tensor rstd;  ///< [C]: 1 / sqrt(biased batch variance + eps)
 };
-/// Batch norm of float x [N, C, *] with its own batch statistics; weight and bias are undefined
-/// or [C], with x's dtype.
-BatchNormForward batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-
-/// The input gradient of batch norm given mean and rstd ([C], as batch_norm returns them, or
-/// any tensors of that shape): with x̂ = (x - mean) rstd and g = gy weight (gy without weight),
-/// rstd (g - mean(g) - x̂ mean(g x̂)), means per channel over every dim but 1. gy has x's shape;
-/// all share x's dtype.
-Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
-                           const Tensor& mean, const Tensor& rstd);
 
 struct GroupNormForward {
   Tensor y;     ///< x's shape: (x - mean) * rstd * weight + bias, statistics per (example, group)
   Tensor mean;  ///< [N, G]
   Tensor rstd;  ///< [N, G]: 1 / sqrt(biased variance + eps)
 };
-/// Group norm of float x [N, C, *] over `groups` groups of C / groups channels (and every
-/// spatial position) per example; weight and bias are undefined or [C], with x's dtype.
-GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
-                            const Tensor& bias, double eps);
+
+// This family's kernels, declared once for the callers here and for each device's
+// implementation (Note [The kernel table] in backend/device_kernels.h).
+#include "backend/kernel_lists/norm.inc"
 
 }  // namespace adjoint::kernels

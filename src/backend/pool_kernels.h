@@ -38,35 +38,15 @@ struct PoolWindows {
   }
 };
 
-/// For floating x [..., H, W]: int64 [..., OH, OW], the flat index h * W + w of each window's
-/// maximum, the first in row-major order among ties, and NaN wins over any number (the last
-/// NaN), as PyTorch's max pooling.
-Tensor max_pool_indices(const Tensor& x, const PoolWindows& win);
-/// For floating x [..., H, W]: [..., OH, OW], each window's sum (row-major order) divided by
-/// win.divisor(oh, ow).
-Tensor avg_pool(const Tensor& x, const PoolWindows& win);
-/// The transpose of avg_pool: g [..., OH, OW] to [..., H, W], each g / divisor added to its
-/// window's elements (outputs in row-major order).
-Tensor avg_pool_backward(const Tensor& g, const PoolWindows& win);
-
-/// x [..., S...] and int64 index [..., O...] with the same leading dims (`spatial` trailing
-/// dims each): out[p, k] = x[p, index[p, k]] with each plane flattened. Indices are checked
-/// against the plane's size; errors name `op`.
-Tensor pool_gather(const Tensor& x, const Tensor& index, int64_t spatial, const char* op);
-/// The transpose of pool_gather: g [..., O...] added into zeros [..., plane] at index, the
-/// plane being the trailing `plane` shape (outputs in row-major order within each plane).
-Tensor pool_scatter(const Tensor& g, const Tensor& index, const Shape& plane, const char* op);
-
 /// The geometry of im2col: kernel, stride, padding and dilation, each (h, w).
 struct Im2ColGeometry {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t out_h(int64_t h) const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
-/// x [N, C, H, W] to [N, C * kh * kw, OH * OW]: column (oh, ow), row (c, i, j) holds
-/// x[n, c, oh * sh - ph + i * dh, ow * sw - pw + j * dw], 0 outside the input.
-Tensor im2col(const Tensor& x, const Im2ColGeometry& g);
-/// The transpose of im2col: cols [N, C * kh * kw, OH * OW] summed into [N, C, H, W].
-Tensor col2im(const Tensor& cols, const Im2ColGeometry& g, int64_t h, int64_t w);
+
+// This family's kernels, declared once for the callers here and for each device's
+// implementation (Note [The kernel table] in backend/device_kernels.h).
+#include "backend/kernel_lists/pool.inc"
 
 }  // namespace adjoint::kernels

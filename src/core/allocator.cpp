@@ -61,6 +61,18 @@ Cache& cache() {
   return *c;
 }
 
+// The meta device's bytes: counted as the CPU allocator would count them (its size classes),
+// and never allocated, so that a memory plan made on meta reads like a CPU run's statistics.
+struct MetaCounter {
+  SpinLock mu;
+  MemoryStats stats;
+};
+
+MetaCounter& meta_counter() {
+  static MetaCounter* c = new MetaCounter();  // never destroyed, as the cache
+  return *c;
+}
+
 }  // namespace
 
 namespace detail {
@@ -110,7 +122,42 @@ void deallocate(void* ptr, std::size_t nbytes) {
   c.list(cls).push_back(ptr);
 }
 
+void count_meta_allocation(std::size_t nbytes) {
+  const std::size_t cls = size_class(nbytes);
+  MetaCounter& c = meta_counter();
+  std::lock_guard lock(c.mu);
+  c.stats.allocations++;
+  c.stats.current_bytes += cls;
+  c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.current_bytes);
+}
+
+void count_meta_deallocation(std::size_t nbytes) {
+  const std::size_t cls = size_class(nbytes);
+  MetaCounter& c = meta_counter();
+  std::lock_guard lock(c.mu);
+  c.stats.current_bytes -= cls;
+}
+
 }  // namespace detail
+
+MemoryStats memory_stats(Device device) {
+  if (device.is_meta()) {
+    MetaCounter& c = meta_counter();
+    std::lock_guard lock(c.mu);
+    return c.stats;
+  }
+  return memory_stats();
+}
+
+void reset_peak_memory_stats(Device device) {
+  if (device.is_meta()) {
+    MetaCounter& c = meta_counter();
+    std::lock_guard lock(c.mu);
+    c.stats.peak_bytes = c.stats.current_bytes;
+    return;
+  }
+  reset_peak_memory_stats();
+}
 
 MemoryStats memory_stats() {
   Cache& c = cache();

@@ -2,12 +2,28 @@
 #include "adjoint/storage.h"
 
 #include "adjoint/allocator.h"
+#include "adjoint/error.h"
 #include "core/op_tracer.h"
 
 namespace adjoint {
 
 StorageImpl::StorageImpl(std::size_t nbytes) : data_(detail::allocate(nbytes)), nbytes_(nbytes) {
   if (detail::tls_op_tracer) [[unlikely]]  // while compile traces, paused or not
+    detail::tls_op_tracer->storage_made(this);
+}
+
+StorageImpl::StorageImpl(std::size_t nbytes, Device device)
+    : data_(nullptr), nbytes_(nbytes), device_(device) {
+  if (device.is_cpu()) {
+    data_ = detail::allocate(nbytes);
+  } else if (device.is_meta()) {
+    detail::count_meta_allocation(nbytes);
+  } else {
+    throw Error(ErrorKind::Device, "storage",
+                detail::str("this build of adjoint has no ", device,
+                            " backend (built: cpu, meta); docs/devices.md says what one adds"));
+  }
+  if (detail::tls_op_tracer) [[unlikely]]
     detail::tls_op_tracer->storage_made(this);
 }
 
@@ -20,6 +36,8 @@ StorageImpl::StorageImpl(void* data, std::size_t nbytes, void (*release)(void*, 
 StorageImpl::~StorageImpl() {
   if (release_) {
     release_(release_ctx_, data_);
+  } else if (device_.is_meta()) {
+    detail::count_meta_deallocation(nbytes_);
   } else {
     detail::deallocate(data_, nbytes_);
   }

@@ -48,6 +48,16 @@ Tensor make_empty(const Shape& shape, DType dtype) {
   return Tensor(std::move(impl));
 }
 
+Tensor make_empty(const Shape& shape, DType dtype, Device device) {
+  if (device.is_cpu()) return make_empty(shape, dtype);
+  // Another device's storage: meta takes no memory; one this build lacks is an error there.
+  auto impl = detail::make_pooled<TensorImpl>(nullptr, shape, dtype);
+  impl->storage = detail::make_pooled<StorageImpl>(
+      static_cast<std::size_t>(impl->numel) * itemsize(dtype), device);
+  impl->inference = tls_mode.inference;
+  return Tensor(std::move(impl));
+}
+
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = detail::make_pooled<TensorImpl>(base.impl()->storage, std::move(shape),
                                               std::move(strides), offset, base.dtype());

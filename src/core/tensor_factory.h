@@ -11,6 +11,12 @@ namespace adjoint {
 /// Uninitialised contiguous tensor. A shape too large to describe is a Value error and memory
 /// the allocator cannot give an OutOfMemory error, both naming the current op (op_scope.h).
 Tensor make_empty(const Shape& shape, DType dtype);
+/// The same on `device`: on meta, a tensor with no memory (docs/devices.md).
+Tensor make_empty(const Shape& shape, DType dtype, Device device);
+/// An uninitialised contiguous tensor like t: its shape, dtype and device.
+inline Tensor make_empty_like(const Tensor& t) {
+  return make_empty(t.shape(), t.dtype(), t.device());
+}
 /// A tensor sharing `base`'s storage with new shape, strides (elements) and offset.
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
 

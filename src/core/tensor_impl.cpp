@@ -28,6 +28,19 @@ namespace detail {
 // expand, view, a broadcast of two expanded tensors, ...). The fast path is one loop and one
 // branch; the error names the current op (see Note [Current op]).
 namespace {
+// The error names the current op, else `fallback` (item, to_vector, data).
+void check_has_data_named(const TensorImpl& t, const char* fallback) {
+  if (!t.storage->device().is_meta()) return;
+  throw Error(ErrorKind::Device, current_op(fallback),
+              str("a tensor on the meta device has no data (shape ", t.shape, ", ", t.dtype,
+                  "): its values cannot be read or written; move the computation to a device "
+                  "with memory (to_empty(kCPU), or build it there)"));
+}
+}  // namespace
+
+void check_has_data(const TensorImpl& t) { check_has_data_named(t, "data"); }
+
+namespace {
 constexpr int64_t kMaxInt64 = INT64_MAX;
 
 [[noreturn]] void throw_bad_size(const Shape& shape, DType dtype, const char* fallback) {
@@ -155,6 +168,7 @@ uint64_t Tensor::version() const { return checked(*this, "version").storage->ver
 bool Tensor::shares_storage(const Tensor& o) const {
   return defined() && o.defined() && impl_->storage == o.impl_->storage;
 }
+Device Tensor::device() const { return checked(*this, "device").storage->device(); }
 void* Tensor::raw_data() const { return checked(*this, "data_ptr").data(); }
 
 template <class T>
@@ -198,6 +212,7 @@ template <class T>
 T Tensor::item() const {
   const TensorImpl& t = checked(*this, "item");
   if (t.batched) detail::throw_batched_data_access(t);
+  detail::check_has_data_named(t, "item");
   detail::check_traceable("item", kReadsValues);
   ADJOINT_CHECK(t.numel == 1, Value, "item", "a tensor with ", t.numel,
                 " elements cannot be converted to a scalar (shape ", t.shape, ")");
@@ -208,6 +223,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   const TensorImpl& t = checked(*this, "to_vector");
   if (t.batched) detail::throw_batched_data_access(t);
+  detail::check_has_data_named(t, "to_vector");
   detail::check_traceable("to_vector", kReadsValues);
   std::vector<T> out;
   // A huge expanded tensor has few elements in memory but numel of them to copy out.
@@ -253,6 +269,8 @@ ADJOINT_INSTANTIATE(BFloat16)
 
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "undefined tensor";
+  const Device d = t.impl()->storage ? t.impl()->storage->device() : kCPU;
+  if (!d.is_cpu()) return detail::str(t.shape(), " (", t.dtype(), ", ", d, ")");
   return detail::str(t.shape(), " (", t.dtype(), ")");
 }
 

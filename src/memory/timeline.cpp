@@ -33,7 +33,9 @@ MemoryEvent sample(std::string op, MemoryPhase phase, bool take_window) {
   e.phase = phase;
   e.saved_bytes = saved.current_bytes;
   e.saved_peak_bytes = take_window ? detail::take_saved_window_peak() : saved.current_bytes;
-  e.storage_bytes = memory_stats().current_bytes;
+  // All storage: the CPU allocator's and what meta tensors would take (a run on meta is a
+  // plan of a CPU run's memory; docs/devices.md).
+  e.storage_bytes = memory_stats().current_bytes + memory_stats(kMeta).current_bytes;
   return e;
 }
 

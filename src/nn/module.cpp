@@ -30,6 +30,18 @@ void convert_in_place(const Tensor& t, DType dtype) {
   t.set_data(converted);
 }
 
+// The same tensor (handle and autograd identity) on another device; see convert_in_place.
+// `empty`: uninitialised memory there instead of a copy (materialising a meta module).
+void move_in_place(const Tensor& t, Device device, bool empty) {
+  if (!t.defined() || t.device() == device) return;
+  Tensor moved;
+  {
+    NoGradGuard no_grad;
+    moved = empty ? t.to_empty(device) : t.detach().to(device);
+  }
+  t.set_data(moved);
+}
+
 std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
@@ -248,6 +260,18 @@ Module& Module::to(DType dtype) {
                 "to() converts parameters and buffers to a floating dtype, got ", dtype);
   for (const Tensor& p : parameters()) convert_in_place(p, dtype);
   for (const Tensor& b : buffers()) convert_in_place(b, dtype);
+  return *this;
+}
+
+Module& Module::to(Device device) {
+  for (const Tensor& p : parameters()) move_in_place(p, device, false);
+  for (const Tensor& b : buffers()) move_in_place(b, device, false);
+  return *this;
+}
+
+Module& Module::to_empty(Device device) {
+  for (const Tensor& p : parameters()) move_in_place(p, device, true);
+  for (const Tensor& b : buffers()) move_in_place(b, device, true);
   return *this;
 }
 

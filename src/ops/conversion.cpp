@@ -1,8 +1,11 @@
 // Conversions and copies: to(dtype), clone, contiguous; and the broadcasting pair
 // expand / sum_to, which are each other's VJP.
 #include "adjoint/error.h"
+#include "adjoint/grad_mode.h"
+#include "adjoint/tensor_impl.h"
 #include "core/op_fields.h"
 #include "core/op_scope.h"
+#include "core/op_tracer.h"
 #include "ops/common.h"
 
 namespace adjoint {
@@ -136,6 +139,23 @@ Tensor to(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   return apply(ToDtype{dtype}, x);
 }
+// Moving between devices is not an op of the stack yet: with cpu and meta the only devices, a
+// gradient could only cross from meta, which has no values to carry, and no test could check
+// one. So a tensor that would record is refused by name, not silently cut from its graph; the
+// differentiable copy comes with a second device that has memory (docs/devices.md).
+Tensor to(const Tensor& x, Device device) {
+  if (x.device() == device) return x;
+  detail::OpScope scope("to");
+  ADJOINT_CHECK(!(x.requires_grad() && is_grad_enabled()), Autograd, "to",
+                "moving a tensor that requires grad (", describe(x), ") from ", x.device(), " to ",
+                device,
+                " is not differentiable in this version; detach() it first, or build "
+                "the module on the device (DeviceGuard)");
+  ADJOINT_CHECK(!x.impl()->batched, NotImplemented, "to",
+                "moving a tensor between devices inside vmap is not supported (", describe(x), ")");
+  detail::check_traceable("to", "it moves a tensor between devices");
+  return kernels::to_device(x, device);
+}
 Tensor clone(const Tensor& x) { return apply(Clone{}, x); }
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
@@ -154,6 +174,11 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor Tensor::to(DType dtype) const { return adjoint::to(*this, dtype); }
+Tensor Tensor::to(Device device) const { return adjoint::to(*this, device); }
+Tensor Tensor::to_empty(Device device) const {
+  detail::OpScope scope("to_empty");
+  return make_empty(shape(), dtype(), device);
+}
 Tensor Tensor::clone() const { return adjoint::clone(*this); }
 Tensor Tensor::contiguous() const { return adjoint::contiguous(*this); }
 Tensor Tensor::expand(const Shape& shape) const { return adjoint::expand(*this, shape); }

@@ -37,6 +37,11 @@ Tensor finish(Tensor t, const TensorOptions& o) {
   return finish(std::move(t), o, [] { return detail::ExternalExport{}; });
 }
 Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
+// Zeroes a fresh tensor: memset on memory, nothing on a device without it.
+void clear(const Tensor& t) {
+  if (t.is_meta()) return;
+  if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
+}
 
 // Recipes of the factories compile's dynamic sizes can make at other sizes (a filled tensor
 // of the batch's shape, arange(T)): the factory and its arguments, read by
@@ -61,7 +66,7 @@ detail::ExternalExport full_recipe(const Shape& shape, Scalar value, const Tenso
 
 // full() under the caller's OpScope.
 Tensor filled(const Shape& shape, Scalar value, const TensorOptions& o) {
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(shape, o.dtype(), o.device());
   kernels::fill(t, value);
   return finish(std::move(t), o, [&] { return full_recipe(shape, value, o); });
 }
@@ -120,7 +125,7 @@ Tensor constant_from_recipe(const FieldList& fields) {
 
 Tensor empty(const Shape& shape, TensorOptions o) {
   OpScope scope("empty");
-  return finish(make_empty(shape, o.dtype()), o);
+  return finish(make_empty(shape, o.dtype(), o.device()), o);
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
@@ -130,8 +135,8 @@ Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
 
 Tensor zeros(const Shape& shape, TensorOptions o) {
   OpScope scope("zeros");
-  Tensor t = make_empty(shape, o.dtype());
-  if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
+  Tensor t = make_empty(shape, o.dtype(), o.device());
+  clear(t);
   return finish(std::move(t), o, [&] { return full_recipe(shape, 0, o); });
 }
 
@@ -143,10 +148,14 @@ Tensor scalar_tensor(Scalar value, TensorOptions o) {
   OpScope scope("scalar_tensor");
   return filled(Shape{}, value, o);
 }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
+namespace {
+// The *_like factories make their tensor on t's device, as PyTorch's do.
+TensorOptions like(const Tensor& t) { return TensorOptions(t.dtype()).device(t.device()); }
+}  // namespace
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), like(t)); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), like(t)); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, like(t)); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), like(t)); }
 
 Tensor arange(int64_t end, TensorOptions o) { return arange(0, static_cast<double>(end), 1, o); }
 
@@ -167,7 +176,7 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
                   "the values of [", start, ", ", end, ") with step ", step,
                   " do not fit in an int64 tensor");
   }
-  Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype());
+  Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype(), o.device());
   kernels::arange(t, start, step);
   return finish(std::move(t), o, [&] { return recipe(Recipe::Arange, o, start, end, step); });
 }
@@ -177,10 +186,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   ADJOINT_CHECK(steps >= 0, Value, "linspace", "number of steps must be non-negative, got ", steps);
   ADJOINT_CHECK(is_floating(o.dtype()), DType, "linspace", "expected a floating dtype, got ",
                 o.dtype());
-  Tensor t = make_empty({steps}, o.dtype());
+  Tensor t = make_empty({steps}, o.dtype(), o.device());
   double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   kernels::arange(t, start, step);
-  if (steps > 1) {  // hit `end` exactly, as torch.linspace does
+  if (steps > 1 && !t.is_meta()) {  // hit `end` exactly, as torch.linspace does
     dispatch_floating(o.dtype(), "linspace", [&]<class T>() {
       t.data_ptr<T>()[steps - 1] = static_cast<T>(static_cast<opmath_t<T>>(end));
     });
@@ -193,8 +202,8 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
   int64_t cols = m.value_or(n);
   ADJOINT_CHECK(n >= 0 && cols >= 0, Value, "eye", "sizes must be non-negative, got ", n, " x ",
                 cols);
-  Tensor t = make_empty({n, cols}, o.dtype());
-  if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
+  Tensor t = make_empty({n, cols}, o.dtype(), o.device());
+  clear(t);
   for (int64_t i = 0; i < std::min(n, cols); ++i) {
     Tensor d = make_view(t, {}, {}, i * cols + i);
     kernels::fill(d, 1);
@@ -276,7 +285,7 @@ Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
     return trace_draw(
         "rand", [=](std::span<const Tensor>) { return rand(shape, o, gen); }, gen, Draw::Rand,
         shape, o);
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(shape, o.dtype(), o.device());
   kernels::uniform(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
@@ -289,7 +298,7 @@ Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
     return trace_draw(
         "randn", [=](std::span<const Tensor>) { return randn(shape, o, gen); }, gen, Draw::Randn,
         shape, o);
-  Tensor t = make_empty(shape, o.dtype());
+  Tensor t = make_empty(shape, o.dtype(), o.device());
   kernels::normal(t, 0, 1, gen_or_default(gen));
   return finish(std::move(t), o);
 }
@@ -304,7 +313,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
         "randint", [=](std::span<const Tensor>) { return randint(low, high, shape, gen); }, gen,
         Draw::Randint, shape, TensorOptions(DType::Int64), low, high);
   OpScope scope("randint");
-  Tensor t = make_empty(shape, DType::Int64);
+  Tensor t = make_empty(shape, DType::Int64, default_device());
   kernels::randint(t, low, high, gen_or_default(gen));
   return t;
 }
@@ -327,6 +336,8 @@ Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape, TensorOpti
   }
   Tensor t = src;
   if (o.dtype() != dtype_of_v<T>) t = kernels::cast(src, o.dtype());
+  // Data given to a device without memory keeps its shape and dtype only, as PyTorch's meta.
+  if (!o.device().is_cpu()) t = make_empty(t.shape(), t.dtype(), o.device());
   return finish(std::move(t), o);
 }
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, TensorOptions);

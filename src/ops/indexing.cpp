@@ -50,7 +50,9 @@ struct IndexSelect {
   }
   // y = x[index] along dim, so dx = index_add(0, dim, index, gy).
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    return {index_add(zeros(c.input_shape(0), gy.dtype()), dim, c.saved(0), gy), Tensor()};
+    return {index_add(zeros(c.input_shape(0), TensorOptions(gy.dtype()).device(gy.device())), dim,
+                      c.saved(0), gy),
+            Tensor()};
   }
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
     return index_select(tx, dim, c.saved(0));
@@ -77,7 +79,9 @@ struct Gather {
   }
   // y[p] = x[p with p[dim] = index[p]], so dx = scatter_add(0, dim, index, gy).
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
-    return {scatter_add(zeros(c.input_shape(0), gy.dtype()), dim, c.saved(0), gy), Tensor()};
+    return {scatter_add(zeros(c.input_shape(0), TensorOptions(gy.dtype()).device(gy.device())), dim,
+                        c.saved(0), gy),
+            Tensor()};
   }
   Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
     return gather(tx, dim, c.saved(0));
@@ -174,6 +178,8 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
     m[k] = lower ? j - i <= diagonal : j - i >= diagonal;
   }
   detail::note_constant(mask);
+  // A constant of C++ values: made on CPU, then given to x's device (on meta, its shape).
+  if (!x.device().is_cpu()) mask = mask.to(x.device());
   // d tril(x) = mask * dx (Where's rule)
   return where(mask, x, zeros({}, x.dtype()));
 }

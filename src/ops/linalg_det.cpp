@@ -54,7 +54,8 @@ struct Branches {
 Branches branch_inputs(const Tensor& a, const Tensor& mask) {
   const int64_t n = a.size(-1);
   const Tensor id = linalg_detail::eye_like(a, n);
-  const Tensor distinct = linalg_detail::diag_embed(arange(1.0, n + 1.0, 1.0, a.dtype()));
+  const Tensor distinct = linalg_detail::diag_embed(
+      arange(1.0, n + 1.0, 1.0, TensorOptions(a.dtype()).device(a.device())));
   return {where(mask, id, a), where(mask, a, distinct)};
 }
 

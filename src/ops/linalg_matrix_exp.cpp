@@ -81,7 +81,7 @@ Tensor scaled_pade_exp(const Tensor& a0, const char* op) {
                 : kernels::binary(Binary::Mul, a0, per_matrix(a0, a0.dtype(), [&](std::size_t i) {
                                     return std::ldexp(1.0, -s[i]);
                                   }));
-  Tensor id = make_empty({n, n}, a.dtype());
+  Tensor id = make_empty({n, n}, a.dtype(), a.device());
   kernels::fill(id, 0);
   kernels::fill(make_view(id, {n}, {n + 1}, 0), 1);
   const double* b = kPade13;
@@ -132,7 +132,7 @@ struct MatrixExp {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a) const {
-    if (a.numel() == 0) return make_empty(a.shape(), a.dtype());
+    if (a.numel() == 0) return make_empty(a.shape(), a.dtype(), a.device());
     return scaled_pade_exp(a, name);
   }
   // d exp(A) = L(A, dA); its adjoint is L(Aᵀ, ·): gA = L(Aᵀ, gY)

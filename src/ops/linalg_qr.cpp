@@ -28,7 +28,7 @@ struct Qr {
     Shape shape = linalg_detail::batch_of(a);
     shape.push_back(m + n);
     shape.push_back(n);
-    Tensor packed = make_empty(shape, a.dtype());
+    Tensor packed = make_empty(shape, a.dtype(), a.device());
     kernels::copy_into(narrow_view(packed, -2, 0, m), r.q);
     kernels::copy_into(narrow_view(packed, -2, m, n), r.r);
     return packed;
@@ -72,7 +72,7 @@ struct CheckFullRank {
   Shape a_shape;  // A's (logical) shape, for the message and the tolerance
   Tensor forward(const Tensor& r) const {
     const int64_t k = r.size(-1);
-    Tensor out = make_empty(r.shape(), r.dtype());
+    Tensor out = make_empty(r.shape(), r.dtype(), r.device());
     kernels::copy_into(out, r);
     if (k == 0 || r.numel() == 0) return out;
     // |R[i, i]| [..., k]: the diagonal is a view with stride stride(-2) + stride(-1).

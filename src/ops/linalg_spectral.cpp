@@ -72,7 +72,7 @@ struct Eigh {
   Tensor forward(const Tensor& a) const {
     const int64_t n = a.size(-1);
     kernels::Eigh e = kernels::eigh(a, true, name);
-    Tensor packed = make_empty(batch_with(a, {n + 1, n}), a.dtype());
+    Tensor packed = make_empty(batch_with(a, {n + 1, n}), a.dtype(), a.device());
     kernels::copy_into(narrow_view(packed, -2, 0, n), e.vectors);
     kernels::copy_into(narrow_view(packed, -2, n, 1),
                        reshaped_view(e.values, batch_with(a, {1, n})));
@@ -128,7 +128,7 @@ struct Svd {
   Tensor forward(const Tensor& a) const {
     const int64_t k = std::min(m, n);
     kernels::Svd r = kernels::svd(a, true, name);
-    Tensor packed = make_empty(batch_with(a, {k, m + 1 + n}), a.dtype());
+    Tensor packed = make_empty(batch_with(a, {k, m + 1 + n}), a.dtype(), a.device());
     kernels::copy_into(narrow_view(packed, -1, 0, m), transposed_view(r.u));
     kernels::copy_into(narrow_view(packed, -1, m, 1), reshaped_view(r.s, batch_with(a, {k, 1})));
     kernels::copy_into(narrow_view(packed, -1, m + 1, n), r.vh);

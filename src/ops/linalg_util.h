@@ -69,7 +69,9 @@ inline std::pair<Tensor, Tensor> broadcast_batch(const Tensor& a, const Tensor& 
 }
 
 /// The n x n identity in x's dtype.
-inline Tensor eye_like(const Tensor& x, int64_t n) { return eye(n, std::nullopt, x.dtype()); }
+inline Tensor eye_like(const Tensor& x, int64_t n) {
+  return eye(n, std::nullopt, TensorOptions(x.dtype()).device(x.device()));
+}
 
 /// The diagonal of each matrix of x [..., n, n], as [..., n] (differentiable).
 inline Tensor diagonal(const Tensor& x) { return (x * eye_like(x, x.size(-1))).sum({-1}); }

@@ -30,7 +30,8 @@ Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
 
 // [N, C] bool: true at (i, target[i]) for rows whose target is not ignore_index.
 Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) {
-  Tensor hit = eq(arange(classes).unsqueeze(0), target.unsqueeze(1));
+  Tensor hit = eq(arange(classes, TensorOptions(DType::Int64).device(target.device())).unsqueeze(0),
+                  target.unsqueeze(1));
   return logical_and(hit, ne(target, ignore_index).unsqueeze(1));
 }
 
@@ -70,7 +71,10 @@ struct CrossEntropyBackward {
   Parts parts(const Ctx& c) const {
     const Tensor& x = c.input(1);
     const Tensor& t = c.input(2);
-    return {softmax(x, 1), eq(arange(x.size(1)).unsqueeze(0), t.unsqueeze(1)).to(x.dtype()),
+    return {softmax(x, 1),
+            eq(arange(x.size(1), TensorOptions(DType::Int64).device(x.device())).unsqueeze(0),
+               t.unsqueeze(1))
+                .to(x.dtype()),
             ne(t, ignore_index).unsqueeze(1)};
   }
   std::array<Tensor, 3> vjp(const Ctx& c, const Tensor& gout) const {
@@ -138,7 +142,10 @@ struct CrossEntropy {
   Tensor dlogits(const Ctx& c) const {
     const Tensor& x = c.input(0);
     const Tensor& t = c.input(1);
-    Tensor onehot = eq(arange(x.size(1)).unsqueeze(0), t.unsqueeze(1)).to(x.dtype());
+    Tensor onehot =
+        eq(arange(x.size(1), TensorOptions(DType::Int64).device(x.device())).unsqueeze(0),
+           t.unsqueeze(1))
+            .to(x.dtype());
     return where(ne(t, ignore_index).unsqueeze(1), softmax(x, 1) - onehot, 0.0);
   }
 

@@ -89,6 +89,11 @@ void print_dim(std::ostream& os, const Tensor& t, const Values& vals, int64_t di
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
+  if (t.is_meta()) {  // no values to print, as PyTorch's tensor(..., device='meta', size=...)
+    os << "tensor(..., device=meta, shape=" << t.shape() << ", dtype=" << t.dtype();
+    if (auto fn = t.grad_fn()) os << ", grad_fn=" << fn->name();
+    return os << ')';
+  }
   const Values vals(t);
   os << "tensor(";
   if (t.dim() == 0) {

@@ -64,7 +64,7 @@ Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
   auto filler = [&](int64_t k) {
     Shape s = flat;
     s.back() = k;
-    return ones(s, x.dtype());
+    return ones(s, TensorOptions(x.dtype()).device(x.device()));
   };
   // prefix_i = prod_{j < i} v_j: v shifted right by one, then an inclusive scan.
   Tensor prefix = cat({filler(1), slice(v, last, 0, n - 1)}, last);
@@ -226,7 +226,7 @@ Tensor logsumexp(const Tensor& x_in, const std::vector<int64_t>& dims, bool keep
   // x - m is not inf - inf; an empty reduction gives log 0 = -inf, as torch.
   Tensor m;
   if (reduced_count(x.shape(), d) == 0) {
-    m = zeros(kept, x.dtype());
+    m = zeros(kept, TensorOptions(x.dtype()).device(x.device()));
   } else {
     m = amax(x.detach(), d, true);
     m = where(ne(abs(m), kInf), m, 0.0);

@@ -171,12 +171,12 @@ Tensor pad_constant_dim(const Tensor& x, int64_t d, int64_t lo, int64_t hi, doub
   Shape block = y.shape();
   if (lo > 0) {
     block[d] = lo;
-    parts.push_back(full(block, value, y.dtype()));
+    parts.push_back(full(block, value, TensorOptions(y.dtype()).device(y.device())));
   }
   parts.push_back(y);
   if (hi > 0) {
     block[d] = hi;
-    parts.push_back(full(block, value, y.dtype()));
+    parts.push_back(full(block, value, TensorOptions(y.dtype()).device(y.device())));
   }
   return cat(parts, d);
 }
@@ -328,7 +328,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode, doubl
       ADJOINT_CHECK(n > 0, Shape, op, "replicate padding of the empty dim ", d, " of input ",
                     describe(x));
     if (lo == 0 && hi == 0) continue;
-    y = index_select(y, d, pad_index(n, lo, hi, mode));
+    y = index_select(y, d, on_device_of(pad_index(n, lo, hi, mode), y));
   }
   return y;
 }
@@ -375,13 +375,15 @@ Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o) {
     ADJOINT_CHECK(out > 0 && in > 0, Shape, op, "input ", describe(x_in), " and output size ", out,
                   " along dim ", d, " must both be non-empty");
     if (!linear) {
-      y = index_select(y, d, nearest_index(in, out, s));
+      y = index_select(y, d, on_device_of(nearest_index(in, out, s), y));
       continue;
     }
     const LinearTaps t = linear_taps(in, out, o.align_corners.value_or(false), s);
     const int64_t r = y.dim();
-    y = index_select(y, d, tensor(t.i0)) * weights_along(t.w0, d, r, y.dtype()) +
-        index_select(y, d, tensor(t.i1)) * weights_along(t.w1, d, r, y.dtype());
+    y = index_select(y, d, on_device_of(tensor(t.i0), y)) *
+            on_device_of(weights_along(t.w0, d, r, y.dtype()), y) +
+        index_select(y, d, on_device_of(tensor(t.i1), y)) *
+            on_device_of(weights_along(t.w1, d, r, y.dtype()), y);
   }
   return y;
 }

@@ -74,7 +74,7 @@ struct SliceScatter {
     return {shape, src.dtype};
   }
   Tensor forward(const Tensor& src) const {
-    Tensor out = make_empty(shape, src.dtype());
+    Tensor out = make_empty(shape, src.dtype(), src.device());
     if (spec.step == 1) {  // zero only what the copy does not write
       const int64_t end = spec.start + spec.len, n = shape[spec.dim];
       if (spec.start > 0) kernels::fill(slice_view(out, {spec.dim, 0, 1, spec.start}), 0);
@@ -184,7 +184,7 @@ struct Cat {
     Shape shape = xs[0].shape();
     shape[dim] = 0;
     for (const Tensor& x : xs) shape[dim] += x.shape()[dim];
-    Tensor out = make_empty(shape, xs[0].dtype());
+    Tensor out = make_empty(shape, xs[0].dtype(), xs[0].device());
     int64_t at = 0;
     for (const Tensor& x : xs) {
       const int64_t len = x.shape()[dim];

@@ -154,6 +154,13 @@ class Module : public std::enable_shared_from_this<Module> {
   /// an optimizer's list, a tied weight) see the converted tensor. Gradients are dropped.
   /// Integer and bool buffers (masks, positions) keep their dtype.
   Module& to(DType dtype);
+  /// Moves every parameter and buffer to `device`, in place as to(dtype) does. From meta this
+  /// is an error (no values to move): use to_empty.
+  Module& to(Device device);
+  /// Gives every parameter and buffer uninitialised memory of its shape and dtype on
+  /// `device`, in place: how a module built on meta (DeviceGuard) is materialised, before its
+  /// values are loaded (load_state_dict, io::load) or initialised again.
+  Module& to_empty(Device device);
 
  private:
   // A hook written to return void only observes: wrap it into one returning nullopt.

@@ -21,6 +21,7 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/cpu/single_threaded_blas.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
@@ -589,17 +590,17 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
 
 }  // namespace
 
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Tensor& mask, const Tensor& seed,
-                                   const AttentionSpec& spec) {
+AttentionForward cpu::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& mask, const Tensor& seed,
+                                        const AttentionSpec& spec) {
   check_shapes(q, k, v, mask);
   if (q.dtype() == DType::Float64) return forward_impl<double>(q, k, v, mask, seed, spec);
   return forward_impl<float>(q, k, v, mask, seed, spec);  // float32, and 16-bit widened
 }
 
-Tensor attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& mask,
-                          const Tensor& seed, const AttentionSpec& spec) {
+Tensor cpu::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& out, const Tensor& lse,
+                               const Tensor& mask, const Tensor& seed, const AttentionSpec& spec) {
   check_shapes(q, k, v, mask);
   Shape out_shape = q.shape();
   out_shape[out_shape.size() - 1] = v.size(-1);
@@ -613,7 +614,8 @@ Tensor attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, 
   return backward_impl<float>(g, q, k, v, o, lse, mask, seed, spec);
 }
 
-Tensor attention_dropout_scale(const Tensor& seed, const Shape& scores, double p, DType dtype) {
+Tensor cpu::attention_dropout_scale(const Tensor& seed, const Shape& scores, double p,
+                                    DType dtype) {
   ADJOINT_CHECK(scores.size() >= 3 && is_floating(dtype), Shape, kOp,
                 "dropout multipliers need scores [*b, H, L, S] of a floating dtype, got ", scores,
                 " (", dtype, ")");

@@ -16,6 +16,7 @@
 
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "backend/norm_kernels.h"
 #include "core/dispatch.h"
@@ -299,7 +300,7 @@ std::pair<double, double> channel_moments(const T* xs, const Layout& l, int64_t 
 
 }  // namespace
 
-Tensor batch_norm_moments(const Tensor& x, int64_t correction) {
+Tensor cpu::batch_norm_moments(const Tensor& x, int64_t correction) {
   const char* op = "batch_norm_stats";
   ADJOINT_ASSERT(x.dim() >= 2 && (correction == 0 || correction == 1));
   if (is_reduced(x))  // See Note [Reduced-precision kernels]
@@ -323,7 +324,8 @@ Tensor batch_norm_moments(const Tensor& x, int64_t correction) {
   return out;
 }
 
-BatchNormForward batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+BatchNormForward cpu::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 double eps) {
   const char* op = "batch_norm";
   ADJOINT_ASSERT(x.dim() >= 2);
   if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
@@ -366,8 +368,8 @@ BatchNormForward batch_norm(const Tensor& x, const Tensor& weight, const Tensor&
   return out;
 }
 
-Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
-                           const Tensor& mean, const Tensor& rstd) {
+Tensor cpu::batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                                const Tensor& mean, const Tensor& rstd) {
   const char* op = "batch_norm_backward";
   ADJOINT_ASSERT(x.dim() >= 2 && gy.shape() == x.shape());
   const Layout l(x);
@@ -416,8 +418,8 @@ Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
   return out;
 }
 
-GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+GroupNormForward cpu::group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
+                                 const Tensor& bias, double eps) {
   const char* op = "group_norm";
   ADJOINT_ASSERT(x.dim() >= 2 && groups > 0 && x.size(1) % groups == 0);
   if (is_reduced(x)) {  // See Note [Reduced-precision kernels]

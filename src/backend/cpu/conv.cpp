@@ -7,6 +7,7 @@
 #include "backend/conv_kernels.h"
 #include "backend/cpu/conv_paths.h"
 #include "backend/cpu/opmath.h"
+#include "backend/device_kernels.h"
 
 namespace adjoint::kernels {
 
@@ -108,8 +109,8 @@ const char* conv_path_name(DType dtype) {
   [&](const std::vector<Tensor>& t) -> Tensor { ADJOINT_ASSERT(false, "no oneDNN"); }
 #endif
 
-Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
-                    ConvPath path) {
+Tensor cpu::conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                         const ConvGeometry& g, ConvPath path) {
   const conv::Problem p = conv::make_problem(x.shape(), w.shape(), g);
   return run(
       p, x.dtype(), path, ADJOINT_CONV_ONEDNN(conv::onednn_forward(p, t[0], t[1], t[2])),
@@ -117,8 +118,8 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
       {x, w, bias});
 }
 
-Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g,
-                          const Shape& input_shape, ConvPath path) {
+Tensor cpu::conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g,
+                               const Shape& input_shape, ConvPath path) {
   const conv::Problem p = conv::make_problem(input_shape, w.shape(), g);
   return run(
       p, gy.dtype(), path, ADJOINT_CONV_ONEDNN(conv::onednn_backward_data(p, t[0], t[1])),
@@ -126,8 +127,8 @@ Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry&
       {gy, w});
 }
 
-Tensor conv_backward_weight(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
-                            const Shape& weight_shape, ConvPath path) {
+Tensor cpu::conv_backward_weight(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
+                                 const Shape& weight_shape, ConvPath path) {
   const conv::Problem p = conv::make_problem(x.shape(), weight_shape, g);
   return run(
       p, x.dtype(), path, ADJOINT_CONV_ONEDNN(conv::onednn_backward_weight(p, t[0], t[1])),

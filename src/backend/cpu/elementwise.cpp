@@ -10,6 +10,7 @@
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/cpu/wrapping.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/half_convert.h"
@@ -481,7 +482,7 @@ void binary_numeric(Binary k, const M& m) {
 
 }  // namespace
 
-void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
+void cpu::unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
   const char* op = unary_name(k);
   ADJOINT_CHECK(is_floating(x.dtype()) || integral_ok(k), DType, op,
                 "expected a floating tensor, got ", describe(x));
@@ -491,7 +492,7 @@ void unary_into(Unary k, const Tensor& out, const Tensor& x, double a, double b)
                 "not implemented for bool tensors (input ", describe(x), ")");
   if (is_reduced(x) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
     if (!returns_bool(k) && unary_reduced_blocked(k, out, x, a, b)) return;
-    copy_into(out, unary(k, widen(x), a, b));
+    copy_into(out, cpu::unary(k, widen(x), a, b));
     return;
   }
   dispatch_opmath_all(x.dtype(), op, [&]<class T>() {
@@ -518,24 +519,24 @@ void binary_block(Binary k, const T* x, const T* y, T* out, int64_t n) {
 template void binary_block<float>(Binary, const float*, const float*, float*, int64_t);
 template void binary_block<double>(Binary, const double*, const double*, double*, int64_t);
 
-Tensor unary(Unary k, const Tensor& x, double a, double b) {
+Tensor cpu::unary(Unary k, const Tensor& x, double a, double b) {
   Tensor out = make_empty(x.shape(), returns_bool(k) ? DType::Bool : x.dtype());
-  unary_into(k, out, x, a, b);
+  cpu::unary_into(k, out, x, a, b);
   return out;
 }
 
-Tensor binary(Binary k, const Tensor& a, const Tensor& b) {
+Tensor cpu::binary(Binary k, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(a.shape(), b.shape(), "binary");
   Tensor out = make_empty(shape, k >= Binary::Eq ? DType::Bool : a.dtype());
-  binary_into(k, out, a, b);
+  cpu::binary_into(k, out, a, b);
   return out;
 }
 
-void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
+void cpu::binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype(), "binary kernel needs equal dtypes");
   if (is_reduced(a) || is_reduced(out)) {  // See Note [Reduced-precision kernels]
     if (binary_reduced_blocked(k, out, a, b)) return;
-    copy_into(out, binary(k, widen(a), widen(b)));
+    copy_into(out, cpu::binary(k, widen(a), widen(b)));
     return;
   }
   dispatch_opmath_all(a.dtype(), "binary", [&]<class T>() {
@@ -563,7 +564,7 @@ void binary_into(Binary k, const Tensor& out, const Tensor& a, const Tensor& b) 
   });
 }
 
-void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
+void cpu::add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
   ADJOINT_ASSERT(out.dtype() == x.dtype(), "add_scaled_into needs equal dtypes");
   if (is_reduced(out)) {  // See Note [Reduced-precision kernels]
     Tensor wide = widen(out);
@@ -583,7 +584,7 @@ void add_scaled_into(const Tensor& out, const Tensor& x, double alpha) {
   });
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor cpu::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   ADJOINT_ASSERT(a.dtype() == b.dtype() && cond.dtype() == DType::Bool);
   Shape shape =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
@@ -722,7 +723,7 @@ bool copy_contiguous(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void copy_into(const Tensor& dst, const Tensor& src) {
+void cpu::copy_into(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
       if (copy_contiguous<D, S>(dst, src) || convert_contiguous<D, S>(dst, src) ||
@@ -733,13 +734,19 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   });
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
+Tensor cpu::to_device(const Tensor& x, Device device) {
+  // Meta takes no bytes; a device this build has not is refused where its storage is made.
+  if (device.is_cpu()) return cpu::cast(x, x.dtype());
+  return make_empty(x.shape(), x.dtype(), device);
+}
+
+Tensor cpu::cast(const Tensor& x, DType dtype) {
   Tensor out = make_empty(x.shape(), dtype);
   copy_into(out, x);
   return out;
 }
 
-void fill(const Tensor& dst, Scalar value) {
+void cpu::fill(const Tensor& dst, Scalar value) {
   dispatch_all(dst.dtype(), "fill", [&]<class T>() {
     // NaN, inf or a value out of range into int64 is an error, not INT64_MIN (scalar_convert.h);
     // the fallback name is for Tensor::fill_, the one caller outside an op's scope.

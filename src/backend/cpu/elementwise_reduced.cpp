@@ -6,6 +6,7 @@
 
 #include "adjoint/tensor_impl.h"
 #include "backend/cpu/loops.h"
+#include "backend/device_kernels.h"
 #include "core/dispatch.h"
 #include "core/half_convert.h"
 #include "core/parallel.h"
@@ -92,7 +93,7 @@ void add_rounded_into(float* out, const float* x, int64_t n) {
 template void add_rounded_into<Half>(float*, const float*, int64_t);
 template void add_rounded_into<BFloat16>(float*, const float*, int64_t);
 
-void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
+void cpu::add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
   ADJOINT_ASSERT(out.dtype() == DType::Float32 && out.is_contiguous() && x.is_contiguous() &&
                  x.shape() == out.shape() && is_reduced_float(dtype) &&
                  (x.dtype() == DType::Float32 || x.dtype() == dtype));

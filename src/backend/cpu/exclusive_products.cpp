@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cpu/opmath.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/tensor_factory.h"
@@ -30,7 +31,7 @@ std::vector<int64_t> offsets_over(const Shape& shape, const Shape& strides,
 
 // One prefix pass and one suffix pass per slice, accumulated in double as prod's kernel is: O(n)
 // multiplies and no division, so zeros are exact.
-Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
+Tensor cpu::exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
   const char* op = "prod";
   if (is_reduced(x)) return narrow_to(exclusive_products(widen(x), dims), x.dtype());
   const Tensor xc = x.is_contiguous() ? x : cast(x, x.dtype());

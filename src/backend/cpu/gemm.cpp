@@ -18,6 +18,7 @@
 #include "backend/cpu/sgemm.h"
 #include "backend/cpu/single_threaded_blas.h"
 #include "backend/cpu/wrapping.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -130,7 +131,7 @@ bool direct16(const Tensor& t) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor cpu::matmul(const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
   if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
     if (direct16(a_in)) return matmul16(a_in, b_in);
@@ -190,7 +191,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+void cpu::matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
                  a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
   if (direct16(c)) return matmul_add_into16(c, a_in, b_in);
@@ -211,7 +212,7 @@ void matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   });
 }
 
-void matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+void cpu::matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a_in) && b_in.dtype() == a_in.dtype());
   // The float32 product that matmul(a, b) rounds to 16 bits, on its path; rounded here in the
   // add's pass instead of in a pass of its own.
@@ -262,7 +263,7 @@ void matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& 
   });
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+Tensor cpu::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   if (direct16(x_in)) return linear16(x_in, w_in, bias);
   if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
     return narrow_to(linear(widen_operand(x_in), widen_operand(w_in), widen(bias)), x_in.dtype());

@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/wrapping.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -85,7 +86,7 @@ void check_index_fits(const Layout& index, const Layout& other, int64_t dim, boo
 
 }  // namespace
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+Tensor cpu::index_select(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
   const Layout xl(x);
   const int64_t d = checked_dim(xl, dim, op);
   ADJOINT_CHECK(index.dim() <= 1, Shape, op, "index must be 0-d or 1-d, got ", describe(index));
@@ -119,7 +120,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, const cha
   return out;
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
+Tensor cpu::gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op) {
   const Layout xl(x), il(index);
   const int64_t d = checked_dim(xl, dim, op);
   check_index_fits(il, xl, d, true, index, x, "input", op);
@@ -138,8 +139,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op)
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
-                   const char* op) {
+Tensor cpu::scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                        const char* op) {
   ADJOINT_CHECK(x.dtype() == src.dtype(), DType, op, "input ", describe(x), " and src ",
                 describe(src), " must have the same dtype");
   if (is_reduced(x))  // See Note [Reduced-precision kernels]
@@ -168,8 +169,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   return out;
 }
 
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
-                 const char* op) {
+Tensor cpu::index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                      const char* op) {
   ADJOINT_CHECK(x.dtype() == source.dtype(), DType, op, "input ", describe(x), " and source ",
                 describe(source), " must have the same dtype");
   if (is_reduced(x))  // See Note [Reduced-precision kernels]

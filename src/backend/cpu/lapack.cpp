@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
 #include "core/dispatch.h"
@@ -498,42 +499,42 @@ Tensor det_cofactors_impl(const Tensor& a, double tol, const char* op) {
 
 }  // namespace
 
-Tensor det_cofactors(const Tensor& a, double tol, const char* op) {
+Tensor cpu::det_cofactors(const Tensor& a, double tol, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
                                   [&]<class T>() { return det_cofactors_impl<T>(a, tol, op); });
 }
 
-Tensor lu_solve(const Tensor& a, const Tensor& b, const char* op) {
+Tensor cpu::lu_solve(const Tensor& a, const Tensor& b, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
                                   [&]<class T>() { return lu_solve_impl<T>(a, b, op); });
 }
 
-Tensor triangular_solve(const Tensor& a, const Tensor& b, bool upper, bool unit_diagonal,
-                        const char* op) {
+Tensor cpu::triangular_solve(const Tensor& a, const Tensor& b, bool upper, bool unit_diagonal,
+                             const char* op) {
   return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() {
     return triangular_solve_impl<T>(a, b, upper, unit_diagonal, op);
   });
 }
 
-Tensor cholesky(const Tensor& a, const char* op) {
+Tensor cpu::cholesky(const Tensor& a, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
                                   [&]<class T>() { return cholesky_impl<T>(a, op); });
 }
 
-LuDet lu_det(const Tensor& a, const char* op) {
+LuDet cpu::lu_det(const Tensor& a, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() { return lu_det_impl<T>(a, op); });
 }
 
-Eigh eigh(const Tensor& a, bool vectors, const char* op) {
+Eigh cpu::eigh(const Tensor& a, bool vectors, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
                                   [&]<class T>() { return eigh_impl<T>(a, vectors, op); });
 }
 
-Qr qr(const Tensor& a, const char* op) {
+Qr cpu::qr(const Tensor& a, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op, [&]<class T>() { return qr_impl<T>(a, op); });
 }
 
-Svd svd(const Tensor& a, bool vectors, const char* op) {
+Svd cpu::svd(const Tensor& a, bool vectors, const char* op) {
   return dispatch_opmath_floating(a.dtype(), op,
                                   [&]<class T>() { return svd_impl<T>(a, vectors, op); });
 }

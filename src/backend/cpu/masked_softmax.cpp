@@ -12,6 +12,7 @@
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -72,7 +73,7 @@ void masked_softmax_last(const T* x, T* y, int64_t rows, int64_t n, MaskRow mask
 
 }  // namespace
 
-Tensor masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
+Tensor cpu::masked_softmax(const Tensor& x, const Tensor& mask, int64_t dim) {
   const char* op = "masked_softmax";
   ADJOINT_CHECK(is_floating(x.dtype()), DType, op, "expected a floating tensor, got ", describe(x));
   ADJOINT_CHECK(mask.dtype() == DType::Bool, DType, op, "mask must be bool, got ", describe(mask));

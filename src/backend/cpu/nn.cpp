@@ -11,6 +11,7 @@
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "backend/nn_kernels.h"
 #include "core/dispatch.h"
@@ -45,8 +46,8 @@ int64_t grain_for(int64_t row_len) {
 
 }  // namespace
 
-void check_class_targets(const Tensor& target, int64_t classes, int64_t ignore_index,
-                         const char* op) {
+void cpu::check_class_targets(const Tensor& target, int64_t classes, int64_t ignore_index,
+                              const char* op) {
   ADJOINT_CHECK(target.dtype() == DType::Int64, DType, op,
                 "expected int64 class indices as target, got ", describe(target));
   const Tensor t = contiguous_of(target);
@@ -59,8 +60,8 @@ void check_class_targets(const Tensor& target, int64_t classes, int64_t ignore_i
   }
 }
 
-CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target,
-                                  int64_t ignore_index) {
+CrossEntropyForward cpu::cross_entropy(const Tensor& logits, const Tensor& target,
+                                       int64_t ignore_index) {
   const char* op = "cross_entropy";
   ADJOINT_ASSERT(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0));
   const int64_t rows = logits.size(0), classes = logits.size(1);
@@ -101,8 +102,8 @@ CrossEntropyForward cross_entropy(const Tensor& logits, const Tensor& target,
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Tensor& target,
-                              int64_t ignore_index) {
+Tensor cpu::cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Tensor& target,
+                                   int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
   ADJOINT_ASSERT(logits.dim() == 2 && target.dim() == 1 && g_in.dim() == 1 &&
                  target.size(0) == logits.size(0) && g_in.size(0) == logits.size(0) &&
@@ -141,8 +142,8 @@ Tensor cross_entropy_backward(const Tensor& g_in, const Tensor& logits, const Te
   return out;
 }
 
-LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight,
-                            const Tensor& bias, double eps) {
+LayerNormForward cpu::layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight,
+                                 const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   ADJOINT_ASSERT(normalized_dims >= 1 && normalized_dims <= x.dim());
   if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
@@ -205,8 +206,8 @@ LayerNormForward layer_norm(const Tensor& x, int64_t normalized_dims, const Tens
   return out;
 }
 
-Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
-                           const Tensor& mean, const Tensor& rstd, int64_t normalized_dims) {
+Tensor cpu::layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight,
+                                const Tensor& mean, const Tensor& rstd, int64_t normalized_dims) {
   const char* op = "layer_norm_backward";
   ADJOINT_ASSERT(normalized_dims >= 1 && normalized_dims <= x.dim() && gy.shape() == x.shape());
   int64_t rows = 1, cols = 1;

@@ -14,6 +14,7 @@
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/pool_simd.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "backend/pool_kernels.h"
 #include "core/dispatch.h"
@@ -165,7 +166,7 @@ void avg_backward_plane(const T* g, T* out, const PoolWindows& win, int64_t lo, 
 
 }  // namespace
 
-Tensor max_pool_indices(const Tensor& x_in, const PoolWindows& win) {
+Tensor cpu::max_pool_indices(const Tensor& x_in, const PoolWindows& win) {
   const char* op = "max_pool";
   ADJOINT_ASSERT(x_in.dim() >= 2);
   const Tensor x = contiguous_of(widen(x_in));
@@ -201,7 +202,7 @@ Tensor max_pool_indices(const Tensor& x_in, const PoolWindows& win) {
   return out;
 }
 
-Tensor avg_pool(const Tensor& x_in, const PoolWindows& win) {
+Tensor cpu::avg_pool(const Tensor& x_in, const PoolWindows& win) {
   const char* op = "avg_pool";
   ADJOINT_ASSERT(x_in.dim() >= 2);
   const Tensor x = contiguous_of(widen(x_in));
@@ -238,7 +239,7 @@ Tensor avg_pool(const Tensor& x_in, const PoolWindows& win) {
   return is_reduced(x_in) ? narrow_to(out, x_in.dtype()) : out;
 }
 
-Tensor avg_pool_backward(const Tensor& g_in, const PoolWindows& win) {
+Tensor cpu::avg_pool_backward(const Tensor& g_in, const PoolWindows& win) {
   const char* op = "avg_pool_backward";
   ADJOINT_ASSERT(g_in.dim() >= 2);
   const Tensor g = contiguous_of(widen(g_in));
@@ -265,7 +266,8 @@ Tensor avg_pool_backward(const Tensor& g_in, const PoolWindows& win) {
   return is_reduced(g_in) ? narrow_to(out, g_in.dtype()) : out;
 }
 
-Tensor pool_gather(const Tensor& x_in, const Tensor& index_in, int64_t spatial, const char* op) {
+Tensor cpu::pool_gather(const Tensor& x_in, const Tensor& index_in, int64_t spatial,
+                        const char* op) {
   ADJOINT_CHECK(index_in.dtype() == DType::Int64, DType, op, "indices must be int64, got ",
                 describe(index_in));
   const Tensor x = contiguous_of(x_in);
@@ -306,8 +308,8 @@ Tensor pool_gather(const Tensor& x_in, const Tensor& index_in, int64_t spatial, 
   return out;
 }
 
-Tensor pool_scatter(const Tensor& g_in, const Tensor& index_in, const Shape& plane,
-                    const char* op) {
+Tensor cpu::pool_scatter(const Tensor& g_in, const Tensor& index_in, const Shape& plane,
+                         const char* op) {
   ADJOINT_CHECK(index_in.dtype() == DType::Int64, DType, op, "indices must be int64, got ",
                 describe(index_in));
   const Tensor g = contiguous_of(widen(g_in));
@@ -339,7 +341,7 @@ Tensor pool_scatter(const Tensor& g_in, const Tensor& index_in, const Shape& pla
   return is_reduced(g_in) ? narrow_to(out, g_in.dtype()) : out;
 }
 
-Tensor im2col(const Tensor& x_in, const Im2ColGeometry& geo) {
+Tensor cpu::im2col(const Tensor& x_in, const Im2ColGeometry& geo) {
   const char* op = "unfold";
   ADJOINT_ASSERT(x_in.dim() == 4);
   const Tensor x = contiguous_of(x_in);
@@ -375,7 +377,7 @@ Tensor im2col(const Tensor& x_in, const Im2ColGeometry& geo) {
   return out;
 }
 
-Tensor col2im(const Tensor& cols_in, const Im2ColGeometry& geo, int64_t H, int64_t W) {
+Tensor cpu::col2im(const Tensor& cols_in, const Im2ColGeometry& geo, int64_t H, int64_t W) {
   const char* op = "fold";
   ADJOINT_ASSERT(cols_in.dim() == 3);
   const Tensor cols = contiguous_of(widen(cols_in));

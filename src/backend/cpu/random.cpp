@@ -2,6 +2,7 @@
 // so the same seed gives the same tensor whatever the thread count.
 #include "adjoint/error.h"
 #include "backend/cpu/opmath.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 
@@ -16,7 +17,7 @@ void fill_widened(const Tensor& dst, Fill fill) {
   copy_into(dst, wide);
 }
 
-void arange(const Tensor& dst, double start, double step) {
+void cpu::arange(const Tensor& dst, double start, double step) {
   if (is_reduced(dst)) return fill_widened(dst, [&](const Tensor& w) { arange(w, start, step); });
   dispatch_opmath_numeric(dst.dtype(), "arange", [&]<class T>() {
     T* p = dst.data_ptr<T>();
@@ -25,7 +26,7 @@ void arange(const Tensor& dst, double start, double step) {
   });
 }
 
-void uniform(const Tensor& dst, double low, double high, Generator& gen) {
+void cpu::uniform(const Tensor& dst, double low, double high, Generator& gen) {
   if (is_reduced(dst))
     return fill_widened(dst, [&](const Tensor& w) { uniform(w, low, high, gen); });
   dispatch_opmath_floating(dst.dtype(), "rand", [&]<class T>() {
@@ -35,7 +36,7 @@ void uniform(const Tensor& dst, double low, double high, Generator& gen) {
   });
 }
 
-void normal(const Tensor& dst, double mean, double std, Generator& gen) {
+void cpu::normal(const Tensor& dst, double mean, double std, Generator& gen) {
   if (is_reduced(dst))
     return fill_widened(dst, [&](const Tensor& w) { normal(w, mean, std, gen); });
   dispatch_opmath_floating(dst.dtype(), "randn", [&]<class T>() {
@@ -44,7 +45,7 @@ void normal(const Tensor& dst, double mean, double std, Generator& gen) {
   });
 }
 
-void randint(const Tensor& dst, int64_t low, int64_t high, Generator& gen) {
+void cpu::randint(const Tensor& dst, int64_t low, int64_t high, Generator& gen) {
   int64_t* p = dst.data_ptr<int64_t>();
   const uint64_t range = static_cast<uint64_t>(high - low);
   for (int64_t i = 0; i < dst.numel(); ++i)

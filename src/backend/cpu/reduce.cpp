@@ -20,6 +20,7 @@
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/cpu/wrapping.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -266,10 +267,10 @@ void account_repeats(Reduce k, std::vector<Acc>& acc, int64_t repeats, Pow pow) 
 
 }  // namespace
 
-Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor cpu::reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
   if (is_reduced(x))  // See Note [Reduced-precision kernels]
-    return narrow_to(reduce(k, widen_keeping_repeats(x), dims, keepdim), x.dtype());
+    return narrow_to(cpu::reduce(k, widen_keeping_repeats(x), dims, keepdim), x.dtype());
   Plan p = make_plan(x, dims, keepdim, op);
   p.leading_rows = leading_rows(x, dims, p);
   ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,
@@ -333,9 +334,9 @@ Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool 
   return out;
 }
 
-Tensor arg_reduce(ArgReduce k, const Tensor& x, int64_t dim, bool keepdim) {
+Tensor cpu::arg_reduce(ArgReduce k, const Tensor& x, int64_t dim, bool keepdim) {
   const char* op = k == ArgReduce::ArgMax ? "argmax" : "argmin";
-  if (is_reduced(x)) return arg_reduce(k, widen_keeping_repeats(x), dim, keepdim);
+  if (is_reduced(x)) return cpu::arg_reduce(k, widen_keeping_repeats(x), dim, keepdim);
   Plan p = make_plan(x, {dim}, keepdim, op);
   ADJOINT_CHECK(p.per_output > 0, Shape, op, "cannot reduce over an empty dimension (input ",
                 describe(x), ")");

@@ -11,6 +11,7 @@
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/simd_math.h"
+#include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
@@ -156,7 +157,7 @@ void softmax_middle(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, b
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, bool log) {
+Tensor cpu::softmax(const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   ADJOINT_CHECK(is_floating(x.dtype()), DType, op, "expected a floating tensor, got ", describe(x));
   if (is_reduced(x))
@@ -184,7 +185,7 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log) {
   return out;
 }
 
-Tensor softmax_backward(const Tensor& gy_in, const Tensor& y_in, int64_t dim, bool log) {
+Tensor cpu::softmax_backward(const Tensor& gy_in, const Tensor& y_in, int64_t dim, bool log) {
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   ADJOINT_CHECK(is_floating(y_in.dtype()) && gy_in.dtype() == y_in.dtype(), DType, op,
                 "expected floating tensors of one dtype, got ", describe(gy_in), " and ",
