@@ -350,3 +350,31 @@ TEST(RecurrentLayers, ErrorsNameTheModuleShapesAndDtypes) {
   expect_error([&] { nn::LSTM(3, 4, {.nonlinearity = nn::RNNNonlinearity::ReLU}); },
                ErrorKind::Value, {"nn.LSTM", "nonlinearity"});
 }
+
+TEST(RecurrentLayers, UnderVmapAndCompileAsInEagerCode) {
+  Generator gen(13);
+  nn::LSTM lstm(3, 4, {.num_layers = 2, .bidirectional = true, .gen = &gen});
+  lstm.to(DType::Float64);
+  // vmap over a leading dim of several sequence batches: each is the layer run on its own.
+  const Tensor xs = randn({3, 5, 2, 3}, DType::Float64, &gen);
+  const Tensor batched = vmap([&](const Tensor& x) { return lstm(x); })(xs);
+  for (int64_t v = 0; v < 3; ++v)
+    rnn::expect_close(batched.select(0, v), lstm(xs.select(0, v)), 1e-12, "vmap");
+  // compile: the traced forward replays the eager values, and so do its gradients.
+  const CompiledFunction f = compile([&](const std::vector<Tensor>& in) {
+    const nn::RecurrentOutput o = lstm.forward(in[0], Tensor(), Tensor());
+    return std::vector<Tensor>{o.output.sum() + o.c_n.square().sum()};
+  });
+  const Tensor x = randn({5, 2, 3}, DType::Float64, &gen);
+  const Tensor xc = x.detach().requires_grad_(true), xe = x.detach().requires_grad_(true);
+  for (int call = 0; call < 2; ++call) {  // the trace, then a replay
+    const Tensor yc = f({xc})[0];
+    const nn::RecurrentOutput o = lstm.forward(xe, Tensor(), Tensor());
+    const Tensor ye = o.output.sum() + o.c_n.square().sum();
+    rnn::expect_close(yc, ye, 1e-12, "compiled value");
+    const std::vector<Tensor> gc = autograd::grad({yc}, {xc}), ge = autograd::grad({ye}, {xe});
+    rnn::expect_close(gc[0], ge[0], 1e-12, "compiled gradient");
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(f.stats().graph_breaks, 0);
+}
