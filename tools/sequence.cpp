@@ -1,8 +1,8 @@
 // adjoint-sequence: the sequence demo (docs/sequence.md). Trains a byte-level LSTM language model
 // on the GPT demo's corpus and prints its loss and a sample; then tells the vanishing-gradient
 // story: a tanh RNN of the same size trained on the same batches, and for both the norm of
-// dL/dh_t against the distance from the loss on the same long sequences (gradients.svg and
-// grad_norms.csv), and the bytes each saves for backward per time step.
+// dL/dh_t against the distance from the loss on the same long sequences, before and after
+// training (gradients.svg and grad_norms.csv), and the bytes each saves for backward per step.
 //   adjoint-sequence [--data DIR|FILE] [--out DIR] [--steps 300] [--hidden 256] [--embed 64]
 //                    [--layers 1] [--seq 64] [--batch 32] [--lr 3e-3] [--seed 0]
 //                    [--grad-length 200] [--forget-bias 1] [--threads 0] [--tiny]
@@ -91,22 +91,36 @@ double saved_bytes_per_step(tools::CharRNN& model, const data::ByteDataset& data
   return (sb - sa) / static_cast<double>(f.seq);
 }
 
-void write_csv(const std::string& path, const std::vector<double>& rnn,
-               const std::vector<double>& lstm) {
+// One row per distance: the trained models' norms, then the untrained ones'.
+void write_csv(const std::string& path, const std::vector<std::vector<double>>& columns) {
   std::ofstream out(path);
-  out << "distance,rnn_grad_norm,lstm_grad_norm\n";
-  char line[96];
-  for (std::size_t d = 0; d < rnn.size(); ++d) {
-    std::snprintf(line, sizeof line, "%zu,%.6e,%.6e\n", d, rnn[d], lstm[d]);
+  out << "distance,rnn_grad_norm,lstm_grad_norm,rnn_init_grad_norm,lstm_init_grad_norm\n";
+  char line[160];
+  for (std::size_t d = 0; d < columns[0].size(); ++d) {
+    std::snprintf(line, sizeof line, "%zu,%.6e,%.6e,%.6e,%.6e\n", d, columns[0][d], columns[1][d],
+                  columns[2][d], columns[3][d]);
     out << line;
   }
   ADJOINT_CHECK(out.good(), IO, "adjoint-sequence", "cannot write ", path);
 }
 
-tools::Series log_series(const char* name, const std::vector<double>& norms, const char* color) {
+// gradient_norm_by_distance in float64, so that no norm underflows; the model is converted
+// back to float32 after (exactly: float32 -> float64 -> float32 is the identity).
+std::vector<double> norms_in_float64(tools::CharRNN& model, const data::TextBatch& b,
+                                     int64_t length) {
+  model.to(DType::Float64);
+  std::vector<double> norms =
+      tools::gradient_norm_by_distance(model, b.inputs, b.targets.select(1, length - 1));
+  model.to(DType::Float32);
+  return norms;
+}
+
+tools::Series log_series(const char* name, const std::vector<double>& norms, const char* color,
+                         bool dashed = false) {
   tools::Series s;
   s.name = name;
   s.color = color;
+  s.dashed = dashed;
   for (std::size_t d = 0; d < norms.size(); ++d) {
     s.x.push_back(static_cast<double>(d));
     s.y.push_back(std::log10(norms[d]));  // log10(0) = -inf is skipped by the plot
@@ -173,9 +187,18 @@ int main(int argc, char** argv) {
                 data.files().size(), static_cast<long long>(data.train_size()),
                 static_cast<long long>(data.validation_size()));
 
-    // 1. The character LSTM.
-    Generator init(f.seed);
+    // 0. Both models, and their gradient norms before training on the long sequences.
+    Generator init(f.seed), init_rnn(f.seed);
     tools::CharRNN lstm(f.model, init);
+    tools::CharRNNConfig rnn_config = f.model;
+    rnn_config.cell = tools::CharCell::RNN;
+    tools::CharRNN rnn(rnn_config, init_rnn);
+    Generator g(f.seed + 5);
+    const data::TextBatch longb = data.batch(data::Split::Validation, 16, f.grad_length, g);
+    const std::vector<double> rnn_init = norms_in_float64(rnn, longb, f.grad_length);
+    const std::vector<double> lstm_init = norms_in_float64(lstm, longb, f.grad_length);
+
+    // 1. The character LSTM.
     std::printf(
         "char LSTM: %lld parameters (embed %lld, hidden %lld, %lld layer(s)), %lld steps "
         "of %lld x %lld bytes\n",
@@ -194,10 +217,6 @@ int main(int argc, char** argv) {
     std::printf("sample: %s\n", lstm.generate("The ", tiny ? 20 : 200, 0.8, sampler).c_str());
 
     // 2. A tanh RNN of the same size on the same batches.
-    tools::CharRNNConfig rnn_config = f.model;
-    rnn_config.cell = tools::CharCell::RNN;
-    Generator init_rnn(f.seed);
-    tools::CharRNN rnn(rnn_config, init_rnn);
     const std::vector<double> rnn_losses = train(rnn, data, f, "rnn");
     const double rnn_val = validation_loss(rnn, data, f);
     std::printf("rnn: final training loss %.3f, validation loss %.3f\n", rnn_losses.back(),
@@ -214,28 +233,27 @@ int main(int argc, char** argv) {
         rnn_saved / static_cast<double>(f.batch * f.model.hidden * 4),
         lstm_saved / static_cast<double>(f.batch * f.model.hidden * 4));
 
-    // 4. dL/dh_t on the same long sequences, in float64 so that no norm underflows.
-    lstm.to(DType::Float64);
-    rnn.to(DType::Float64);
-    Generator g(f.seed + 5);
-    const data::TextBatch longb = data.batch(data::Split::Validation, 16, f.grad_length, g);
-    const Tensor next = longb.targets.select(1, f.grad_length - 1);
-    const std::vector<double> rnn_norms = tools::gradient_norm_by_distance(rnn, longb.inputs, next);
-    const std::vector<double> lstm_norms =
-        tools::gradient_norm_by_distance(lstm, longb.inputs, next);
+    // 4. dL/dh_t on the same long sequences after training.
+    const std::vector<double> rnn_norms = norms_in_float64(rnn, longb, f.grad_length);
+    const std::vector<double> lstm_norms = norms_in_float64(lstm, longb, f.grad_length);
     const std::string csv = f.out + "/grad_norms.csv", svg = f.out + "/gradients.svg";
-    write_csv(csv, rnn_norms, lstm_norms);
-    tools::write_svg_plot(
-        svg, "||dL/dh_t|| against the distance from the loss", "distance from the loss (steps)",
-        "log10 ||dL/dh_t||",
-        {log_series("tanh RNN", rnn_norms, "#d62728"), log_series("LSTM", lstm_norms, "#1f77b4")});
+    write_csv(csv, {rnn_norms, lstm_norms, rnn_init, lstm_init});
+    tools::write_svg_plot(svg, "||dL/dh_t|| against the distance from the loss",
+                          "distance from the loss (steps)", "log10 ||dL/dh_t||",
+                          {log_series("tanh RNN, trained", rnn_norms, "#d62728"),
+                           log_series("LSTM, trained", lstm_norms, "#1f77b4"),
+                           log_series("tanh RNN, at init", rnn_init, "#d62728", true),
+                           log_series("LSTM, at init", lstm_init, "#1f77b4", true)});
     const std::size_t far = rnn_norms.size() - 1, mid = far / 2;
     std::printf(
         "||dL/dh_t|| at distance 0, %zu, %zu: rnn %.2e, %.2e, %.2e; lstm %.2e, %.2e, %.2e\n", mid,
         far, rnn_norms[0], rnn_norms[mid], rnn_norms[far], lstm_norms[0], lstm_norms[mid],
         lstm_norms[far]);
-    std::printf("decay far from the loss: rnn %.2f, lstm %.2f decades per 10 steps\n",
-                decades_per_10_steps(rnn_norms), decades_per_10_steps(lstm_norms));
+    std::printf(
+        "decay far from the loss: rnn %.2f, lstm %.2f decades per 10 steps (at init: %.2f and "
+        "%.2f)\n",
+        decades_per_10_steps(rnn_norms), decades_per_10_steps(lstm_norms),
+        decades_per_10_steps(rnn_init), decades_per_10_steps(lstm_init));
     std::printf("wrote %s and %s\n", svg.c_str(), csv.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

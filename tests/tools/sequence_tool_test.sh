@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # adjoint-sequence end to end, tiny: it trains both models (the losses fall), writes
-# gradients.svg with both series and grad_norms.csv, whose norms are finite and positive, and far
-# from the loss the tanh RNN's gradient falls faster than the LSTM's (the decay rate it prints,
-# recomputed here from the CSV). A bad flag is a named error with exit status 1.
+# gradients.svg with both models' series (trained and at init) and grad_norms.csv, whose norms
+# are finite and positive, and far from the loss the trained tanh RNN's gradient falls faster
+# than the LSTM's (the decay rate it prints, recomputed here from the CSV). A bad flag is a
+# named error with exit status 1.
 #   sequence_tool_test.sh path/to/adjoint-sequence
 set -euo pipefail
 tool=$(realpath "$1")
@@ -15,8 +16,10 @@ for i in $(seq 400); do echo "line $i: the quick brown fox jumps over the lazy d
 echo "1. a tiny run writes the picture and the norms"
 "$tool" --tiny --data corpus.txt --out run >out.txt 2>err.txt || fail "run failed: $(cat err.txt)"
 grep -q "wrote run/gradients.svg and run/grad_norms.csv" out.txt || fail "$(cat out.txt)"
-grep -q "tanh RNN" run/gradients.svg && grep -q "LSTM" run/gradients.svg || fail "a series is missing"
-[ "$(head -1 run/grad_norms.csv)" = "distance,rnn_grad_norm,lstm_grad_norm" ] || fail "csv header"
+for s in "tanh RNN, trained" "LSTM, trained" "tanh RNN, at init" "LSTM, at init"; do
+  grep -q "$s" run/gradients.svg || fail "series $s is missing"
+done
+[ "$(head -1 run/grad_norms.csv)" = "distance,rnn_grad_norm,lstm_grad_norm,rnn_init_grad_norm,lstm_init_grad_norm" ] || fail "csv header"
 [ "$(tail -n +2 run/grad_norms.csv | wc -l)" = 60 ] || fail "expected 60 distances (--tiny's length)"
 for model in lstm rnn; do
   first=$(grep "^$model step 5/" out.txt | sed 's/.*loss \([0-9.]*\).*/\1/')
@@ -25,7 +28,9 @@ for model in lstm rnn; do
 done
 
 echo "2. the norms are finite and positive, and the RNN's fall faster far from the loss"
-awk -F, 'NR > 1 && !($2 > 0 && $3 > 0 && $2 < 1e300 && $3 < 1e300) { bad = 1 } END { exit bad }' \
+# every value a number as printf's %e writes it (not inf or nan) and above zero
+awk -F, 'NR > 1 { for (i = 2; i <= 5; ++i) if ($i !~ /^[0-9]\.[0-9]+e[-+][0-9]+$/ || $i + 0 <= 0) bad = 1 }
+  END { exit bad }' \
   run/grad_norms.csv || fail "a norm is not finite and positive: $(cat run/grad_norms.csv)"
 # decades lost per step from distance 29 to 59, as the tool prints them
 rates=$(awk -F, 'NR == 31 { r0 = $2; l0 = $3 } NR == 61 { r1 = $2; l1 = $3 }
