@@ -137,8 +137,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" &&
-      o.workload != "gpt-tiny") {
-    std::fprintf(stderr, "error: --precision bf16 applies to mlp, deep-mlp and gpt-tiny, not %s\n",
+      o.workload != "gpt-tiny" && o.workload != "lstm" && o.workload != "lstm-select") {
+    std::fprintf(stderr,
+                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny and lstm, not %s\n",
                  o.workload.c_str());
     return 2;
   }

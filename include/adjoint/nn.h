@@ -15,4 +15,6 @@
 #include "adjoint/nn/module.h"
 #include "adjoint/nn/normalization.h"
 #include "adjoint/nn/pooling.h"
+#include "adjoint/nn/rnn.h"
+#include "adjoint/nn/rnn_cell.h"
 #include "adjoint/nn/transformer.h"
