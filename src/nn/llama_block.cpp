@@ -99,11 +99,14 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, KVCache* cache) {
   auto heads_of = [&](const Tensor& y, int64_t h) {
     return y.view({B, T, h, hd}).transpose(1, 2);  // [B, h, T, hd]
   };
-  const Tensor cos = adjoint::to(rope_cos_.narrow(0, P, T), x.dtype());
-  const Tensor sin = adjoint::to(rope_sin_.narrow(0, P, T), x.dtype());
-  Tensor q = apply_rotary_embedding(heads_of((*wq)(x), heads_), cos, sin);
-  Tensor k = apply_rotary_embedding(heads_of((*wk)(x), kv_heads_), cos, sin);
+  Tensor q = heads_of((*wq)(x), heads_);
+  Tensor k = heads_of((*wk)(x), kv_heads_);
   Tensor v = heads_of((*wv)(x), kv_heads_);
+  // The tables in the projections' dtype, which under autocast is the low one, not x's.
+  const Tensor cos = adjoint::to(rope_cos_.narrow(0, P, T), q.dtype());
+  const Tensor sin = adjoint::to(rope_sin_.narrow(0, P, T), q.dtype());
+  q = apply_rotary_embedding(q, cos, sin);
+  k = apply_rotary_embedding(k, cos, sin);
   if (cache) std::tie(k, v) = cache->append(k, v);
   const bool gqa = kv_heads_ != heads_;
   Tensor y;

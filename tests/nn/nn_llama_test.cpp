@@ -219,6 +219,24 @@ TEST(Llama, TiedHeadGetsBothGradients) {
   }
 }
 
+// Under autocast the projections are bfloat16 while the residual stream stays float32: the
+// rotary tables follow the projections. The loss stays near float32's (bfloat16 keeps 8 bits).
+TEST(Llama, AutocastBfloat16TracksFloat32) {
+  Generator gen(32);
+  nn::Llama model(tiny_config(2, false), &gen);
+  const Tensor idx = randint(0, 29, {2, 9}, &gen), targets = randint(0, 29, {2, 9}, &gen);
+  const double f32 = model.loss(idx, targets).item<double>();
+  Tensor low;
+  {
+    Autocast amp(DType::BFloat16);
+    low = model.loss(idx, targets);
+  }
+  EXPECT_NEAR(low.item<double>(), f32, 0.02 * f32);
+  low.backward();  // and the gradients reach the float32 weights
+  EXPECT_EQ(model.layers->at<nn::LlamaBlock>(1)->attention->wq->weight.grad().dtype(),
+            DType::Float32);
+}
+
 TEST(KVCache, PrefixThenOneTokenAtATimeMatchesFullForward) {
   for (DType dtype : {DType::Float64, DType::Float32}) {
     Generator gen(40);
