@@ -1,5 +1,5 @@
-// The nn umbrella header: modules, initialisers and the GPT and Llama models (namespace adjoint::nn).
-// See docs/nn.md for a guide.
+// The nn umbrella header: modules, initialisers and the GPT and Llama models (namespace
+// adjoint::nn). See docs/nn.md for a guide.
 #pragma once
 
 #include "adjoint/nn/activation.h"
