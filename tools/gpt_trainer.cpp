@@ -16,7 +16,7 @@ namespace {
 
 // The dropout layers that draw random numbers, by module name: their generators are part of
 // the run's state (see Note [What a resume restores]).
-std::vector<std::pair<std::string, nn::Dropout*>> active_dropouts(nn::GPT& model) {
+std::vector<std::pair<std::string, nn::Dropout*>> active_dropouts(nn::LanguageModel& model) {
   std::vector<std::pair<std::string, nn::Dropout*>> out;
   for (const auto& [name, m] : model.named_modules())
     if (auto* d = dynamic_cast<nn::Dropout*>(m.get()); d && d->p() > 0) out.emplace_back(name, d);
@@ -39,6 +39,24 @@ std::optional<DType> autocast_dtype_of(const std::string& precision) {
               "--precision must be fp32, bf16 or fp16, got '" + precision + "'");
 }
 
+nn::LlamaConfig llama_config_of(const TrainConfig& c) {
+  return {.vocab = c.model.vocab,
+          .context = c.model.context,
+          .d_model = c.model.d_model,
+          .heads = c.model.heads,
+          .kv_heads = c.kv_heads > 0 ? c.kv_heads : c.model.heads,
+          .layers = c.model.layers};
+}
+
+std::shared_ptr<nn::LanguageModel> make_model(const TrainConfig& c, Generator* gen) {
+  if (c.arch == "gpt") return std::make_shared<nn::GPT>(c.model, gen);
+  ADJOINT_CHECK(c.arch == "llama", Value, "train", "--arch must be gpt or llama, got '", c.arch,
+                "'");
+  ADJOINT_CHECK(c.model.dropout == 0, Value, "train", "a Llama has no dropout, got dropout ",
+                c.model.dropout);
+  return std::make_shared<nn::Llama>(llama_config_of(c), gen);
+}
+
 double learning_rate(const TrainConfig& c, int64_t step) {
   if (step < c.warmup) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup);
   const double span = std::max<int64_t>(1, c.steps - c.warmup);
@@ -59,7 +77,7 @@ Trainer::Trainer(const TrainConfig& config, const data::ByteDataset& data, Paral
                 "--master-weights keeps 16-bit weights: it needs --precision bf16 or fp16, got ",
                 config.precision);
   Generator init(config.seed);
-  model_ = std::make_shared<nn::GPT>(config.model, &init);
+  model_ = make_model(config, &init);
   // Initialised in float32 (the same draws as every precision), then rounded once.
   if (config.master_weights) model_->to(*autocast_);
   params_ = model_->parameters();
@@ -276,9 +294,12 @@ void Trainer::resume(const std::string& path) {
   for (auto& [d, state] : dropouts) d->generator().set_state(state);
 }
 
-std::shared_ptr<nn::GPT> load_model(const std::string& path) {
+std::shared_ptr<nn::LanguageModel> load_model(const std::string& path) {
   const io::SafetensorsFile file = io::load_safetensors(path);
-  auto model = std::make_shared<nn::GPT>(decode_model_config(file.metadata, path));
+  TrainConfig config;
+  config.model = decode_model_config(file.metadata, path);
+  config.arch = decode_arch(file.metadata, path, &config.kv_heads);
+  std::shared_ptr<nn::LanguageModel> model = make_model(config, nullptr);
   // A run with --master-weights stored 16-bit weights: sample in their dtype.
   if (const auto m = file.metadata.find("master_weights");
       m != file.metadata.end() && m->second == "1")
@@ -289,43 +310,72 @@ std::shared_ptr<nn::GPT> load_model(const std::string& path) {
   return model;
 }
 
-std::string generate(nn::GPT& model, const std::string& prompt, int64_t length, double temperature,
-                     int64_t top_k, Generator& gen) {
+namespace {
+
+// One byte from the last position's logits: top-k, then softmax at the temperature, one draw.
+int64_t sample_byte(const Tensor& logits, double temperature, int64_t top_k, Generator& gen) {
+  const int64_t t = logits.size(1);
+  std::vector<float> last =
+      logits.select(1, t - 1).reshape({-1}).to(DType::Float32).to_vector<float>();
+  std::vector<float> sorted = last;
+  if (top_k > 0 && top_k < static_cast<int64_t>(last.size())) {
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+                     std::greater<float>());
+    const float cut = sorted[top_k - 1];
+    for (float& v : last)
+      if (v < cut) v = -INFINITY;
+  }
+  const float peak = *std::max_element(last.begin(), last.end());
+  std::vector<double> p(last.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < last.size(); ++i) {
+    p[i] = std::isfinite(last[i]) ? std::exp((last[i] - peak) / temperature) : 0.0;
+    sum += p[i];
+  }
+  double u = gen.next_double() * sum;
+  std::size_t pick = 0;
+  while (pick + 1 < p.size() && u >= p[pick]) u -= p[pick++];
+  return static_cast<int64_t>(pick);
+}
+
+Tensor ids_tensor(const std::vector<int64_t>& ids, std::size_t from) {
+  std::vector<int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+  const int64_t t = static_cast<int64_t>(window.size());
+  return tensor(window, Shape{1, t});
+}
+
+}  // namespace
+
+std::string generate(nn::LanguageModel& model, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, Generator& gen, bool use_cache) {
   ADJOINT_CHECK(temperature > 0, Value, "generate", "temperature must be positive, got ",
                 temperature);
   InferenceMode inference;
-  const int64_t context = model.config().context;
+  const std::size_t context = static_cast<std::size_t>(model.context());
   std::vector<int64_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
   if (ids.empty()) ids.push_back('\n');
+  auto window_start = [&](std::size_t keep) { return ids.size() > keep ? ids.size() - keep : 0; };
+  nn::Llama* llama = use_cache ? dynamic_cast<nn::Llama*>(&model) : nullptr;
+  std::vector<nn::KVCache> caches;
+  if (llama) caches = llama->make_caches();
   std::string out;
   for (int64_t n = 0; n < length; ++n) {
-    const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
-    std::vector<int64_t> window(ids.begin() + start, ids.end());
-    const int64_t t = static_cast<int64_t>(window.size());
-    Tensor logits = model.forward(tensor(window, Shape{1, t}));
-    std::vector<float> last =
-        logits.select(1, t - 1).reshape({-1}).to(DType::Float32).to_vector<float>();
-    // Top-k: keep the k largest logits; then a softmax at the temperature and one draw.
-    std::vector<float> sorted = last;
-    if (top_k > 0 && top_k < static_cast<int64_t>(last.size())) {
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
-                       std::greater<float>());
-      const float cut = sorted[top_k - 1];
-      for (float& v : last)
-        if (v < cut) v = -INFINITY;
+    Tensor logits;
+    if (!llama) {  // the whole window again
+      logits = model.forward(ids_tensor(ids, window_start(context)));
+    } else if (n == 0 || caches[0].length() == static_cast<int64_t>(context)) {
+      // The prompt, or a full cache: (re)fill it from the last bytes (all of the prompt's
+      // window; context / 2 once full, which leaves room for as many steps).
+      for (nn::KVCache& c : caches) c.clear();
+      logits = llama->forward(
+          ids_tensor(ids, window_start(n == 0 ? context : std::max<std::size_t>(1, context / 2))),
+          caches);
+    } else {  // the newest byte only
+      logits = llama->forward(ids_tensor(ids, ids.size() - 1), caches);
     }
-    const float peak = *std::max_element(last.begin(), last.end());
-    std::vector<double> p(last.size());
-    double sum = 0;
-    for (std::size_t i = 0; i < last.size(); ++i) {
-      p[i] = std::isfinite(last[i]) ? std::exp((last[i] - peak) / temperature) : 0.0;
-      sum += p[i];
-    }
-    double u = gen.next_double() * sum;
-    std::size_t pick = 0;
-    while (pick + 1 < p.size() && u >= p[pick]) u -= p[pick++];
-    ids.push_back(static_cast<int64_t>(pick));
+    const int64_t pick = sample_byte(logits, temperature, top_k, gen);
+    ids.push_back(pick);
     out += static_cast<char>(pick);
   }
   return out;

@@ -1,4 +1,5 @@
-// The GPT training loop behind adjoint-train, as a library so that tests can run it: one
+// The language-model training loop behind adjoint-train (a GPT or a Llama, --arch), as a
+// library so that tests can run it: one
 // AdamW step at a time with warmup + cosine learning rate and gradient clipping, validation
 // loss, checkpoints that resume bit-identically (run_state.h says what they record), and text
 // generation for adjoint-sample.
@@ -22,7 +23,13 @@
 namespace adjoint::tools {
 
 struct TrainConfig {
+  /// "gpt" (nn::GPT) or "llama" (nn::Llama, with llama_config_of's settings).
+  std::string arch = "gpt";
+  /// The model's sizes; a Llama reads vocab, context, d_model, heads and layers from here (and
+  /// has no dropout).
   nn::GPTConfig model{.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
+  /// A Llama's key/value heads (0: as many as heads); a GPT has none of its own.
+  int64_t kv_heads = 0;
   int64_t batch = 32;
   int64_t steps = 1000;
   double lr = 3e-3;           ///< peak learning rate, after warmup
@@ -58,6 +65,12 @@ struct TrainConfig {
 
 /// The autocast dtype of a --precision value (nullopt for fp32); throws for an unknown one.
 std::optional<DType> autocast_dtype_of(const std::string& precision);
+
+/// The Llama of a run: its sizes from config.model, kv_heads (heads when 0), the SwiGLU width
+/// llama_hidden(d_model), RoPE base 10000, RMSNorm eps 1e-5, an untied head (Meta's).
+nn::LlamaConfig llama_config_of(const TrainConfig& config);
+/// A new model of config.arch, initialised from `gen`; throws naming --arch for an unknown one.
+std::shared_ptr<nn::LanguageModel> make_model(const TrainConfig& config, Generator* gen);
 
 /// What identifies a corpus for a resume: its size, its split and a hash of its bytes.
 struct DataIdentity {
@@ -109,7 +122,7 @@ class Trainer {
   int64_t step() const { return step_; }
   const TrainConfig& config() const { return config_; }
   const DataIdentity& data_identity() const { return data_id_; }
-  nn::GPT& model() { return *model_; }
+  nn::LanguageModel& model() { return *model_; }
   /// The AdamW of one process or of plain data parallelism (not ZeRO: see zero_optimizer()).
   const optim::AdamW& optimizer() const {
     ADJOINT_CHECK(optimizer_, Value, "train",
@@ -136,7 +149,7 @@ class Trainer {
   TrainConfig config_;
   const data::ByteDataset& data_;
   DataIdentity data_id_;
-  std::shared_ptr<nn::GPT> model_;
+  std::shared_ptr<nn::LanguageModel> model_;
   std::unique_ptr<optim::AdamW> optimizer_;  // one process or plain DDP
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
@@ -153,12 +166,17 @@ class Trainer {
 /// The learning rate at `step`: linear warmup to lr, then cosine decay to min_lr at the end.
 double learning_rate(const TrainConfig& config, int64_t step);
 
-/// A model rebuilt from a checkpoint's configuration and weights (for adjoint-sample).
-std::shared_ptr<nn::GPT> load_model(const std::string& path);
+/// A model rebuilt from a checkpoint's configuration and weights (for adjoint-sample): a GPT, or
+/// a Llama when its metadata says arch "llama".
+std::shared_ptr<nn::LanguageModel> load_model(const std::string& path);
 
 /// Continues `prompt` by `length` bytes, sampling each from softmax(logits / temperature)
-/// restricted to the top_k most likely bytes (0: all), with `gen`.
-std::string generate(nn::GPT& model, const std::string& prompt, int64_t length, double temperature,
-                     int64_t top_k, Generator& gen);
+/// restricted to the top_k most likely bytes (0: all), with `gen`. The model sees the last
+/// `context` bytes. A Llama with `use_cache` keeps its keys and values (nn::KVCache): the
+/// prompt once, then one byte per step; when the cache is full it starts again from the last
+/// context / 2 bytes. Up to `context` bytes in all, that is the same text as without the cache,
+/// which runs the whole window again for every byte (a GPT always does).
+std::string generate(nn::LanguageModel& model, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, Generator& gen, bool use_cache = true);
 
 }  // namespace adjoint::tools

@@ -232,6 +232,16 @@ void merge(TrainConfig& config, const TrainConfig& stored_in,
   } else if (config.seed != stored.seed) {
     mismatch(path, "--seed", std::to_string(stored.seed), std::to_string(config.seed));
   }
+  if (!given("--arch")) {
+    config.arch = stored.arch;
+  } else if (config.arch != stored.arch) {
+    mismatch(path, "--arch", stored.arch, config.arch);
+  }
+  if (!given("--kv-heads")) {
+    config.kv_heads = stored.kv_heads;
+  } else if (config.arch == "llama" && config.kv_heads != stored.kv_heads) {
+    mismatch(path, "--kv-heads", std::to_string(stored.kv_heads), std::to_string(config.kv_heads));
+  }
   if (!given("--precision")) {
     config.precision = stored.precision;
   } else if (config.precision != stored.precision) {
@@ -273,6 +283,8 @@ io::Metadata encode_run_state(const RunState& state) {
   m["step"] = std::to_string(state.step);
   m["threads"] = std::to_string(state.threads);
   m["precision"] = c.precision;
+  m["arch"] = c.arch;
+  if (c.arch == "llama") m["kv_heads"] = std::to_string(c.kv_heads);
   if (c.master_weights) m["master_weights"] = "1";
   if (c.precision == "fp16") {
     m["grad_scaler.init_scale"] = real_text(c.init_loss_scale);
@@ -301,6 +313,16 @@ nn::GPTConfig decode_model_config(const io::Metadata& metadata, const std::strin
   return c;
 }
 
+std::string decode_arch(const io::Metadata& metadata, const std::string& path, int64_t* kv_heads) {
+  const Reader r(metadata, path);
+  const std::string* arch = r.find("arch");
+  if (!arch || *arch == "gpt") return "gpt";  // checkpoints from before --arch: GPTs
+  if (*arch != "llama") r.fail("arch", "gpt or llama");
+  const int64_t kv = r.integer("kv_heads", 0);
+  if (kv_heads) *kv_heads = kv;
+  return *arch;
+}
+
 RunState decode_run_state(const io::Metadata& metadata, const std::string& path) {
   const Reader r(metadata, path);
   decode_model_config(metadata, path);  // the format check
@@ -322,6 +344,7 @@ RunState decode_run_state(const io::Metadata& metadata, const std::string& path)
   s.data.fnv1a = r.hex64("data.fnv1a64");
   s.step = r.integer("step", 0, s.config.steps, " (the run's steps)");
   s.threads = r.integer("threads", 1);
+  s.config.arch = decode_arch(metadata, path, &s.config.kv_heads);
   // Checkpoints from before --precision trained in float32.
   if (const std::string* p = r.find("precision")) {
     if (*p != "fp32" && *p != "bf16" && *p != "fp16") r.fail("precision", "fp32, bf16 or fp16");

@@ -42,6 +42,10 @@ RunState decode_run_state(const io::Metadata& metadata, const std::string& path)
 RunState read_run_state(const std::string& path);
 /// Only the model's shape: all adjoint-sample needs, present in older checkpoints too.
 nn::GPTConfig decode_model_config(const io::Metadata& metadata, const std::string& path);
+/// The model's architecture, "gpt" or "llama" ("gpt" in checkpoints from before --arch), and
+/// with a Llama its kv_heads into `kv_heads` when not null.
+std::string decode_arch(const io::Metadata& metadata, const std::string& path,
+                        int64_t* kv_heads = nullptr);
 
 /// Throws adjoint::Error (Value, op "train") at the first setting where `given` differs from
 /// `stored` (the checkpoint's), naming its flag, the checkpoint's value and the given value.

@@ -1,9 +1,11 @@
-// adjoint-train: trains a small byte-level GPT from C++ (what `make demo` runs). Shows a
+// adjoint-train: trains a small byte-level GPT, or Llama (--arch llama), from C++ (what `make
+// demo` runs). Shows a
 // progress bar on stderr, evaluates the validation loss every --eval-every steps, logs every
 // step to loss.csv as it goes, checkpoints every --save-every steps, and writes the
 // checkpoint, the loss curve (loss.svg), the gradient health plot (grads.svg) and a generated
 // sample at the end. A NaN or infinite gradient stops the run with the parameter's name.
-//   adjoint-train [--layers 4] [--width 128] [--heads 4] [--context 64] [--batch 32]
+//   adjoint-train [--arch gpt|llama] [--kv-heads 0] [--layers 4] [--width 128] [--heads 4]
+//   [--context 64] [--batch 32]
 //                 [--steps 1000] [--lr 3e-3] [--seed 0] [--data DIR|FILE] [--out DIR]
 //                 [--save-every N] [--stop-after STEP] [--resume CHECKPOINT]
 //                 [--grad-every 10] [--grad-vanish 1e-6] [--grad-vanish-records 5]
@@ -68,7 +70,7 @@ std::string scaler_status(const tools::Trainer& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"adjoint-train: train a byte-level GPT on a text corpus"};
+  CLI::App app{"adjoint-train: train a byte-level GPT or Llama on a text corpus"};
   tools::TrainFlags flags;
   tools::TrainConfig& c = flags.config;
   std::string& out_dir = flags.out_dir;
@@ -79,6 +81,13 @@ int main(int argc, char** argv) {
   int& threads = flags.threads;
   int& zero = flags.zero;
   tools::GradientHealthOptions& health_options = flags.health;
+  app.add_option("--arch", c.arch,
+                 "gpt (GPT-2: learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, "
+                 "SwiGLU, grouped-query attention)")
+      ->capture_default_str();
+  app.add_option("--kv-heads", c.kv_heads,
+                 "llama: key/value heads, dividing --heads (0: as many as --heads)")
+      ->capture_default_str();
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
   app.add_option("--heads", c.model.heads, "attention heads")->capture_default_str();
@@ -332,8 +341,10 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     trainer.save(ckpt);  // every rank (ZeRO gathers its state); rank 0 writes
     if (!lead) return 0;
-    tools::write_svg_plot(out_dir + "/loss.svg", "adjoint-train: byte-level GPT", "step",
-                          "loss (nats per byte)",
+    tools::write_svg_plot(out_dir + "/loss.svg",
+                          trainer.config().arch == "llama" ? "adjoint-train: byte-level Llama"
+                                                           : "adjoint-train: byte-level GPT",
+                          "step", "loss (nats per byte)",
                           skipped_curve.x.empty()
                               ? std::vector<tools::Series>{train_curve, val_curve}
                               : std::vector<tools::Series>{train_curve, val_curve, skipped_curve});

@@ -66,6 +66,9 @@ void check_flags(const TrainFlags& f) {
   not_negative("--profile", f.profile_step);
   not_negative("--threads", f.threads);
   ADJOINT_CHECK(f.zero >= 0 && f.zero <= 2, Value, kOp, "--zero must be 0, 1 or 2, got ", f.zero);
+  ADJOINT_CHECK(c.arch == "gpt" || c.arch == "llama", Value, kOp,
+                "--arch must be gpt or llama, got '", c.arch, "'");
+  not_negative("--kv-heads", c.kv_heads);
   not_negative("--grad-every", f.health.every);
   finite_not_negative("--grad-vanish", f.health.vanish_below);
   positive("--grad-vanish-records", f.health.vanish_records);
@@ -79,6 +82,15 @@ void check_flags(const TrainFlags& f) {
   ADJOINT_CHECK(c.model.d_model % c.model.heads == 0, Value, kOp, "--width ", c.model.d_model,
                 " must be a multiple of --heads ", c.model.heads,
                 ": each head gets an equal share of the width");
+  if (c.arch == "llama") {
+    const int64_t kv = c.kv_heads > 0 ? c.kv_heads : c.model.heads;
+    ADJOINT_CHECK(c.model.heads % kv == 0, Value, kOp, "--heads ", c.model.heads,
+                  " must be a multiple of --kv-heads ", kv,
+                  ": each key/value head serves an equal group of query heads");
+    ADJOINT_CHECK(c.model.d_model / c.model.heads % 2 == 0, Value, kOp, "--width ", c.model.d_model,
+                  " / --heads ", c.model.heads,
+                  " must be even: rotary embedding turns pairs of a head's features");
+  }
   ADJOINT_CHECK(c.min_lr <= c.lr, Value, kOp, "--min-lr ", number(c.min_lr), " is above --lr ",
                 number(c.lr),
                 ": the learning rate decays from --lr to --min-lr, so --min-lr must be at most "

@@ -32,5 +32,6 @@
 #include "adjoint/shape.h"
 #include "adjoint/tensor.h"
 #include "adjoint/threading.h"
+#include "adjoint/transformer_ops.h"
 #include "adjoint/transforms.h"
 #include "adjoint/vmap.h"

@@ -1,5 +1,5 @@
-// The nn umbrella header: modules, initialisers and the GPT model (namespace adjoint::nn).
-// See docs/nn.md for a guide.
+// The nn umbrella header: modules, initialisers and the GPT and Llama models (namespace
+// adjoint::nn). See docs/nn.md for a guide.
 #pragma once
 
 #include "adjoint/nn/activation.h"
@@ -11,7 +11,10 @@
 #include "adjoint/nn/embedding.h"
 #include "adjoint/nn/gpt.h"
 #include "adjoint/nn/init.h"
+#include "adjoint/nn/language_model.h"
 #include "adjoint/nn/linear.h"
+#include "adjoint/nn/llama.h"
+#include "adjoint/nn/llama_block.h"
 #include "adjoint/nn/module.h"
 #include "adjoint/nn/normalization.h"
 #include "adjoint/nn/pooling.h"

@@ -1,4 +1,5 @@
-// nn::GPT: embeddings, blocks, final LayerNorm and the tied output head, plus the loss.
+// nn::GPT: embeddings, blocks, final LayerNorm and the tied output head (the loss is
+// LanguageModel's).
 #include "adjoint/nn/gpt.h"
 
 #include "adjoint/error.h"
@@ -6,7 +7,7 @@
 
 namespace adjoint::nn {
 
-GPT::GPT(const GPTConfig& config, Generator* gen) : Module("GPT"), config_(config) {
+GPT::GPT(const GPTConfig& config, Generator* gen) : LanguageModel("GPT"), config_(config) {
   const char* op = "nn.GPT";
   ADJOINT_CHECK(config.vocab > 0 && config.context > 0 && config.d_model > 0 && config.heads > 0 &&
                     config.layers >= 0,
@@ -29,14 +30,8 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : Module("GPT"), config_(confi
 }
 
 Tensor GPT::forward(const Tensor& idx) {
-  const char* op = "nn.GPT";
-  ADJOINT_CHECK(idx.defined(), Value, op, "got undefined token ids");
-  ADJOINT_CHECK(idx.dtype() == DType::Int64, DType, op, "token ids must be int64, got ",
-                describe(idx));
-  ADJOINT_CHECK(idx.dim() == 2, Shape, op, "token ids must be [B, T], got ", describe(idx));
+  check_ids(idx, "nn.GPT");
   const int64_t T = idx.size(1);
-  ADJOINT_CHECK(T <= config_.context, Shape, op, "sequence length ", T, " exceeds the context ",
-                config_.context, ": ", describe(idx));
   // Positions 0..T-1 are the first T rows of wpe: a view, not an embedding lookup (whose
   // backward would scatter into a zero [context, d] tensor).
   const Tensor pos = T == config_.context ? wpe->weight : wpe->weight.narrow(0, 0, T);
@@ -44,18 +39,6 @@ Tensor GPT::forward(const Tensor& idx) {
   x = (*ln_f)(run_blocks ? run_blocks(*blocks, x) : (*blocks)(x));
   // The tied head: x wteᵀ as one linear op (no bias, no copy of the transpose).
   return linear(x, wte->weight);
-}
-
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
-  const char* op = "nn.GPT";
-  ADJOINT_CHECK(targets.defined(), Value, op, "got undefined targets");
-  ADJOINT_CHECK(targets.dtype() == DType::Int64, DType, op, "targets must be int64, got ",
-                describe(targets));
-  ADJOINT_CHECK(idx.defined() && targets.shape() == idx.shape(), Shape, op, "targets ",
-                describe(targets), " must have the shape of the token ids ", describe(idx));
-  Tensor logits = (*this)(idx);  // with the model's own hooks, as a call of model(idx)
-  const int64_t rows = idx.numel();
-  return cross_entropy(logits.reshape({rows, config_.vocab}), targets.reshape({rows}));
 }
 
 }  // namespace adjoint::nn

@@ -1,9 +1,11 @@
 // nn::LayerNorm: affine parameters initialised to ones and zeros, and a forward on the fused
-// layer_norm op that names the module when the input's trailing dims do not match.
+// layer_norm op that names the module when the input's trailing dims do not match; RMSNorm on
+// the rms_norm composite.
 #include "adjoint/nn/normalization.h"
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "adjoint/transformer_ops.h"
 
 namespace adjoint::nn {
 
@@ -30,6 +32,19 @@ Tensor LayerNorm::forward(const Tensor& x) {
   ADJOINT_CHECK(match, Shape, "nn.LayerNorm", "input ", describe(x),
                 " does not end in the normalized shape ", shape_);
   return layer_norm(x, shape_, weight, bias, eps_);
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps) : Module("RMSNorm"), dim_(dim), eps_(eps) {
+  ADJOINT_CHECK(dim > 0, Value, "nn.RMSNorm", "dim must be positive, got ", dim);
+  ADJOINT_CHECK(eps >= 0, Value, "nn.RMSNorm", "eps must be non-negative, got ", eps);
+  weight = register_parameter("weight", ones({dim}));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  ADJOINT_CHECK(x.defined(), Value, "nn.RMSNorm", "got an undefined input");
+  ADJOINT_CHECK(x.dim() >= 1 && x.size(-1) == dim_, Shape, "nn.RMSNorm", "input ", describe(x),
+                " does not end in dim ", dim_);
+  return rms_norm(x, weight, eps_);
 }
 
 }  // namespace adjoint::nn

@@ -262,7 +262,7 @@ TEST(TrainerResume, OlderCheckpointsLoadForSamplingOnly) {
     old[key] = file.metadata.at(key);
   io::save_safetensors(f.dir.file("old.safetensors"), file.tensors, old);
   auto model = tools::load_model(f.dir.file("old.safetensors"));
-  EXPECT_EQ(model->config().d_model, 16);
+  EXPECT_EQ(dynamic_cast<nn::GPT&>(*model).config().d_model, 16);
   tools::Trainer t(decaying(), f.data);
   expect_error([&] { t.resume(f.dir.file("old.safetensors")); }, ErrorKind::IO,
                {"older adjoint-train", "cannot be resumed exactly"});

@@ -81,7 +81,7 @@ TEST(Trainer, MasterWeightsTrainSixteenBitWeights) {
 
   const std::string path = temp_path("master_weights.safetensors");
   t.save(path);
-  std::shared_ptr<nn::GPT> loaded = tools::load_model(path);
+  std::shared_ptr<nn::LanguageModel> loaded = tools::load_model(path);
   fs::remove(path);
   const std::vector<Tensor> lp = loaded->parameters();
   for (std::size_t i = 0; i < lp.size(); ++i) {

@@ -4,14 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "adjoint/generator.h"
 #include "adjoint/nn/container.h"
 #include "adjoint/nn/dropout.h"
 #include "adjoint/nn/embedding.h"
-#include "adjoint/nn/module.h"
+#include "adjoint/nn/language_model.h"
 #include "adjoint/nn/normalization.h"
 #include "adjoint/nn/transformer.h"
 
@@ -38,22 +37,18 @@ struct GPTConfig {
 /// head has no parameter of its own: it multiplies by wte.weight, so the tie is one tensor
 /// that receives both gradients. Random draws come from `gen` (the default generator when
 /// null), in the order above.
-class GPT : public Module {
+class GPT : public LanguageModel {
  public:
   explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
 
-  /// idx: [B, T] int64 token ids with T <= context; returns logits [B, T, vocab].
+  /// idx: [B, T] int64 token ids with T <= context; returns logits [B, T, vocab]. The loss
+  /// (LanguageModel::loss) is the mean cross-entropy of these over the B·T positions; the
+  /// blocks run through run_blocks when it is set.
   Tensor forward(const Tensor& idx) override;
-  /// Mean cross-entropy of forward(idx) against `targets` ([B, T] int64) over the B·T
-  /// positions.
-  Tensor loss(const Tensor& idx, const Tensor& targets);
 
   const GPTConfig& config() const { return config_; }
-
-  /// How forward runs the blocks: blocks->forward(x) when empty. Setting it changes how
-  /// the blocks execute, not what they compute: adjoint-train sets it to checkpoint each
-  /// block, or segments of blocks (see docs/checkpointing.md).
-  std::function<Tensor(Sequential& blocks, const Tensor& x)> run_blocks;
+  int64_t context() const override { return config_.context; }
+  int64_t vocab() const override { return config_.vocab; }
 
   std::shared_ptr<Embedding> wte;
   std::shared_ptr<Embedding> wpe;

@@ -1,4 +1,5 @@
-// nn::LayerNorm: normalisation over the trailing dims, on the fused adjoint::layer_norm op.
+// nn::LayerNorm: normalisation over the trailing dims, on the fused adjoint::layer_norm op;
+// nn::RMSNorm: Llama's root-mean-square normalisation, on the rms_norm composite.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,24 @@ class LayerNorm : public Module {
 
  private:
   Shape shape_;
+  double eps_;
+};
+
+/// y = x / sqrt(mean(x², last dim) + eps) * weight over the last dim (size `dim`), as
+/// torch.nn.RMSNorm and Llama's; parameter "weight" [dim], ones. No bias, no mean subtracted.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  /// Throws a Shape error naming nn.RMSNorm when x's last dim is not `dim`.
+  Tensor forward(const Tensor& x) override;
+
+  int64_t dim() const { return dim_; }
+  double eps() const { return eps_; }
+
+  Tensor weight;  ///< [dim]
+
+ private:
+  int64_t dim_;
   double eps_;
 };
 
