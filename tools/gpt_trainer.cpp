@@ -45,7 +45,8 @@ nn::LlamaConfig llama_config_of(const TrainConfig& c) {
           .d_model = c.model.d_model,
           .heads = c.model.heads,
           .kv_heads = c.kv_heads > 0 ? c.kv_heads : c.model.heads,
-          .layers = c.model.layers};
+          .layers = c.model.layers,
+          .hidden = c.mlp_width};
 }
 
 std::shared_ptr<nn::LanguageModel> make_model(const TrainConfig& c, Generator* gen) {

@@ -30,6 +30,10 @@ struct TrainConfig {
   nn::GPTConfig model{.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
   /// A Llama's key/value heads (0: as many as heads); a GPT has none of its own.
   int64_t kv_heads = 0;
+  /// A Llama's SwiGLU width (0: llama_hidden(d_model)). Only --estimate sets another (with
+  /// --vocab, to plan models of other sizes than the byte-level ones this trainer trains), so
+  /// checkpoints do not record it.
+  int64_t mlp_width = 0;
   int64_t batch = 32;
   int64_t steps = 1000;
   double lr = 3e-3;           ///< peak learning rate, after warmup

@@ -29,6 +29,7 @@
 #include "gpt_trainer.h"
 #include "gradient_health.h"
 #include "loss_log.h"
+#include "memory_estimate.h"
 #include "run_state.h"
 #include "svg_plot.h"
 #include "train_flags.h"
@@ -174,6 +175,17 @@ int main(int argc, char** argv) {
                  "under mpirun: 0 data parallel (every rank keeps all optimizer state), 1 ZeRO "
                  "stage 1 (optimizer state sharded over the ranks), 2 stage 2 (gradients too)")
       ->capture_default_str();
+  bool estimate = false;
+  app.add_option("--vocab", c.model.vocab,
+                 "with --estimate: the vocabulary to plan for (training reads bytes: 256)")
+      ->capture_default_str();
+  app.add_option("--mlp-width", c.mlp_width,
+                 "with --estimate and --arch llama: the SwiGLU width (0: about 8/3 of --width)")
+      ->capture_default_str();
+  app.add_flag("--estimate", estimate,
+               "print the memory one training step of this model would take (measured on the "
+               "meta device), whether it fits this machine, and what would make it fit; no "
+               "training, no data read");
   CLI11_PARSE(app, argc, argv);
   auto given = [&](std::string_view flag) {
     return flag.starts_with("--") && app.count(std::string(flag)) > 0;
@@ -200,6 +212,20 @@ int main(int argc, char** argv) {
                                stored ? std::optional<int64_t>(stored->threads) : std::nullopt,
                                std::thread::hardware_concurrency(), group.world_size());
     if (threads > 0) set_num_threads(threads);
+    ADJOINT_CHECK(estimate || (c.model.vocab == 256 && c.mlp_width == 0), Value, "train",
+                  "--vocab and --mlp-width plan other models with --estimate; training reads "
+                  "bytes (vocabulary 256)");
+    ADJOINT_CHECK(c.model.vocab >= 1 && c.mlp_width >= 0, Value, "train",
+                  "--vocab must be positive and --mlp-width >= 0");
+    if (estimate) {
+      if (lead) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        const std::size_t machine =
+            pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * page : 0;
+        std::fputs(tools::estimate_report(c, machine).c_str(), stdout);
+      }
+      return 0;
+    }
     // Where this invocation stops; the run itself (its schedule) always spans c.steps.
     const int64_t end = stop_after > 0 ? std::min(stop_after, c.steps) : c.steps;
     data::ByteDataset data(c.data);
