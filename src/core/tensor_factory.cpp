@@ -23,17 +23,28 @@ std::string human_bytes(std::size_t n) {
   return detail::str(v, " ", units[u]);
 }
 
+[[noreturn]] void throw_out_of_memory(const Shape& shape, DType dtype, std::size_t nbytes) {
+  throw Error(
+      ErrorKind::OutOfMemory, detail::current_op("empty"),
+      detail::str("out of memory: cannot allocate ", nbytes, " bytes (", human_bytes(nbytes),
+                  ") for a tensor of shape ", shape, " (", dtype, ")"));
+}
+
 // The storage for a tensor of `shape`: the allocator's std::bad_alloc becomes an error that
 // says which op asked, for what, and how much. The try costs nothing until something throws.
 std::shared_ptr<StorageImpl> allocate_storage(const Shape& shape, DType dtype, int64_t numel) {
   const std::size_t nbytes = static_cast<std::size_t>(numel) * itemsize(dtype);
+  // More than this machine has can never be met: refused here, as the allocator's bad_alloc
+  // would be (a sanitizer build aborts on the system's refusal instead of throwing).
+  if (nbytes > (std::size_t{1} << 30)) [[unlikely]] {
+    const int64_t memory = physical_memory_bytes();
+    if (memory > 0 && nbytes > static_cast<std::size_t>(memory))
+      throw_out_of_memory(shape, dtype, nbytes);
+  }
   try {
     return detail::make_pooled<StorageImpl>(nbytes);
   } catch (const std::bad_alloc&) {
-    throw Error(
-        ErrorKind::OutOfMemory, detail::current_op("empty"),
-        detail::str("out of memory: cannot allocate ", nbytes, " bytes (", human_bytes(nbytes),
-                    ") for a tensor of shape ", shape, " (", dtype, ")"));
+    throw_out_of_memory(shape, dtype, nbytes);
   }
 }
 
