@@ -12,10 +12,16 @@
 
 namespace adjoint {
 
-/// The dtype kernels compute in, as a C++ type: float for Half and BFloat16, T otherwise.
+/// The dtype kernels compute in, as a C++ type: float for Half and BFloat16, int64_t for the
+/// narrower integers, T otherwise (the dtype table's opmath column).
 template <class T>
 struct opmath {
   using type = T;
+};
+template <class T>
+requires(std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+         sizeof(T) < sizeof(int64_t)) struct opmath<T> {
+  using type = int64_t;
 };
 template <>
 struct opmath<Half> {
@@ -28,9 +34,12 @@ struct opmath<BFloat16> {
 template <class T>
 using opmath_t = typename opmath<T>::type;
 
+/// Whether T is stored narrower than kernels compute it (the 16-bit floats, the narrow ints).
+template <class T>
+inline constexpr bool is_storage_only_v = !std::is_same_v<opmath_t<T>, T>;
 /// Whether T is a storage-only float (float16, bfloat16).
 template <class T>
-inline constexpr bool is_reduced_float_v = !std::is_same_v<opmath_t<T>, T>;
+inline constexpr bool is_reduced_float_v = is_storage_only_v<T> && !std::is_integral_v<T>;
 
 namespace detail {
 
@@ -61,12 +70,11 @@ template <class T>
 struct keep_opmath_floating
     : std::bool_constant<keep_floating<T>::value && !is_reduced_float_v<T>> {};
 template <class T>
-struct keep_opmath_all : std::bool_constant<!is_reduced_float_v<T>> {};
+struct keep_opmath_all : std::bool_constant<!is_storage_only_v<T>> {};
 template <class T>
 struct keep_reduced_float : std::bool_constant<is_reduced_float_v<T>> {};
 template <class T>
-struct keep_opmath_numeric : std::bool_constant<keep_numeric<T>::value && !is_reduced_float_v<T>> {
-};
+struct keep_opmath_numeric : std::bool_constant<keep_numeric<T>::value && !is_storage_only_v<T>> {};
 
 }  // namespace detail
 

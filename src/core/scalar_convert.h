@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "adjoint/dtype.h"
@@ -32,6 +33,11 @@ T scalar_to(Scalar value, const char* op) {
     if (!fits_int64(v)) [[unlikely]]
       throw_scalar_overflow(value, DType::Int64, op);
     return static_cast<int64_t>(v);
+  } else if constexpr (std::is_integral_v<T>) {  // uint8, int8, int16, int32
+    const int64_t v = scalar_to<int64_t>(value, op);
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) [[unlikely]]
+      throw_scalar_overflow(value, dtype_of_v<T>, op);
+    return static_cast<T>(v);
   } else if constexpr (std::is_same_v<T, float>) {
     if (!floating) return static_cast<float>(value.to_int());
     const double v = value.to_double();

@@ -192,9 +192,12 @@ T read_element(const TensorImpl& t, int64_t flat) {
     const auto v = static_cast<opmath_t<S>>(static_cast<S*>(t.storage->data())[t.offset + offset]);
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
       return T(static_cast<float>(v));
-    } else if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<opmath_t<S>>) {
-      // As kernels::cast: NaN, inf and |v| >= 2^63 read as INT64_MIN, not an undefined cast.
-      return detail::fits_int64(static_cast<double>(v)) ? static_cast<T>(v) : INT64_MIN;
+    } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                         std::is_floating_point_v<opmath_t<S>>) {
+      // As kernels::cast: NaN, inf and |v| >= 2^63 read as INT64_MIN, not an undefined cast;
+      // a narrower integer wraps from there.
+      return static_cast<T>(detail::fits_int64(static_cast<double>(v)) ? static_cast<int64_t>(v)
+                                                                       : INT64_MIN);
     } else {
       return static_cast<T>(v);
     }
@@ -260,6 +263,10 @@ std::vector<T> Tensor::to_vector() const {
   template T Tensor::item<T>() const;      \
   template std::vector<T> Tensor::to_vector<T>() const;
 ADJOINT_INSTANTIATE(bool)
+ADJOINT_INSTANTIATE(uint8_t)
+ADJOINT_INSTANTIATE(int8_t)
+ADJOINT_INSTANTIATE(int16_t)
+ADJOINT_INSTANTIATE(int32_t)
 ADJOINT_INSTANTIATE(int64_t)
 ADJOINT_INSTANTIATE(float)
 ADJOINT_INSTANTIATE(double)

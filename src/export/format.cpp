@@ -57,9 +57,8 @@ json field_to_json(const Field& f) {
 }
 
 DType dtype_named(const std::string& name) {
-  for (DType d :
-       {DType::Bool, DType::Int64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
-    if (to_string(d) == name) return d;
+  for (const DTypeInfo& row : kDTypeTable)
+    if (row.name == name) return row.dtype;
   throw Error(ErrorKind::Value, kImportOp, "unknown dtype '" + name + "'");
 }
 

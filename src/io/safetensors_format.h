@@ -1,5 +1,5 @@
 // The safetensors dtype table shared by the reader and the writer: each file dtype's name, its
-// element size, and the adjoint dtype it loads as (widened when adjoint has no such type).
+// element size, and the adjoint dtype it loads as (the same type, bytes unchanged).
 #pragma once
 
 #include <cstddef>
@@ -26,9 +26,9 @@ struct FileDTypeInfo {
 inline constexpr FileDTypeInfo kFileDTypes[] = {
     {FileDType::F64, "F64", 8, DType::Float64}, {FileDType::F32, "F32", 4, DType::Float32},
     {FileDType::F16, "F16", 2, DType::Float16}, {FileDType::BF16, "BF16", 2, DType::BFloat16},
-    {FileDType::I64, "I64", 8, DType::Int64},   {FileDType::I32, "I32", 4, DType::Int64},
-    {FileDType::I16, "I16", 2, DType::Int64},   {FileDType::I8, "I8", 1, DType::Int64},
-    {FileDType::U8, "U8", 1, DType::Int64},     {FileDType::BOOL, "BOOL", 1, DType::Bool},
+    {FileDType::I64, "I64", 8, DType::Int64},   {FileDType::I32, "I32", 4, DType::Int32},
+    {FileDType::I16, "I16", 2, DType::Int16},   {FileDType::I8, "I8", 1, DType::Int8},
+    {FileDType::U8, "U8", 1, DType::UInt8},     {FileDType::BOOL, "BOOL", 1, DType::Bool},
 };
 
 /// Dtype names of the format that adjoint cannot load (listed so the error can say so).
@@ -55,6 +55,14 @@ inline std::optional<FileDTypeInfo> file_dtype_for(DType dtype) {
       return kFileDTypes[3];
     case DType::Int64:
       return kFileDTypes[4];
+    case DType::Int32:
+      return kFileDTypes[5];
+    case DType::Int16:
+      return kFileDTypes[6];
+    case DType::Int8:
+      return kFileDTypes[7];
+    case DType::UInt8:
+      return kFileDTypes[8];
     case DType::Bool:
       return kFileDTypes[9];
   }

@@ -1,6 +1,6 @@
 // load_safetensors: reads and validates the header (JSON object, no duplicate keys, known
 // dtypes, shapes matching data_offsets, offsets tiling the data exactly), then reads each
-// tensor's bytes straight into its storage, widening dtypes adjoint does not have.
+// tensor's bytes straight into its storage.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -219,51 +219,16 @@ void check_coverage(const File& file, std::vector<const TensorInfo*> by_offset,
               " trailing bytes after the last tensor");
 }
 
-template <class T>
-T load_le(const unsigned char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// Converts `n` elements of an integer file dtype adjoint lacks (I32, I16, I8, U8) into int64.
-void widen(detail::FileDType from, const unsigned char* src, const Tensor& out, int64_t n) {
-  using detail::FileDType;
-  int64_t* dst = out.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    switch (from) {
-      case FileDType::I32:
-        dst[i] = load_le<int32_t>(src + 4 * i);
-        break;
-      case FileDType::I16:
-        dst[i] = load_le<int16_t>(src + 2 * i);
-        break;
-      case FileDType::I8:
-        dst[i] = load_le<int8_t>(src + i);
-        break;
-      default:
-        dst[i] = load_le<uint8_t>(src + i);
-        break;
-    }
-  }
-}
-
 Tensor read_tensor(File& file, const TensorInfo& info, uint64_t data_start) {
   Tensor t = empty(info.shape, info.dtype.loads_as);
   const uint64_t nbytes = info.end - info.begin;
   if (nbytes == 0) return t;
-  const bool native = itemsize(info.dtype.loads_as) == info.dtype.size;
-  if (native) {
-    file.read(data_start + info.begin, t.raw_data(), nbytes);
-    if (t.dtype() == DType::Bool) {
-      // Any non-zero byte is true; a bool object must hold exactly 0 or 1.
-      auto* bytes = static_cast<unsigned char*>(t.raw_data());
-      for (uint64_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
-    }
-  } else {
-    std::vector<unsigned char> raw(nbytes);
-    file.read(data_start + info.begin, raw.data(), nbytes);
-    widen(info.dtype.file, raw.data(), t, t.numel());
+  // Every file dtype adjoint loads is its own dtype: the bytes go straight into the storage.
+  file.read(data_start + info.begin, t.raw_data(), nbytes);
+  if (t.dtype() == DType::Bool) {
+    // Any non-zero byte is true; a bool object must hold exactly 0 or 1.
+    auto* bytes = static_cast<unsigned char*>(t.raw_data());
+    for (uint64_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
   }
   return t;
 }

@@ -122,7 +122,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     entries.push_back({&name, t.contiguous(), *dt, static_cast<uint64_t>(t.nbytes())});
   }
 
-  // Data layout: 8-byte dtypes, then 4-byte, then 1-byte (each group in the given order), so
+  // Data layout: 8-byte dtypes, then 4-, 2- and 1-byte ones (each group in the given order), so
   // every tensor starts at a multiple of its element size.
   std::vector<std::size_t> layout(entries.size());
   for (std::size_t i = 0; i < layout.size(); ++i) layout[i] = i;

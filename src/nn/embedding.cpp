@@ -18,9 +18,10 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator* gen, double
 
 Tensor Embedding::forward(const Tensor& indices) {
   ADJOINT_CHECK(indices.defined(), Value, "nn.Embedding", "got undefined indices");
-  ADJOINT_CHECK(indices.dtype() == DType::Int64, DType, "nn.Embedding",
-                "indices must be int64, got ", describe(indices));
-  return embedding(weight, indices);
+  ADJOINT_CHECK(indices.dtype() == DType::Int64 || indices.dtype() == DType::Int32, DType,
+                "nn.Embedding", "indices must be int64 or int32, got ", describe(indices));
+  // Token ids often arrive as int32 (as PyTorch's Embedding, both are taken).
+  return embedding(weight, indices.dtype() == DType::Int64 ? indices : indices.to(DType::Int64));
 }
 
 }  // namespace adjoint::nn

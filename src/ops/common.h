@@ -40,14 +40,14 @@ inline const detail::ValueSpec& spec_of(std::span<const detail::ValueSpec> in, s
   return in[i];
 }
 
-/// Category used by promotion: bool 0, integer 1, floating 2.
 /// A constant made on CPU from C++ values (an index list, a mask), given to `like`'s device:
 /// on meta only its shape and dtype travel.
 inline Tensor on_device_of(const Tensor& constant, const Tensor& like) {
   return constant.device() == like.device() ? constant : constant.to(like.device());
 }
 
-inline int type_category(DType d) { return is_floating(d) ? 2 : d == DType::Int64 ? 1 : 0; }
+/// Category used by promotion: bool 0, integer 1, floating 2.
+inline int type_category(DType d) { return static_cast<int>(dtype_info(d).kind); }
 
 /// Result dtype of a binary op on two tensors. Dimensioned tensors decide over 0-d tensors,
 /// unless a 0-d tensor is of a higher category (torch.result_type).

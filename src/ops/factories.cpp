@@ -342,6 +342,10 @@ Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape, TensorOpti
 }
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, TensorOptions);
 template Tensor tensor<int64_t>(const std::vector<int64_t>&, std::optional<Shape>, TensorOptions);
+template Tensor tensor<uint8_t>(const std::vector<uint8_t>&, std::optional<Shape>, TensorOptions);
+template Tensor tensor<int8_t>(const std::vector<int8_t>&, std::optional<Shape>, TensorOptions);
+template Tensor tensor<int16_t>(const std::vector<int16_t>&, std::optional<Shape>, TensorOptions);
+template Tensor tensor<int32_t>(const std::vector<int32_t>&, std::optional<Shape>, TensorOptions);
 template Tensor tensor<float>(const std::vector<float>&, std::optional<Shape>, TensorOptions);
 template Tensor tensor<double>(const std::vector<double>&, std::optional<Shape>, TensorOptions);
 

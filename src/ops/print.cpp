@@ -31,7 +31,14 @@ class Values {
         return static_cast<double>(static_cast<opmath_t<T>>(at<T>(flat)));
     });
   }
-  int64_t integer(int64_t flat) const { return at<int64_t>(flat); }
+  int64_t integer(int64_t flat) const {
+    return dispatch_all(t_.dtype(), "print", [&]<class T>() -> int64_t {
+      if constexpr (std::is_integral_v<T>)
+        return static_cast<int64_t>(at<T>(flat));  // uint8 as a number, not a character
+      else
+        return 0;  // not called: print_value reads integers only from integer dtypes
+    });
+  }
 
  private:
   template <class T>
@@ -50,7 +57,7 @@ class Values {
 };
 
 void print_value(std::ostream& os, const Values& vals, int64_t i, DType dt) {
-  if (dt == DType::Int64) {
+  if (dtype_info(dt).kind == DTypeKind::Integral) {
     os << vals.integer(i);
   } else if (dt == DType::Bool) {
     os << (vals.real(i) != 0 ? "true" : "false");

@@ -89,7 +89,8 @@ struct Sum {
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   std::vector<int64_t> d = normalize_dims(dims, x.dim(), "sum");
-  Tensor in = x.dtype() == DType::Bool ? x.to(DType::Int64) : x;
+  // As PyTorch: the sum or product of bools or narrow integers is an int64.
+  Tensor in = is_integral(x.dtype()) && x.dtype() != DType::Int64 ? x.to(DType::Int64) : x;
   return apply(Sum{d, keepdim}, in);
 }
 

@@ -212,7 +212,8 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ADJOINT_CHECK(x.defined(), Value, "prod", "got an undefined tensor");
   std::vector<int64_t> d = normalize_dims(dims, x.dim(), "prod");
-  Tensor in = x.dtype() == DType::Bool ? x.to(DType::Int64) : x;
+  // As PyTorch: the sum or product of bools or narrow integers is an int64.
+  Tensor in = is_integral(x.dtype()) && x.dtype() != DType::Int64 ? x.to(DType::Int64) : x;
   return apply(Prod{d, keepdim}, in);
 }
 

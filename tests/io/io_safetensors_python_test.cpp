@@ -50,6 +50,14 @@ const char* file_dtype(DType dt) {
       return "BF16";
     case DType::Int64:
       return "I64";
+    case DType::Int32:
+      return "I32";
+    case DType::Int16:
+      return "I16";
+    case DType::Int8:
+      return "I8";
+    case DType::UInt8:
+      return "U8";
     case DType::Bool:
       return "BOOL";
   }
@@ -93,6 +101,10 @@ std::string expected_json(const io::NamedTensors& tensors, const io::Metadata& m
           break;
         }
         case DType::Int64:
+        case DType::Int32:
+        case DType::Int16:
+        case DType::Int8:
+        case DType::UInt8:
           os << e.item<int64_t>();
           break;
         case DType::Bool:
@@ -135,6 +147,10 @@ TEST(SafetensorsPython, ReadsEveryDtypeAndShape) {
       {"f32", randn({3, 5}, DType::Float32, &gen)},
       {"f64", randn({4}, DType::Float64, &gen) * 1e-300},
       {"i64", randint(-1000000, 1000000, {2, 3}, &gen)},
+      {"i32", randint(-2000000000, 2000000000, {3}, &gen).to(DType::Int32)},
+      {"i16", randint(-32768, 32768, {2, 2}, &gen).to(DType::Int16)},
+      {"i8", randint(-128, 128, {5}, &gen).to(DType::Int8)},
+      {"u8", randint(0, 256, {3, 1}, &gen).to(DType::UInt8)},
       {"bool", gt(randn({7}, DType::Float32, &gen), 0.0)},
       {"scalar", scalar_tensor(-2.5, DType::Float64)},
       {"empty", zeros({0, 4}, DType::Float32)},

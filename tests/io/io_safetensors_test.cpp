@@ -149,7 +149,7 @@ TEST(Safetensors, EveryTensorIsAlignedToItsElementSize) {
             std::string::npos);
 }
 
-TEST(Safetensors, SixteenBitFloatsLoadAsThemselvesNarrowIntegersWiden) {
+TEST(Safetensors, SixteenBitFloatsAndNarrowIntegersLoadAsThemselves) {
   TempDir dir;
   // F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), inf. BF16: 1, -0.5.
   const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00};
@@ -174,11 +174,14 @@ TEST(Safetensors, SixteenBitFloatsLoadAsThemselvesNarrowIntegersWiden) {
             (std::vector<double>{1, -2, 65504, std::ldexp(1.0, -24), INFINITY}));
   EXPECT_EQ(f.tensors[1].second.dtype(), DType::BFloat16);
   EXPECT_EQ(f.tensors[1].second.to_vector<double>(), (std::vector<double>{1, -0.5}));
-  EXPECT_EQ(f.tensors[2].second.dtype(), DType::Int64);
-  EXPECT_EQ(f.tensors[2].second.to_vector<int64_t>(), (std::vector<int64_t>{-7, 1 << 30}));
-  EXPECT_EQ(f.tensors[3].second.to_vector<int64_t>(), (std::vector<int64_t>{-300}));
-  EXPECT_EQ(f.tensors[4].second.to_vector<int64_t>(), (std::vector<int64_t>{-5, 127}));
-  EXPECT_EQ(f.tensors[5].second.item<int64_t>(), 250);
+  EXPECT_EQ(f.tensors[2].second.dtype(), DType::Int32);
+  EXPECT_EQ(f.tensors[2].second.to_vector<int32_t>(), i32);
+  EXPECT_EQ(f.tensors[3].second.dtype(), DType::Int16);
+  EXPECT_EQ(f.tensors[3].second.to_vector<int16_t>(), i16);
+  EXPECT_EQ(f.tensors[4].second.dtype(), DType::Int8);
+  EXPECT_EQ(f.tensors[4].second.to_vector<int8_t>(), i8);
+  EXPECT_EQ(f.tensors[5].second.dtype(), DType::UInt8);
+  EXPECT_EQ(f.tensors[5].second.item<uint8_t>(), 250);
 }
 
 // float16 and bfloat16 are written as F16 and BF16, two bytes each, and read back bit for bit

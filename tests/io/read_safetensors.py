@@ -21,7 +21,7 @@ MAX_HEADER = 100_000_000
 # dtype name -> (element size, struct format code)
 # (BF16 has no struct code: its two bytes are the top half of a little-endian float32.)
 DTYPES = {"F64": (8, "d"), "F32": (4, "f"), "F16": (2, "e"), "BF16": (2, None), "I64": (8, "q"),
-          "BOOL": (1, "?")}
+          "I32": (4, "i"), "I16": (2, "h"), "I8": (1, "b"), "U8": (1, "B"), "BOOL": (1, "?")}
 
 
 def fail(msg):

@@ -23,11 +23,12 @@ struct SafetensorsFile {
   Metadata metadata;
 };
 
-/// Writes `tensors` (float32 as F32, float64 as F64, int64 as I64, bool as BOOL) and `metadata`
+/// Writes `tensors` (each dtype as itself: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL) and
+/// `metadata`
 /// to `path`. The file is 8 bytes of little-endian header length N, N bytes of JSON header
 /// (padded with spaces to a multiple of 8), then the data. The header lists tensors in the
 /// given order; in the data, tensors are laid out back to back, 8-byte dtypes first, then
-/// 4-byte, then 1-byte, each group in the given order, so that every tensor is aligned to its
+/// 4-byte, 2-byte and 1-byte, each group in the given order, so that every tensor is aligned to its
 /// element size (as Python's safetensors does). Views and non-contiguous tensors are saved by
 /// value. Atomic: the bytes go to a temporary file in the same directory, which is fsync'ed and
 /// renamed over `path` (then the directory is fsync'ed); on any error the temporary file is
@@ -37,13 +38,12 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const Metadata& metadata = {});
 
-/// Reads a safetensors file. F64, F32, I64 and BOOL load as float64, float32, int64 and bool;
-/// F16 and BF16 are widened to float32, I32, I16, I8 and U8 to int64 (other dtypes are
-/// rejected). Throws adjoint::Error (kind IO, op "io.load_safetensors", naming the file) when
-/// the file is missing or unreadable, shorter than 8 bytes, has a header length past its end,
-/// a header that is not a JSON object (or has duplicate keys), an unknown dtype, a malformed
-/// shape, data_offsets whose size differs from shape x itemsize, offsets out of range,
-/// overlapping or with gaps, or bytes after the last tensor.
+/// Reads a safetensors file. F64, F32, F16, BF16, I64, I32, I16, I8, U8 and BOOL load as the
+/// dtype of the same name (other dtypes are rejected). Throws adjoint::Error (kind IO, op
+/// "io.load_safetensors", naming the file) when the file is missing or unreadable, shorter than 8
+/// bytes, has a header length past its end, a header that is not a JSON object (or has duplicate
+/// keys), an unknown dtype, a malformed shape, data_offsets whose size differs from shape x
+/// itemsize, offsets out of range, overlapping or with gaps, or bytes after the last tensor.
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace adjoint::io

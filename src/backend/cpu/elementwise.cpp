@@ -645,6 +645,11 @@ D convert_element(S v) {
     // NaN, inf and values beyond 2^63 become INT64_MIN, as x86's conversion gives them in
     // PyTorch, but by a defined rule instead of an undefined cast.
     return detail::fits_int64(static_cast<double>(v)) ? static_cast<D>(v) : INT64_MIN;
+  } else if constexpr (std::is_integral_v<D> && !std::is_same_v<D, bool> &&
+                       std::is_floating_point_v<S>) {
+    // Into a narrow integer through int64, which wraps (-1.0 into uint8 is 255, as x86 gives
+    // it in PyTorch) where a direct cast out of range would be undefined.
+    return static_cast<D>(convert_element<int64_t>(v));
   } else {
     return static_cast<D>(v);
   }

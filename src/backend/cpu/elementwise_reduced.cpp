@@ -60,7 +60,7 @@ bool same_dense(const Tensor& t, const Tensor& out) {
 }  // namespace
 
 bool unary_reduced_blocked(Unary k, const Tensor& out, const Tensor& x, double a, double b) {
-  if (!same_dense(x, out) || !out.is_contiguous()) return false;
+  if (!is_reduced_float(x.dtype()) || !same_dense(x, out) || !out.is_contiguous()) return false;
   dispatch_reduced_floating(x.dtype(), "unary", [&]<class H>() {
     unary_reduced_blocks(k, reinterpret_cast<const H*>(operand_data<H>(x)),
                          reinterpret_cast<H*>(operand_data<H>(out)), out.numel(), a, b);
@@ -69,7 +69,8 @@ bool unary_reduced_blocked(Unary k, const Tensor& out, const Tensor& x, double a
 }
 
 bool binary_reduced_blocked(Binary k, const Tensor& out, const Tensor& x, const Tensor& y) {
-  if (k >= Binary::Eq || !same_dense(x, out) || !out.is_contiguous() || y.dtype() != x.dtype())
+  if (k >= Binary::Eq || !is_reduced_float(x.dtype()) || !same_dense(x, out) ||
+      !out.is_contiguous() || y.dtype() != x.dtype())
     return false;
   const bool y_dense = same_dense(y, out);
   if (!y_dense && y.numel() != 1) return false;

@@ -126,14 +126,14 @@ void gemm_split(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, in
 // A 16-bit product that reads its operands as they are (oneDNN or the packed kernel, gemm16.h);
 // the others widen their operands and run sgemm.
 bool direct16(const Tensor& t) {
-  return is_reduced(t) && gemm16_path(t.dtype()) != Gemm16Path::Widened;
+  return is_reduced_floating(t) && gemm16_path(t.dtype()) != Gemm16Path::Widened;
 }
 
 }  // namespace
 
 Tensor cpu::matmul(const Tensor& a_in, const Tensor& b_in) {
   ADJOINT_ASSERT(a_in.dim() >= 2 && a_in.dim() == b_in.dim() && a_in.dtype() == b_in.dtype());
-  if (is_reduced(a_in)) {  // See Note [Reduced-precision matmul]
+  if (is_reduced_floating(a_in)) {  // See Note [Reduced-precision matmul]
     if (direct16(a_in)) return matmul16(a_in, b_in);
     return narrow_to(matmul(widen_operand(a_in), widen_operand(b_in)), a_in.dtype());
   }
@@ -195,7 +195,7 @@ void cpu::matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_i
   ADJOINT_ASSERT(a_in.dim() == 2 && b_in.dim() == 2 && c.dim() == 2 && c.is_contiguous() &&
                  a_in.dtype() == c.dtype() && b_in.dtype() == c.dtype());
   if (direct16(c)) return matmul_add_into16(c, a_in, b_in);
-  if (is_reduced(c)) {  // See Note [Reduced-precision matmul]
+  if (is_reduced_floating(c)) {  // See Note [Reduced-precision matmul]
     Tensor wide = widen(c);
     matmul_add_into(wide, widen_operand(a_in), widen_operand(b_in));
     copy_into(c, wide);
@@ -213,7 +213,8 @@ void cpu::matmul_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_i
 }
 
 void cpu::matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
-  ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced(a_in) && b_in.dtype() == a_in.dtype());
+  ADJOINT_ASSERT(c.dtype() == DType::Float32 && is_reduced_floating(a_in) &&
+                 b_in.dtype() == a_in.dtype());
   // The float32 product that matmul(a, b) rounds to 16 bits, on its path; rounded here in the
   // add's pass instead of in a pass of its own.
   const Gemm16Path path = gemm16_path(a_in.dtype());
@@ -265,7 +266,7 @@ void cpu::matmul_widened_add_into(const Tensor& c, const Tensor& a_in, const Ten
 
 Tensor cpu::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   if (direct16(x_in)) return linear16(x_in, w_in, bias);
-  if (is_reduced(x_in))  // See Note [Reduced-precision matmul]
+  if (is_reduced_floating(x_in))  // See Note [Reduced-precision matmul]
     return narrow_to(linear(widen_operand(x_in), widen_operand(w_in), widen(bias)), x_in.dtype());
   const int64_t rows = x_in.shape()[0], in = x_in.shape()[1], outf = w_in.shape()[0];
   Tensor out = make_empty({rows, outf}, x_in.dtype());

@@ -22,13 +22,24 @@ namespace adjoint::kernels {
 // by the 16-bit dtypes. Data-movement kernels (copy, fill, where, index_select, gather) handle the
 // 16-bit types natively, and the 16-bit matmuls have their own kernels (gemm16.h).
 
+//
+// The integers narrower than int64 (uint8, int8, int16, int32) are storage types the same way:
+// their opmath dtype is int64, so the kernels that compute widen them here too, and narrowing
+// the int64 result back wraps as the narrow type's own arithmetic would.
+
 // Read off the impl: this check runs at every kernel entry, float32 ones included.
+/// Whether t is stored narrower than kernels compute (a 16-bit float or a narrow integer).
 inline bool is_reduced(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  return impl && is_storage_only(impl->dtype);
+}
+/// Whether t is float16 or bfloat16 (the kernels with 16-bit paths of their own).
+inline bool is_reduced_floating(const Tensor& t) {
   const TensorImpl* impl = t.impl();
   return impl && is_reduced_float(impl->dtype);
 }
 
-/// t converted to its opmath dtype (float32) if it is float16 or bfloat16, else t itself.
+/// t converted to its opmath dtype (float32, int64) if it is stored narrower, else t itself.
 inline Tensor widen(const Tensor& t) {
   return is_reduced(t) ? cast(t, opmath_dtype(t.dtype())) : t;
 }

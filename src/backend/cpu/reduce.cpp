@@ -269,8 +269,12 @@ void account_repeats(Reduce k, std::vector<Acc>& acc, int64_t repeats, Pow pow) 
 
 Tensor cpu::reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
-  if (is_reduced(x))  // See Note [Reduced-precision kernels]
-    return narrow_to(cpu::reduce(k, widen_keeping_repeats(x), dims, keepdim), x.dtype());
+  if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
+    Tensor wide = cpu::reduce(k, widen_keeping_repeats(x), dims, keepdim);
+    // An integer sum or product stays int64 (as below); the rest narrow back.
+    const bool to_int64 = !is_floating(x.dtype()) && (k == Reduce::Sum || k == Reduce::Prod);
+    return to_int64 ? wide : narrow_to(wide, x.dtype());
+  }
   Plan p = make_plan(x, dims, keepdim, op);
   p.leading_rows = leading_rows(x, dims, p);
   ADJOINT_CHECK(p.per_output > 0 || (k != Reduce::Max && k != Reduce::Min) || p.outputs == 0, Shape,

@@ -42,6 +42,14 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_DOUBLE;
     case DType::Int64:
       return MPI_INT64_T;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int16:
+      return MPI_INT16_T;
+    case DType::Int8:
+      return MPI_INT8_T;
+    case DType::UInt8:
+      return MPI_UINT8_T;
     case DType::Bool:
       return MPI_C_BOOL;
     case DType::Float16:
