@@ -6,9 +6,11 @@
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
 //                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25] [--grad-bucket-view]]
-//                 [--compile] [--verbose]
-// --data-parallel (mlp, gpt-tiny) runs under `mpirun -np N`: each rank its slice of the batch,
-// gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
+//                 [--compile] [--attention math|fused] [--verbose]
+// --attention (gpt-tiny, gpt-long): the attention core as matmul / masked softmax / matmul
+// (math, gpt-tiny's default) or as one fused scaled_dot_product_attention op (gpt-long's).
+// --data-parallel (mlp, gpt-tiny, gpt-long) runs under `mpirun -np N`: each rank its slice of the
+// batch, gradients averaged by DistributedDataParallel during backward; rank 0 prints the line.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -46,7 +48,7 @@ void print_usage(const char* argv0) {
                "usage: %s --workload {%s} [--steps N] [--warmup N] "
                "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
                "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
-               "[--grad-bucket-view]] [--compile] [--verbose]\n",
+               "[--grad-bucket-view]] [--compile] [--attention math|fused] [--verbose]\n",
                argv0, names.c_str());
 }
 
@@ -102,6 +104,13 @@ int main(int argc, char** argv) {
                      o.checkpoint.c_str());
         return 2;
       }
+    } else if (a == "--attention" && i + 1 < argc) {
+      o.attention = argv[++i];
+      if (o.attention != "math" && o.attention != "fused") {
+        std::fprintf(stderr, "error: --attention must be math or fused, got '%s'\n",
+                     o.attention.c_str());
+        return 2;
+      }
     } else if (a == "--precision" && i + 1 < argc) {
       o.precision = argv[++i];
       if (o.precision != "fp32" && o.precision != "bf16") {
@@ -136,27 +145,33 @@ int main(int argc, char** argv) {
     print_usage(argv[0]);
     return 2;
   }
-  if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" &&
-      o.workload != "gpt-tiny" && o.workload != "lstm" && o.workload != "lstm-select") {
+  const bool gpt = o.workload == "gpt-tiny" || o.workload == "gpt-long";
+  if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" && !gpt &&
+      o.workload != "lstm" && o.workload != "lstm-select") {
     std::fprintf(stderr,
-                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny and lstm, not %s\n",
-                 o.workload.c_str());
-    return 2;
-  }
-  if (o.data_parallel && o.workload != "mlp" && o.workload != "gpt-tiny") {
-    std::fprintf(stderr, "error: --data-parallel applies to mlp and gpt-tiny, not %s\n",
-                 o.workload.c_str());
-    return 2;
-  }
-  if (o.zero != 0 && (!o.data_parallel || o.workload != "gpt-tiny" || o.zero > 2)) {
-    std::fprintf(stderr, "error: --zero 1|2 needs --data-parallel and gpt-tiny\n");
-    return 2;
-  }
-  if (o.compile && o.workload != "op-overhead" && o.workload != "pointwise-chain" &&
-      o.workload != "gpt-tiny") {
-    std::fprintf(stderr,
-                 "error: --compile applies to op-overhead, pointwise-chain and gpt-tiny, "
+                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny, gpt-long and lstm, "
                  "not %s\n",
+                 o.workload.c_str());
+    return 2;
+  }
+  if (!o.attention.empty() && !gpt) {
+    std::fprintf(stderr, "error: --attention applies to gpt-tiny and gpt-long, not %s\n",
+                 o.workload.c_str());
+    return 2;
+  }
+  if (o.data_parallel && o.workload != "mlp" && !gpt) {
+    std::fprintf(stderr, "error: --data-parallel applies to mlp, gpt-tiny and gpt-long, not %s\n",
+                 o.workload.c_str());
+    return 2;
+  }
+  if (o.zero != 0 && (!o.data_parallel || !gpt || o.zero > 2)) {
+    std::fprintf(stderr, "error: --zero 1|2 needs --data-parallel and gpt-tiny or gpt-long\n");
+    return 2;
+  }
+  if (o.compile && o.workload != "op-overhead" && o.workload != "pointwise-chain" && !gpt) {
+    std::fprintf(stderr,
+                 "error: --compile applies to op-overhead, pointwise-chain, gpt-tiny and "
+                 "gpt-long, not %s\n",
                  o.workload.c_str());
     return 2;
   }

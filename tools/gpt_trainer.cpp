@@ -50,9 +50,18 @@ nn::LlamaConfig llama_config_of(const TrainConfig& c) {
 }
 
 std::shared_ptr<nn::LanguageModel> make_model(const TrainConfig& c, Generator* gen) {
-  if (c.arch == "gpt") return std::make_shared<nn::GPT>(c.model, gen);
+  ADJOINT_CHECK(c.attention.empty() || c.attention == "math" || c.attention == "fused", Value,
+                "train", "--attention must be math or fused, got '", c.attention, "'");
+  if (c.arch == "gpt") {
+    auto gpt = std::make_shared<nn::GPT>(c.model, gen);
+    for (const auto& block : gpt->blocks->children())
+      std::dynamic_pointer_cast<nn::Block>(block)->attn->fused = c.attention == "fused";
+    return gpt;
+  }
   ADJOINT_CHECK(c.arch == "llama", Value, "train", "--arch must be gpt or llama, got '", c.arch,
                 "'");
+  ADJOINT_CHECK(c.attention != "math", Value, "train",
+                "--attention math is a GPT's: a Llama's attention runs on the fused kernel only");
   ADJOINT_CHECK(c.model.dropout == 0, Value, "train", "a Llama has no dropout, got dropout ",
                 c.model.dropout);
   return std::make_shared<nn::Llama>(llama_config_of(c), gen);

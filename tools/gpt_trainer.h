@@ -30,6 +30,12 @@ struct TrainConfig {
   nn::GPTConfig model{.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
   /// A Llama's key/value heads (0: as many as heads); a GPT has none of its own.
   int64_t kv_heads = 0;
+  /// The attention core: "math" (matmul / masked softmax / matmul, which keeps the
+  /// [B, H, T, T] probabilities for backward), "fused" (one scaled_dot_product_attention op,
+  /// which keeps one log-sum-exp per row instead; docs/attention.md), or "" for the
+  /// architecture's own (a GPT's math, a Llama's fused; a Llama has no math path). The same
+  /// function either way, so checkpoints do not record it and a resume may switch.
+  std::string attention;
   /// A Llama's SwiGLU width (0: llama_hidden(d_model)). Only --estimate sets another (with
   /// --vocab, to plan models of other sizes than the byte-level ones this trainer trains), so
   /// checkpoints do not record it.

@@ -89,6 +89,12 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", c.kv_heads,
                  "llama: key/value heads, dividing --heads (0: as many as --heads)")
       ->capture_default_str();
+  app.add_option("--attention", c.attention,
+                 "the attention core: math (matmul, masked softmax, matmul: keeps the "
+                 "[batch, heads, context, context] probabilities for backward) or fused (one "
+                 "scaled_dot_product_attention kernel, which keeps none); left out: a GPT's "
+                 "math, a Llama's fused (it has no math path). Not recorded in checkpoints")
+      ->check(CLI::IsMember({"math", "fused"}));
   app.add_option("--layers", c.model.layers, "transformer blocks")->capture_default_str();
   app.add_option("--width", c.model.d_model, "model width (d_model)")->capture_default_str();
   app.add_option("--heads", c.model.heads, "attention heads")->capture_default_str();
@@ -335,7 +341,10 @@ int main(int argc, char** argv) {
         timeline->write_csv(out_dir + "/memory.csv");
         timeline->write_svg(
             out_dir + "/memory.svg",
-            "adjoint-train: memory during one step (--checkpoint " + c.checkpoint + ")");
+            "adjoint-train: memory during one step (--checkpoint " + c.checkpoint + ", --context " +
+                std::to_string(c.model.context) + ", " +
+                (c.attention.empty() ? (c.arch == "gpt" ? "math" : "fused") : c.attention) +
+                " attention)");
         timeline.reset();
       }
       const int64_t step = trainer.step();

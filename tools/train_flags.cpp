@@ -69,6 +69,10 @@ void check_flags(const TrainFlags& f) {
   ADJOINT_CHECK(c.arch == "gpt" || c.arch == "llama", Value, kOp,
                 "--arch must be gpt or llama, got '", c.arch, "'");
   not_negative("--kv-heads", c.kv_heads);
+  ADJOINT_CHECK(c.attention.empty() || c.attention == "math" || c.attention == "fused", Value, kOp,
+                "--attention must be math or fused, got '", c.attention, "'");
+  ADJOINT_CHECK(c.arch != "llama" || c.attention != "math", Value, kOp,
+                "--attention math is a GPT's: a Llama's attention runs on the fused kernel only");
   not_negative("--grad-every", f.health.every);
   finite_not_negative("--grad-vanish", f.health.vanish_below);
   positive("--grad-vanish-records", f.health.vanish_records);

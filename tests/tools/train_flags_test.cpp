@@ -57,6 +57,13 @@ TEST(TrainFlags, EveryNumericFlagOutOfRangeIsNamedWithItsValue) {
        {"--grad-explode 1e-07 must be above --grad-vanish 1e-06"}},
       {[](TrainFlags& f) { f.config.model.heads = 3; },
        {"--width 128 must be a multiple of --heads 3"}},
+      {[](TrainFlags& f) { f.config.attention = "flash"; },
+       {"--attention must be math or fused, got 'flash'"}},
+      {[](TrainFlags& f) {
+         f.config.arch = "llama";
+         f.config.attention = "math";
+       },
+       {"--attention math is a GPT's"}},
       {[](TrainFlags& f) { f.config.min_lr = 0.01; },
        {"--min-lr 0.01 is above --lr 0.003", "at most --lr"}},
   };

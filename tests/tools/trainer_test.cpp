@@ -134,6 +134,39 @@ TEST(Trainer, CheckpointBudgetKeepsTheLosses) {
   expect_error([&] { t.train_step(); }, ErrorKind::Value, {"[plan_checkpoints]", "budget of 1024"});
 }
 
+// --attention fused runs every block's attention as the fused op: the same function, so the
+// losses of the math path (the oracle) within float32 rounding; the step keeps less for
+// backward, since no [B, H, T, T] probabilities are saved. A bad value and math for a Llama
+// are refused.
+TEST(Trainer, FusedAttentionTrainsAsTheMathPathAndSavesLess) {
+  const data::ByteDataset data = corpus();
+  tools::TrainConfig c = tiny();
+  auto run = [&](const std::string& attention, std::vector<double>& losses) {
+    c.attention = attention;
+    tools::Trainer t(c, data);
+    auto& gpt = dynamic_cast<nn::GPT&>(t.model());
+    for (const auto& block : gpt.blocks->children())
+      EXPECT_EQ(std::dynamic_pointer_cast<nn::Block>(block)->attn->fused, attention == "fused");
+    SavedMemoryTracker tracking;
+    reset_peak_saved_memory_stats();
+    for (int i = 0; i < 3; ++i) losses.push_back(t.train_step());
+    return saved_memory_stats().peak_bytes;
+  };
+  std::vector<double> math, fused;
+  const std::size_t math_saved = run("math", math);
+  const std::size_t fused_saved = run("fused", fused);
+  ASSERT_EQ(math.size(), fused.size());
+  for (std::size_t i = 0; i < math.size(); ++i) EXPECT_NEAR(fused[i], math[i], 1e-5) << i;
+  EXPECT_LT(fused_saved, math_saved);
+  c.attention = "flash";
+  expect_error([&] { tools::Trainer t(c, data); }, ErrorKind::Value,
+               {"[train]", "--attention must be math or fused", "'flash'"});
+  c.arch = "llama";
+  c.attention = "math";
+  expect_error([&] { tools::Trainer t(c, data); }, ErrorKind::Value,
+               {"[train]", "--attention math is a GPT's"});
+}
+
 TEST(SvgPlot, WritesAPlot) {
   const std::string path = temp_path("adjoint_plot_") + ".svg";
   tools::write_svg_plot(path, "t", "x", "y", {{"a", {0, 1, 2}, {3, 1, 2}}});

@@ -148,11 +148,13 @@ SgemmPath set_sgemm_path(SgemmPath path) {
   return prev >= 0 ? static_cast<SgemmPath>(prev) : default_path();
 }
 
-void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+
+// The product on oneDNN (when `onednn` and the build has it) or on OpenBLAS.
+void sgemm_on(bool onednn, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #ifdef ADJOINT_HAVE_ONEDNN
-  const SgemmPath path = sgemm_path();
-  if (path == SgemmPath::OneDnn || (path == SgemmPath::BySize && by_size_takes_onednn(m, n, k))) {
+  if (onednn) {
     onednn_isa();  // the ISA cap before oneDNN's first JIT
     onednn_one_thread_here();
     const dnnl_status_t status =
@@ -161,9 +163,26 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, in
                   static_cast<int>(status), ") for m=", m, " n=", n, " k=", k);
     return;
   }
+#else
+  (void)onednn;
 #endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const SgemmPath path = sgemm_path();
+  sgemm_on(
+      path == SgemmPath::OneDnn || (path == SgemmPath::BySize && by_size_takes_onednn(m, n, k)), ta,
+      tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void sgemm_block(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm_on(sgemm_path() != SgemmPath::OpenBlas, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace adjoint::kernels

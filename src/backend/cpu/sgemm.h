@@ -48,4 +48,12 @@ void warn_if_openblas_core_is_old();
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+/// The same product for kernels made of many small ones of a fixed shape (the attention
+/// kernel's 64 x 64 blocks): on oneDNN on the OneDnn and BySize paths whatever the size, on
+/// OpenBLAS on the OpenBlas path. On an AVX-512 CPU (Zen 5) oneDNN ran attention's blocks in
+/// 0.6x OpenBLAS's time (Note [Attention block products] in attention.cpp), where the by-size
+/// rule, measured on whole matmuls, would keep them on OpenBLAS.
+void sgemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 }  // namespace adjoint::kernels

@@ -28,7 +28,15 @@ auto floating(const Tensor& a, const char* op, F&& f) {
 AttentionForward attention_forward(const Tensor& q, const Tensor&, const Tensor& v, const Tensor&,
                                    const Tensor&, const AttentionSpec&) {
   const Shape rows = with_tail(q.shape(), 1, {});
-  return {result(with_tail(q.shape(), 1, {v.shape().back()}), q.dtype()),
+  const Shape out = with_tail(q.shape(), 1, {v.shape().back()});
+  // The CPU kernel's layout (Note [Attention output layout]): float32 and float64 outputs are
+  // the transposed view of [*b, L, Hq, Ev] storage, 16-bit ones contiguous.
+  if (q.dtype() != DType::Float32 && q.dtype() != DType::Float64)
+    return {result(out, q.dtype()), result(rows, statistics_dtype(q.dtype()))};
+  const int64_t nd = static_cast<int64_t>(out.size());
+  Shape rows_first = out;
+  std::swap(rows_first[nd - 3], rows_first[nd - 2]);
+  return {result(rows_first, q.dtype()).transpose(nd - 3, nd - 2),
           result(rows, statistics_dtype(q.dtype()))};
 }
 Tensor attention_backward(const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v,
