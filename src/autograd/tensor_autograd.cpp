@@ -81,6 +81,7 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) const {
   ADJOINT_CHECK(defined(), Value, "set_grad", "called on an undefined tensor");
+  detail::check_traceable("set_grad", "a replay would not set the gradient");
   ADJOINT_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), Shape, "set_grad",
                 "gradient ", describe(g), " does not match the tensor ", describe(*this));
   // A gradient whose elements share memory (an expanded tensor) would be accumulated into
@@ -95,6 +96,7 @@ void Tensor::zero_grad(bool set_to_none) const {
   AutogradMeta* m = meta_of(*this);
   if (!m || !m->grad.defined()) return;
   if (set_to_none) {
+    detail::check_traceable("zero_grad", "a replay would not set the gradient to none");
     m->grad = Tensor();
   } else {
     NoGradGuard no_grad;

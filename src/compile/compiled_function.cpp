@@ -322,19 +322,24 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     }
   }
   if (!entry->plan) return s.f(inputs, statics);
-  if (detail::transformed(inputs, &entry->plan->graph)) {
+  const detail::Graph& graph = entry->plan->graph;
+  if (detail::transformed(inputs, &graph)) {
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       ++s.stats.dispatched;
     }
     // A graph that reads what its ops saved for backward cannot go op by op through the
     // stack; the function itself can.
-    if (entry->plan->forward_reads_saved) return s.f(inputs, statics);
+    // A graph that writes in place runs as the function, whose in-place ops the transforms
+    // handle themselves (Note [In-place ops under compile] in trace.cpp).
+    if (entry->plan->forward_reads_saved || !graph.writes.empty()) return s.f(inputs, statics);
     return detail::run_plan_dispatched(*entry->plan, inputs);
   }
-  return detail::run_plan(
+  std::vector<Tensor> outs = detail::run_plan(
       entry->plan, inputs,
       [state = state_, statics](const std::vector<Tensor>& in) { return state->f(in, statics); });
+  if (!graph.writes.empty()) detail::write_back(graph, inputs, outs);
+  return outs;
 }
 
 Tensor CompiledFunction::call_one(const Tensor& x) const {

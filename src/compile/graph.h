@@ -43,6 +43,13 @@ struct GraphNode {
   bool random = false;       ///< a draw from a generator: never eliminated nor merged
 };
 
+/// A tensor of the caller's that a compiled function writes in place: argument `index`
+/// (kind Input) or captured tensor `index` (kind Capture). See Note [In-place ops under compile].
+struct LeafWrite {
+  ValueKind kind;
+  int index;
+};
+
 struct Graph {
   std::vector<Value> values;
   std::vector<GraphNode> nodes;
@@ -54,6 +61,11 @@ struct Graph {
   std::vector<ExternalExport> constant_recipes;
   std::vector<Generator*> generators;  ///< those the random nodes draw from
   std::vector<int> outputs;            ///< value id of each result of the function
+  /// The caller's tensors the function wrote in place, in order; their final values are the
+  /// last outputs (after the function's own), written into them at the end of each replay.
+  std::vector<LeafWrite> writes;
+  /// How many of `outputs` are the function's own results.
+  std::size_t function_outputs() const { return outputs.size() - writes.size(); }
   /// By output: the traced result did not require grad. A result that is an argument's or a
   /// capture's detached alias (`x.detach()`) is that leaf's value in the graph, which does
   /// require grad; the replay hands it on detached, as the function did. Empty: no such

@@ -276,6 +276,18 @@ std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
   return outs;
 }
 
+void write_back(const Graph& g, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs) {
+  const std::size_t first = g.function_outputs();
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < g.writes.size(); ++i) {
+    const LeafWrite& w = g.writes[i];
+    const auto index = static_cast<std::size_t>(w.index);
+    Tensor target = w.kind == ValueKind::Input ? inputs[index] : g.captures[index];
+    target.copy_(outs[first + i]);  // bumps its version, as the eager write did
+  }
+  outs.resize(first);
+}
+
 bool transformed(std::span<const Tensor> inputs, const Graph* g) {
   for (const Tensor& x : inputs)
     if (batch_level(x) != 0 || (tls_mode.dual_visible != 0 && has_visible_tangent(x))) return true;

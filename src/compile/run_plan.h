@@ -20,6 +20,10 @@ using EagerFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
                              const std::vector<Tensor>& inputs, EagerFn eager);
 
+/// Copies the final values of the caller's tensors a graph writes in place (its last outputs,
+/// Graph::writes) into those arguments and captured tensors, and drops them from `outs`.
+void write_back(const Graph& g, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs);
+
 /// Whether a transform acts on the call (an input batched by vmap, or a tangent of jvp on an
 /// input or a captured tensor of g): the graph then runs op by op through the dispatch stack.
 bool transformed(std::span<const Tensor> inputs, const Graph* g);

@@ -32,8 +32,9 @@ namespace adjoint::detail {
 //
 // What a graph cannot hold is never taken in silently; it is a GraphBreak:
 // - values read into C++ (item, to_vector): control flow may depend on them;
-// - a traced tensor (an argument, a captured tensor, a result) changed in place: each value is
-//   registered with its storage's version, checked when it is used and at the end;
+// - a traced tensor changed in place by code the tracer does not see (a kernel's raw write):
+//   each value is registered with its storage's version, checked when it is used and at the
+//   end (in-place ops themselves are recorded: Note [In-place ops under compile], below);
 // - a tensor made during the trace by code the tracer does not see, fed to a traced op or
 //   returned: the storages allocated outside traced ops are noted (storage_made), and such a
 //   tensor is accepted only as a factory's constant (constant_made) or as an alias with the
@@ -42,6 +43,23 @@ namespace adjoint::detail {
 // random factories too, as draws that replay from the generator's state at each call, like
 // eager code. The generators a trace drew from are restored afterwards, so the first call's
 // replay draws what an eager call would.
+
+// Note [In-place ops under compile]
+// A graph's values never change, so an in-place op is traced as what it computes: x.add_(y)
+// records add(x, y) (src/ops/inplace.cpp calls the out-of-place op, through the stack), and
+// then record_write rebinds x to that result: every later op that reads x reads the new value
+// (the tracer hands the result on in x's place, as it hands a captured tensor's alias). Nothing
+// is written while tracing, so a trace that breaks later has changed nothing, and the eager
+// run that follows a break does the writes once.
+// - A write to an argument or a captured tensor (an optimizer state, a running statistic) is a
+//   write the caller sees: its final value becomes an extra output of the graph
+//   (Graph::writes), which each replay copies into the caller's tensor at the end, bumping its
+//   version as the eager op would.
+// - A write to a tensor whose memory another value of the trace shares (a view of it, or the
+//   tensor it views) is refused: the other would have to change too, and a graph holds no
+//   aliasing. clone() first, or use the out-of-place op.
+// - Under vmap or jvp a compiled function that writes runs eagerly (the transforms' own
+//   in-place rules apply), and a graph that writes is not exported.
 
 namespace {
 
@@ -169,6 +187,42 @@ class Tracer final : public OpTracer {
 
   bool watching() const override { return watching_ != nullptr; }
 
+  void record_write(const Tensor& self, const Tensor& value, const char* op) override {
+    Tensor target = self, v = value;
+    use(target, op);  // registers a tensor from outside as a capture
+    const int now = use(v, op);
+    Known& k = known_.at(self.impl());
+    const int was = k.id;
+    // The memory the function reads as `self` now: its last written value's, or its own.
+    const Tensor& current = k.stand_in.defined() ? k.stand_in : self;
+    const Leaf* leaf = leaf_of(self);
+    for (int id : by_storage_[current.impl()->storage.get()])
+      if (id != was)
+        break_trace(str(op, ": writes in place to a tensor (", self.shape(), ", ", self.dtype(),
+                        ") whose memory another tensor of the function shares (a view of it, "
+                        "or the tensor it views), which would have to change too; clone() it "
+                        "first, or use the out-of-place op"));
+    k.id = now;
+    k.stand_in = v;
+    written_[self.impl()] = v;
+    if (leaf == nullptr) return;
+    const auto it = std::ranges::find(writes_, leaf->id, &std::pair<int, int>::first);
+    if (it != writes_.end())
+      it->second = now;
+    else
+      writes_.emplace_back(leaf->id, now);
+  }
+
+  /// What the function's tensor t holds now: the last value written into it, else t itself.
+  Tensor current(const Tensor& t) const {
+    if (!t.defined()) return t;
+    const auto it = written_.find(t.impl());
+    return it == written_.end() ? t : it->second;
+  }
+
+  /// The arguments and captured tensors the function wrote: (leaf value, final value).
+  const std::vector<std::pair<int, int>>& writes() const { return writes_; }
+
   [[noreturn]] void untraceable(const char* op, const char* why) override {
     break_trace(str(op, " inside a compiled function: ", why));
   }
@@ -249,6 +303,13 @@ class Tracer final : public OpTracer {
                         "tensor (pass it as an argument, e.g. in params)"));
       }
     }
+  }
+
+  /// The argument or captured tensor t is (the caller's tensor or its alias), or null.
+  const Leaf* leaf_of(const Tensor& t) const {
+    for (const Leaf& l : leaves_)
+      if (l.caller.impl() == t.impl() || l.alias.impl() == t.impl()) return &l;
+    return nullptr;
   }
 
   std::string describe_leaf(int id) const {
@@ -377,6 +438,8 @@ class Tracer final : public OpTracer {
   std::vector<Tensor> first_;  ///< by value id: the first tensor registered for it
   std::vector<Tensor> alive_;
   std::vector<Leaf> leaves_;
+  std::vector<std::pair<int, int>> writes_;
+  std::unordered_map<const TensorImpl*, Tensor> written_;  ///< by tensor: its last value
   std::string broken_;
 };
 
@@ -390,7 +453,8 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   args.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i)
     args.push_back(tracer.add_input(inputs[i], static_cast<int>(i)));
-  const std::vector<Tensor> outs = f(args, statics);
+  std::vector<Tensor> outs = f(args, statics);
+  for (Tensor& o : outs) o = tracer.current(o);  // a tensor written in place: its last value
   // A break the function caught (or a backward hook of its, below) still breaks the trace.
   auto refuse_if_broken = [&] {
     if (!tracer.broken().empty())
@@ -428,6 +492,20 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   }
   tracer.check_leaves_unchanged();
   refuse_if_broken();
+  // The caller's tensors written in place: their final values are the last outputs.
+  if (!tracer.writes().empty() && g.has_backward())
+    throw GraphBreak(
+        "the function writes in place to an argument or a captured tensor and computes "
+        "gradients; a compiled backward reads those tensors as they were, which the write "
+        "changes (not supported yet: write them outside the compiled function, or under "
+        "NoGradGuard)");
+  for (const auto& [leaf, value] : tracer.writes()) {
+    const Value& v = g.values[static_cast<std::size_t>(leaf)];
+    g.writes.push_back({v.kind, v.index});
+    g.outputs.push_back(value);
+    g.output_detached.push_back(true);
+    g.cotangents.push_back(-1);
+  }
   return g;
 }
 

@@ -43,6 +43,11 @@ class OpTracer {
   /// null for a deterministic function.
   virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
                                  Generator* rng, ExternalExport exported = {}) = 0;
+  /// An in-place op wrote `value` (the result of the out-of-place op, already recorded) into
+  /// `self` (Note [In-place ops under compile] in src/compile/trace.cpp): from here on the
+  /// graph reads value where the function reads self, and a write to an argument or a captured
+  /// tensor is made again at the end of every replay. Nothing is written while tracing.
+  virtual void record_write(const Tensor& self, const Tensor& value, const char* op) = 0;
   /// A custom function's call (Note [Custom functions under compile] in adjoint/autograd.h):
   /// runs `run` on `inputs` as one node, watching (below) while it runs.
   virtual Tensor record_custom(const char* name, std::span<const Tensor> inputs,
@@ -70,6 +75,10 @@ class OpTracer {
 extern constinit thread_local OpTracer* tls_op_tracer;
 
 inline bool tracing() { return (tls_mode.layers & layer_bit(Layer::Trace)) != 0; }
+
+/// Whether an in-place op is to be recorded as a write (a trace is on, outside a custom
+/// function's forward, which runs eagerly at each replay).
+inline bool tracing_writes() { return tracing() && !tls_op_tracer->watching(); }
 
 /// Stops a trace at `op` (see OpTracer::untraceable); nothing when not tracing.
 inline void check_traceable(const char* op, const char* why) {

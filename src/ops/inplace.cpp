@@ -7,6 +7,9 @@
 // - Forward mode: when the tensor or the operand has a tangent at a visible dual level, the
 //   op goes the out-of-place way as well, recorded or not, and the tensor takes the result's
 //   tangents. See Note [In-place ops on dual tensors] in src/autograd/forward_ad.h.
+// - compile: while a function is traced, the out-of-place op is recorded and the tracer takes
+//   its result as the tensor's new value, writing nothing (Note [In-place ops under compile]
+//   in src/compile/trace.cpp).
 #include <cmath>
 
 #include "adjoint/error.h"
@@ -30,6 +33,9 @@ bool batched_with(const Tensor& self, const Tensor* other) {
   return tls_mode.vmap_depth != 0 &&
          (detail::batch_level(self) != 0 || (other && detail::batch_level(*other) != 0));
 }
+
+// Whether the op is recorded into a traced graph as the out-of-place op and a write.
+bool traced() { return detail::tracing_writes(); }
 
 // Whether the op changes tangents: see Note [In-place ops on dual tensors].
 bool dual_with(const Tensor& self, const Tensor* other) {
@@ -88,8 +94,6 @@ enum class Overlap { Refuse, Allow };
 void check_inplace(const Tensor& self, bool recording, const char* op,
                    Overlap overlap = Overlap::Refuse) {
   ADJOINT_CHECK(self.defined(), Value, op, "called on an undefined tensor");
-  // compile: before anything is written
-  detail::check_traceable(op, "a graph does not replay writes (use the out-of-place op)");
   ADJOINT_CHECK(overlap == Overlap::Allow || !has_internal_overlap(self), Value, op,
                 "unsupported operation: ", describe(self), " (strides ", self.strides(),
                 ") has elements that share one memory location (an expanded tensor), so an "
@@ -189,10 +193,22 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
 // An operand sharing memory with self (x.mul_(x), or a view of x) is read as it was before
 // the write: a clone, so that what backward saves of it is not the tensor being overwritten
 // (whose new history would then hold it: a reference cycle, and a version error).
+// Under compile: the out-of-place op on self itself (nothing is overwritten, so no clone is
+// needed), converted to self's dtype as the write would, handed to the tracer.
+Tensor& traced_write(Tensor& self, const Tensor& result, const char* op) {
+  ADJOINT_CHECK(result.shape() == self.shape(), Shape, op, "the result has shape ", result.shape(),
+                " but the tensor being modified is ", describe(self));
+  check_storable(result.dtype(), self, op);
+  detail::tls_op_tracer->record_write(self, cast_to(result, self.dtype()), op);
+  return self;
+}
+
 template <class Compute>
 Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute compute) {
   const bool recording = recording_with(self, other);
   check_inplace(self, recording, op);
+  if (traced()) [[unlikely]]
+    return traced_write(self, compute(self, other ? *other : Tensor()), op);
   const Tensor old_other =
       other && other->defined() && other->shares_storage(self) ? other->clone() : Tensor();
   Tensor result = compute(self.clone(), old_other.defined() ? old_other
@@ -205,7 +221,7 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "add_");
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
     return functional(*this, &o, "add_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
   check_inplace(*this, false, "add_");
@@ -214,7 +230,7 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "sub_");
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
     return functional(*this, &o, "sub_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
   check_inplace(*this, false, "sub_");
@@ -222,14 +238,14 @@ Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
     return functional(*this, &o, "mul_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); });
   check_inplace(*this, false, "mul_");
   return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o))
+  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
     return functional(*this, &o, "div_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); });
   check_inplace(*this, false, "div_");
@@ -237,7 +253,8 @@ Tensor& Tensor::div_(const Tensor& o) {
   return direct_binary(*this, Binary::Div, o, "div_");
 }
 Tensor& Tensor::add_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
+      traced())
     return functional(*this, nullptr, "add_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); });
   check_inplace(*this, false, "add_");
@@ -249,14 +266,16 @@ Tensor& Tensor::sub_(Scalar o) {
   return add_(static_cast<int64_t>(0 - static_cast<uint64_t>(o.to_int())));
 }
 Tensor& Tensor::mul_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
+      traced())
     return functional(*this, nullptr, "mul_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
+      traced())
     return functional(*this, nullptr, "div_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
@@ -264,7 +283,8 @@ Tensor& Tensor::div_(Scalar o) {
   return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr))
+  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
+      traced())
     return functional(*this, nullptr, "clamp_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
@@ -290,6 +310,8 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) {
   const bool recording = recording_with(*this, nullptr);
   check_inplace(*this, recording, "fill_", Overlap::Allow);
+  if (traced()) [[unlikely]]
+    return traced_write(*this, full_like(*this, v), "fill_");
   check_dual_inplace(*this, nullptr, "fill_");
   if (recording && detail::is_tracked_view(*this)) {
     // The view's window of the base becomes a constant (Note [Views and in-place ops]).
@@ -313,6 +335,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_broadcast_into(*this, src, "copy_");
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
+  if (traced()) [[unlikely]]
+    return traced_write(*this, adjoint::expand(src, shape()), "copy_");
   if (!recording && !dual_with(*this, &src) && !batched_with(*this, &src)) {
     kernels::copy_into(*this, unaliased(*this, src));  // Note [Operands that overlap ...]
     bump(*this);

@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "core/mode_state.h"
+#include "core/op_tracer.h"
 #include "core/parallel.h"
 
 // Note [Fused Adam is bitwise the op-by-op update]
@@ -250,7 +251,9 @@ bool fused_applies(const Tensor& param, const Tensor& grad, const Tensor& exp_av
                    const Tensor& exp_avg_sq) {
   // Grad mode on or a forward-mode level open: the in-place ops may record or move tangents
   // (or throw), which the kernel does not do.
-  if (is_grad_enabled() || tls_mode.dual_visible != 0) return false;
+  // Under compile the op-by-op update is traced instead: this kernel writes raw memory, which
+  // a graph cannot record (Note [In-place ops under compile] in src/compile/trace.cpp).
+  if (is_grad_enabled() || tls_mode.dual_visible != 0 || ::adjoint::detail::tracing()) return false;
   const DType dt = param.dtype();
   if (dt != DType::Float32 && dt != DType::Float64) return false;
   const Tensor* all[] = {&param, &grad, &exp_avg, &exp_avg_sq};

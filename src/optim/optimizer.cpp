@@ -9,6 +9,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "core/op_tracer.h"
 
 namespace adjoint::optim {
 
@@ -54,6 +55,12 @@ bool Optimizer::uses_master(std::size_t i) const {
 }
 
 void Optimizer::step() {
+  // Not yet capturable: a replay would run the traced step's numbers again (Note [In-place ops
+  // under compile] in src/compile/trace.cpp).
+  ::adjoint::detail::check_traceable(
+      name().c_str(),
+      "an optimizer's learning rate and step counts are C++ numbers that a "
+      "replay would not update");
   NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
