@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "adjoint/export.h"
 #include "adjoint/optim.h"
 #include "support/expect.h"
 
@@ -103,6 +104,9 @@ TEST(CompileInPlace, WritesToCapturedTensorsAndArgumentsAreMadeAtEveryCall) {
   }
   EXPECT_EQ(count.item<double>(), 5.0);
   EXPECT_EQ(c.stats().traces, 1);
+  const std::string path = ::testing::TempDir() + "adjoint_writes.graph";
+  expect_error([&] { export_function(c, path); }, ErrorKind::NotImplemented,
+               {"writes in place", "captured tensors"});
 
   // An argument written in place, read before and after the write.
   CompiledFunction bump = compile(

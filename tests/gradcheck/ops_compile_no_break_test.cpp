@@ -19,8 +19,8 @@ using adjoint::testing::OpSample;
 using adjoint::testing::sample_leaves;
 
 // Samples whose functions do what a graph does not hold, by design of the sample:
-// - writes into views ("autograd/as_strided/...", "autograd/copy_slices/..."): in-place ops
-//   stop a trace until they go through the dispatch stack (the devices issue);
+// - writes into views ("autograd/as_strided/...", "autograd/copy_slices/..."): an in-place
+//   write to memory another traced value shares is refused (Note [In-place ops under compile]);
 // - ".../backward_of" and "attention/sdpa/gradient_dropout": the function sets requires_grad_
 //   on a tensor it made, which a replay would not do again.
 bool expected_break(const std::string& name) {
@@ -90,8 +90,9 @@ TEST(CompileNoBreakList, TheListedSamplesBreakForTheirReason) {
     options.on_graph_break = OnGraphBreak::Throw;
     CompiledFunction compiled = compile(
         [&](const std::vector<Tensor>& xs) { return std::vector<Tensor>{s.fn(xs)}; }, options);
-    const std::string reason =
-        s.name.rfind("autograd/", 0) == 0 ? "does not replay writes" : "requires_grad_";
+    const std::string reason = s.name.rfind("autograd/", 0) == 0
+                                   ? "memory another tensor of the function shares"
+                                   : "requires_grad_";
     try {
       compiled(sample_leaves(s, 1.0));
       ADD_FAILURE() << s.name << " traced without a break";
