@@ -41,31 +41,11 @@ inline std::optional<FileDTypeInfo> file_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-/// The file dtype adjoint writes for `dtype` (a native one: no conversion on save); nullopt for
-/// a dtype the format cannot hold.
+/// The file dtype adjoint writes for `dtype`: the one that loads as it (no conversion on save);
+/// nullopt for a dtype the format cannot hold.
 inline std::optional<FileDTypeInfo> file_dtype_for(DType dtype) {
-  switch (dtype) {
-    case DType::Float64:
-      return kFileDTypes[0];
-    case DType::Float32:
-      return kFileDTypes[1];
-    case DType::Float16:
-      return kFileDTypes[2];
-    case DType::BFloat16:
-      return kFileDTypes[3];
-    case DType::Int64:
-      return kFileDTypes[4];
-    case DType::Int32:
-      return kFileDTypes[5];
-    case DType::Int16:
-      return kFileDTypes[6];
-    case DType::Int8:
-      return kFileDTypes[7];
-    case DType::UInt8:
-      return kFileDTypes[8];
-    case DType::Bool:
-      return kFileDTypes[9];
-  }
+  for (const FileDTypeInfo& d : kFileDTypes)
+    if (d.loads_as == dtype) return d;
   return std::nullopt;
 }
 

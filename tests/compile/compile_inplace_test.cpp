@@ -15,14 +15,7 @@ namespace {
 
 using namespace adjoint;
 using adjoint::testing::expect_error;
-
-void expect_same(const Tensor& got, const Tensor& want) {
-  ASSERT_TRUE(got.defined());
-  ASSERT_TRUE(want.defined());
-  ASSERT_EQ(got.shape(), want.shape());
-  ASSERT_EQ(got.dtype(), want.dtype());
-  EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
-}
+using adjoint::testing::expect_same;
 
 Tensor data(const Shape& shape, uint64_t seed) {
   Generator g(seed);
@@ -80,6 +73,31 @@ TEST(CompileInPlace, VmapOfACompiledFunctionThatWritesMatchesALoop) {
   const Tensor batched = vmap(per_example)(xs);
   for (int64_t i = 0; i < 3; ++i)
     expect_same(batched.select(0, i), writes_intermediates({xs.select(0, i), b})[0]);
+}
+
+// A scalar function that writes what it made, for the transforms of compile(f).
+Tensor written_chain(const Tensor& x) {
+  Tensor y = sin(x);
+  y.mul_(2.0);
+  y.add_(x);
+  y.clamp_(-0.5, 1.5);
+  return (y * y).sum();
+}
+
+TEST(CompileInPlace, JacobiansHessiansAndGradOfGradOfACompiledFunctionThatWrites) {
+  CompiledFunction c = compile(written_chain, strict());
+  const Tensor x = data({4}, 5) * 0.3;
+  expect_same(jacrev([&](const Tensor& v) { return c(v); })(x), jacrev(written_chain)(x));
+  expect_same(jacfwd([&](const Tensor& v) { return c(v); })(x), jacfwd(written_chain)(x));
+  expect_same(hessian([&](const Tensor& v) { return c(v); })(x), hessian(written_chain)(x));
+  const Tensor xl = x.detach().requires_grad_(true);
+  const Tensor gc = autograd::grad({c(xl)}, {xl}, {}, std::nullopt, true)[0];
+  const Tensor ge = autograd::grad({written_chain(xl)}, {xl}, {}, std::nullopt, true)[0];
+  expect_same(autograd::grad({gc.sum()}, {xl})[0], autograd::grad({ge.sum()}, {xl})[0]);
+  // On a view of a larger tensor, and on an empty one.
+  const Tensor big = data({3, 4}, 6);
+  expect_same(c(big.select(1, 2)), written_chain(big.select(1, 2)));
+  expect_same(c(zeros({0}, DType::Float64)), written_chain(zeros({0}, DType::Float64)));
 }
 
 // An exponential moving average of an argument, kept in a captured tensor, and a step counter:

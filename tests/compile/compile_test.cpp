@@ -14,14 +14,7 @@ namespace {
 using namespace adjoint;
 using adjoint::testing::contains;
 using adjoint::testing::expect_error;
-
-void expect_same(const Tensor& got, const Tensor& want) {
-  ASSERT_TRUE(got.defined());
-  ASSERT_TRUE(want.defined());
-  ASSERT_EQ(got.shape(), want.shape());
-  ASSERT_EQ(got.dtype(), want.dtype());
-  EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
-}
+using adjoint::testing::expect_same;
 
 Tensor leaf(const Shape& shape, uint64_t seed) {
   Generator g(seed);

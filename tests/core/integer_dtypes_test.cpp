@@ -160,6 +160,20 @@ TEST(IntegerDTypes, SumIsInt64AndMaxKeepsTheType) {
             std::max_element(s8.begin(), s8.end()) - s8.begin());
 }
 
+TEST(IntegerDTypes, EmptyTensorsAndStridedViews) {
+  EXPECT_EQ(sum(zeros({0}, DType::UInt8)).item<int64_t>(), 0);
+  EXPECT_EQ((zeros({0, 3}, DType::Int8) + 1).shape(), (Shape{0, 3}));
+  // A transposed int16 view plus a broadcast row, against the loop over the same elements.
+  const std::vector<int16_t> v = random_values<int16_t>(12, 15), r = random_values<int16_t>(3, 16);
+  const Tensor t = tensor(v, Shape{4, 3}).transpose(0, 1);  // [3, 4], strides (1, 3)
+  const std::vector<int16_t> got = (t + tensor(r, Shape{3, 1})).contiguous().to_vector<int16_t>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(got[static_cast<std::size_t>(i * 4 + j)],
+                static_cast<int16_t>(int64_t{v[static_cast<std::size_t>(j * 3 + i)]} +
+                                     r[static_cast<std::size_t>(i)]));
+}
+
 TEST(IntegerDTypes, ConversionsRoundTripAndWrapLikeInt64) {
   const std::vector<int16_t> v = random_values<int16_t>(23, 9);
   const Tensor t = tensor(v);

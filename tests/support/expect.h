@@ -11,6 +11,16 @@
 
 namespace adjoint::testing {
 
+/// got and want have one shape and dtype and the same values, bit for bit (compared as
+/// doubles, which every dtype converts to exactly).
+inline void expect_same(const Tensor& got, const Tensor& want) {
+  ASSERT_TRUE(got.defined());
+  ASSERT_TRUE(want.defined());
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>());
+}
+
 /// Options for a float64 leaf that requires grad.
 inline TensorOptions f64_grad() { return TensorOptions(DType::Float64).requires_grad(true); }
 

@@ -50,9 +50,9 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 // is by size), OpenBLAS's elsewhere. On Zen 5 (2 cores, float32, causal, B 2, H 4, L 1024,
 // E 64, one thread, 64 x 64 blocks) oneDNN took the forward from 24 to 16 ms and the backward
 // from 47 to 29 ms against OpenBLAS's Haswell kernels, which the by-size rule keeps for products
-// this small (under 2^20 multiply-adds). With oneDNN, 64 query rows by 128 keys beat 64 x 64 (forward about
-// 0.8x, backward 0.9x at L 1024, the same at L 128); 128 x 128 was as fast at L 1024 and slower
-// at L 128, where the diagonal blocks of a causal mask waste more.
+// this small (under 2^20 multiply-adds). With oneDNN, 64 query rows by 128 keys beat 64 x 64
+// (forward about 0.8x, backward 0.9x at L 1024, the same at L 128); 128 x 128 was as fast at L 1024
+// and slower at L 128, where the diagonal blocks of a causal mask waste more.
 constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
 
 // C = op(A) op(B) + beta C on the calling thread, row-major (as sgemm in sgemm.h).
