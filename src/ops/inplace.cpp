@@ -43,6 +43,13 @@ bool dual_with(const Tensor& self, const Tensor* other) {
          (detail::has_visible_tangent(self) || (other && detail::has_visible_tangent(*other)));
 }
 
+// Whether the op goes the out-of-place way (functional, below) rather than the kernel writing
+// self directly: recorded, dual, batched or traced (the header comment lists the four).
+bool out_of_place(const Tensor& self, const Tensor* other) {
+  return recording_with(self, other) || dual_with(self, other) || batched_with(self, other) ||
+         traced();
+}
+
 // Throws, before anything is written, when the tangents self gets from `result` (zero where
 // result is null or has none) would not reach the tensors that share its memory.
 void check_dual_inplace(const Tensor& self, const Tensor* result, const char* op) {
@@ -188,11 +195,6 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
   return self;
 }
 
-// The out-of-place way: recorded when a graph is, and giving the new tangents when some
-// operand is dual.
-// An operand sharing memory with self (x.mul_(x), or a view of x) is read as it was before
-// the write: a clone, so that what backward saves of it is not the tensor being overwritten
-// (whose new history would then hold it: a reference cycle, and a version error).
 // Under compile: the out-of-place op on self itself (nothing is overwritten, so no clone is
 // needed), converted to self's dtype as the write would, handed to the tracer.
 Tensor& traced_write(Tensor& self, const Tensor& result, const char* op) {
@@ -203,6 +205,11 @@ Tensor& traced_write(Tensor& self, const Tensor& result, const char* op) {
   return self;
 }
 
+// The out-of-place way: recorded when a graph is, and giving the new tangents when some
+// operand is dual.
+// An operand sharing memory with self (x.mul_(x), or a view of x) is read as it was before
+// the write: a clone, so that what backward saves of it is not the tensor being overwritten
+// (whose new history would then hold it: a reference cycle, and a version error).
 template <class Compute>
 Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute compute) {
   const bool recording = recording_with(self, other);
@@ -221,7 +228,7 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "add_");
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
+  if (out_of_place(*this, &o))
     return functional(*this, &o, "add_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
   check_inplace(*this, false, "add_");
@@ -230,7 +237,7 @@ Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "sub_");
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
+  if (out_of_place(*this, &o))
     return functional(*this, &o, "sub_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
   check_inplace(*this, false, "sub_");
@@ -238,14 +245,14 @@ Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   return direct_binary(*this, Binary::Sub, o, "sub_");
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
+  if (out_of_place(*this, &o))
     return functional(*this, &o, "mul_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); });
   check_inplace(*this, false, "mul_");
   return direct_binary(*this, Binary::Mul, o, "mul_");
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (recording_with(*this, &o) || dual_with(*this, &o) || batched_with(*this, &o) || traced())
+  if (out_of_place(*this, &o))
     return functional(*this, &o, "div_",
                       [&](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); });
   check_inplace(*this, false, "div_");
@@ -253,8 +260,7 @@ Tensor& Tensor::div_(const Tensor& o) {
   return direct_binary(*this, Binary::Div, o, "div_");
 }
 Tensor& Tensor::add_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
-      traced())
+  if (out_of_place(*this, nullptr))
     return functional(*this, nullptr, "add_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); });
   check_inplace(*this, false, "add_");
@@ -266,16 +272,14 @@ Tensor& Tensor::sub_(Scalar o) {
   return add_(static_cast<int64_t>(0 - static_cast<uint64_t>(o.to_int())));
 }
 Tensor& Tensor::mul_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
-      traced())
+  if (out_of_place(*this, nullptr))
     return functional(*this, nullptr, "mul_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); });
   check_inplace(*this, false, "mul_");
   return direct_unary(*this, Unary::MulScalar, o, "mul_");
 }
 Tensor& Tensor::div_(Scalar o) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
-      traced())
+  if (out_of_place(*this, nullptr))
     return functional(*this, nullptr, "div_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); });
   check_inplace(*this, false, "div_");
@@ -283,8 +287,7 @@ Tensor& Tensor::div_(Scalar o) {
   return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  if (recording_with(*this, nullptr) || dual_with(*this, nullptr) || batched_with(*this, nullptr) ||
-      traced())
+  if (out_of_place(*this, nullptr))
     return functional(*this, nullptr, "clamp_",
                       [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
   check_inplace(*this, false, "clamp_");
