@@ -6,7 +6,7 @@
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
 //                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25] [--grad-bucket-view]]
-//                 [--compile] [--attention math|fused] [--verbose]
+//                 [--compile] [--compile-step] [--attention math|fused] [--verbose]
 // --attention (gpt-tiny, gpt-long): the attention core as matmul / masked softmax / matmul
 // (math, gpt-tiny's default) or as one fused scaled_dot_product_attention op (gpt-long's).
 // --data-parallel (mlp, gpt-tiny, gpt-long) runs under `mpirun -np N`: each rank its slice of the
@@ -44,12 +44,13 @@ void print_usage(const char* argv0) {
   std::string names;
   for (const auto& w : bench::workloads())
     names += (names.empty() ? "" : "|") + std::string(w.name);
-  std::fprintf(stderr,
-               "usage: %s --workload {%s} [--steps N] [--warmup N] "
-               "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
-               "[--grad-bucket-view]] [--compile] [--attention math|fused] [--verbose]\n",
-               argv0, names.c_str());
+  std::fprintf(
+      stderr,
+      "usage: %s --workload {%s} [--steps N] [--warmup N] "
+      "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
+      "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
+      "[--grad-bucket-view]] [--compile] [--compile-step] [--attention math|fused] [--verbose]\n",
+      argv0, names.c_str());
 }
 
 // Parses a positive (or, with allow_zero, non-negative) integer option value.
@@ -81,6 +82,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--compile") {
       o.compile = true;
+      continue;
+    }
+    if (a == "--compile-step") {
+      o.compile_step = true;
       continue;
     }
     if (a == "-h" || a == "--help") {
@@ -175,6 +180,12 @@ int main(int argc, char** argv) {
                  o.workload.c_str());
     return 2;
   }
+  if (o.compile_step && (!gpt || o.compile || o.data_parallel)) {
+    std::fprintf(stderr,
+                 "error: --compile-step applies to gpt-tiny and gpt-long, without --compile or "
+                 "--data-parallel\n");
+    return 2;
+  }
   if (o.steps == 0) o.steps = w->default_steps;
   if (o.blas_threads < 1) o.blas_threads = o.threads;
 
@@ -191,7 +202,8 @@ int main(int argc, char** argv) {
   j.str("impl", "adjoint");
   j.str("workload", o.workload);
   j.integer("threads", o.threads);
-  if (o.compile) j.str("mode", "compile");  // the forward through adjoint::compile
+  if (o.compile) j.str("mode", "compile");            // the forward through adjoint::compile
+  if (o.compile_step) j.str("mode", "compile-step");  // the whole step compiled
   try {
     w->fn(o, j);
   } catch (const std::exception& e) {

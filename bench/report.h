@@ -90,6 +90,9 @@ struct Opts {
   int bucket_mb = 25;               // with data_parallel: DDP's bucket cap in MiB
   bool grad_bucket_view = false;    // with data_parallel: DdpOptions::gradient_as_bucket_view
   bool compile = false;  // op-overhead, pointwise-chain, gpt-tiny: the forward through compile
+  // gpt-tiny and gpt-long: the whole step (zero_grad, loss, backward, AdamW) as one compiled
+  // function (docs/compile.md, "Training steps").
+  bool compile_step = false;
   // gpt-tiny and gpt-long: math (matmul / masked softmax / matmul, as torch-ref) or fused
   // (one scaled_dot_product_attention op); empty: the workload's default (gpt-tiny math,
   // gpt-long fused).

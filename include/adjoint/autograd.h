@@ -81,6 +81,29 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint32_t num_outputs() const { return num_outputs_; }
 
+  /// Not known: the node is never pruned from a walk (Note [Pruning grad's walk] in
+  /// src/autograd/engine.cpp).
+  static constexpr uint32_t kUnknownTopologicalNr = ~uint32_t{0};
+  /// The length of the longest path from this node to a node without edges (0 for an
+  /// AccumulateGrad), or kUnknownTopologicalNr: a node can only lead to nodes of a smaller
+  /// number, which is what lets grad() skip the history its inputs do not depend on.
+  uint32_t topological_nr() const { return topological_nr_; }
+  /// Sets topological_nr() from the next edges; call once they are all in place. Inline: it
+  /// runs for every recorded op.
+  void update_topological_nr() {
+    uint32_t nr = 0;
+    for (const Edge& e : next_edges_) {
+      if (!e.node) continue;
+      const uint32_t child = e.node->topological_nr_;
+      if (child >= kUnknownTopologicalNr - 1) {  // unknown below (or no room to count)
+        topological_nr_ = kUnknownTopologicalNr;
+        return;
+      }
+      nr = child + 1 > nr ? child + 1 : nr;
+    }
+    topological_nr_ = nr;
+  }
+
   /// A hook on the gradient of output `output_nr`, run before apply(); returns its id.
   int add_tensor_pre_hook(uint32_t output_nr, std::function<Tensor(const Tensor&)> hook);
   void remove_tensor_pre_hook(int id);
@@ -112,6 +135,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::unique_ptr<detail::CreationSite> creation_site_;
   uint64_t sequence_nr_;
   uint32_t num_outputs_;
+
+ protected:
+  uint32_t topological_nr_ = kUnknownTopologicalNr;
 };
 
 namespace autograd {

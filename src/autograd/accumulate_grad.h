@@ -11,7 +11,9 @@ namespace adjoint {
 
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {}
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node(1), leaf_(std::move(leaf)) {
+    topological_nr_ = 0;  // no edges: the end of every path
+  }
   std::string name() const override { return "AccumulateGrad"; }
   TensorList apply(TensorList&& grads, const BackwardRun& run) override;
   /// Runs the leaf's tensor hooks on `g` in registration order (each may replace it).

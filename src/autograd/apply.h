@@ -344,6 +344,7 @@ Tensor autograd_step(Op& op, const Inputs& inputs, Saver& saver, RunJvp& run_jvp
       if (requires_grad(x)) edges[i] = autograd::gradient_edge(x);
       node->info_[i] = InputInfo{x.shape(), x.dtype()};
     }
+    node->update_topological_nr();
     set_history(out, node, 0);
     if (anomaly != 0) [[unlikely]]
       note_creation(*node, Op::name);

@@ -41,8 +41,22 @@ struct BySequence {
 //   a custom function whose backward runs backward), which may reach nodes of the enclosing
 //   run: each run counts and buffers them in its own task.
 
-// Visits every node reachable from `roots` once, counting the edges that point at it.
-void discover(GraphTask& task, const std::vector<Node*>& roots) {
+thread_local uint64_t tls_last_walk_nodes = 0;
+
+// Note [Pruning grad's walk]
+// grad() needs only the nodes on paths from its outputs to its inputs. Every node knows the
+// length of its longest path to a node without edges (Node::topological_nr, set as its edges
+// are made, as PyTorch's topological_nr), and an edge always leads to a smaller number, so a
+// node whose number is below every input's cannot lead to any of them: the walk stops there.
+// A nested grad() inside a loop (an inner gradient of a descent's current iterate) then walks
+// the inner function's nodes, not the loop's whole history, which made s nested steps cost
+// O(s^2) (issue 41). backward(), which accumulates into every leaf, walks everything. A node
+// whose number is not known (one made by code that does not set it, and every node above it)
+// is never skipped.
+
+// Visits every node reachable from `roots` once, counting the edges that point at it; a child
+// numbered below `min_topological_nr` is not visited (Note [Pruning grad's walk]).
+void discover(GraphTask& task, const std::vector<Node*>& roots, uint32_t min_topological_nr) {
   std::vector<Node*> stack;
   bool fresh = false;
   for (Node* r : roots) {
@@ -55,6 +69,7 @@ void discover(GraphTask& task, const std::vector<Node*>& roots) {
     for (const Edge& e : n->next_edges()) {
       if (!e.node) continue;
       Node* c = e.node.get();
+      if (c->topological_nr() < min_topological_nr) continue;
       const uint32_t i = task.visit(c, fresh);
       if (fresh) stack.push_back(c);
       task.slot(i).dependencies++;
@@ -77,8 +92,8 @@ void mark_needed(GraphTask& task, const std::vector<Node*>& targets) {
       if (s.needed) continue;
       for (const Edge& e : s.node->next_edges()) {
         if (!e.node) continue;
-        const GraphTask::Slot* c = task.find(e.node.get());
-        if (c->needed || is_target(e.node.get())) {
+        const GraphTask::Slot* c = task.find(e.node.get());  // null: pruned, leads nowhere
+        if ((c != nullptr && c->needed) || is_target(e.node.get())) {
           s.needed = true;
           changed = true;
           break;
@@ -131,7 +146,14 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
   GraphTask task({keep_graph, create_graph, !capturing && !create_graph && !check_nan});
   std::vector<Node*> root_nodes;
   for (const Edge& e : roots) root_nodes.push_back(e.node.get());
-  discover(task, root_nodes);
+  uint32_t min_topological_nr = 0;
+  if (capturing) {
+    min_topological_nr = Node::kUnknownTopologicalNr;
+    for (const Capture& c : captures)
+      min_topological_nr = std::min(min_topological_nr, c.node->topological_nr());
+  }
+  discover(task, root_nodes, min_topological_nr);
+  tls_last_walk_nodes = task.size();
   if (capturing) {
     std::vector<Node*> targets;
     for (const Capture& c : captures) targets.push_back(c.node);
@@ -201,6 +223,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> seeds, boo
       const Edge& e = edges[i];
       if (!e.node) continue;
       GraphTask::Slot* c = task.find(e.node.get());
+      if (c == nullptr) continue;  // pruned from grad()'s walk: leads to no input
       if (i < outputs.size() && outputs[i].defined())
         accumulate(task.buffer(*c, e.input_nr), std::move(outputs[i]));
       if (--c->dependencies == 0) {
@@ -266,13 +289,18 @@ std::vector<Tensor> seeds_for(const std::vector<Tensor>& outputs,
 
 namespace autograd {
 
+uint64_t last_walk_nodes() { return tls_last_walk_nodes; }
+
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph) {
-  detail::check_traceable("backward",
-                          "it fills .grad as a side effect a replay would not repeat (call "
-                          "backward on the compiled function's result, or use grad())");
   std::vector<Edge> roots = root_edges(outputs, "backward");
   std::vector<Tensor> seeds = seeds_for(outputs, grad_outputs, "backward");
+  // Inside a compiled function: the gradients become ops of the graph and its .grad writes
+  // are made at each replay (Note [Training steps under compile] in src/compile/trace.cpp).
+  if (detail::tracing_writes()) [[unlikely]] {
+    detail::tls_op_tracer->record_backward(outputs, seeds, create_graph);
+    return;
+  }
   std::vector<Capture> none;
   run_backward(roots, std::move(seeds), retain_graph.value_or(create_graph), create_graph, none);
 }

@@ -231,6 +231,7 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
       node->input_shapes_.push_back(x.defined() ? x.shape() : Shape());
       node->input_dtypes_.push_back(x.defined() ? x.dtype() : kDefaultFloat);
     }
+    node->update_topological_nr();
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       node->output_shapes_.push_back(outputs[i].shape());
       node->output_dtypes_.push_back(outputs[i].dtype());

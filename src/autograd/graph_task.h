@@ -11,6 +11,10 @@
 
 namespace adjoint::autograd {
 
+/// How many nodes the last backward()/grad() run on this thread walked (Note [Pruning grad's
+/// walk] in engine.cpp): what tests of the pruned walk read.
+uint64_t last_walk_nodes();
+
 class GraphTask {
  public:
   /// One reached node.

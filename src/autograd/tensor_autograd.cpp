@@ -75,15 +75,22 @@ bool Tensor::is_leaf() const {
 }
 
 Tensor Tensor::grad() const {
+  // Inside a compiled function: the gradient the trace computed (Note [Training steps under
+  // compile] in src/compile/trace.cpp).
+  if (detail::tracing_writes()) [[unlikely]]
+    return detail::tls_op_tracer->traced_grad(*this);
   AutogradMeta* m = meta_of(*this);
   return m ? m->grad : Tensor();
 }
 
 void Tensor::set_grad(const Tensor& g) const {
   ADJOINT_CHECK(defined(), Value, "set_grad", "called on an undefined tensor");
-  detail::check_traceable("set_grad", "a replay would not set the gradient");
   ADJOINT_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), Shape, "set_grad",
                 "gradient ", describe(g), " does not match the tensor ", describe(*this));
+  if (detail::tracing_writes()) [[unlikely]] {
+    detail::tls_op_tracer->set_traced_grad(*this, g);
+    return;
+  }
   // A gradient whose elements share memory (an expanded tensor) would be accumulated into
   // in place, adding to each shared slot several times: keep a copy of it instead.
   bool overlapping = false;
@@ -93,10 +100,13 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 
 void Tensor::zero_grad(bool set_to_none) const {
+  if (detail::tracing_writes()) [[unlikely]] {
+    detail::tls_op_tracer->zero_traced_grad(*this, set_to_none);
+    return;
+  }
   AutogradMeta* m = meta_of(*this);
   if (!m || !m->grad.defined()) return;
   if (set_to_none) {
-    detail::check_traceable("zero_grad", "a replay would not set the gradient to none");
     m->grad = Tensor();
   } else {
     NoGradGuard no_grad;

@@ -250,9 +250,14 @@ std::shared_ptr<const CompiledEntry> new_entry(CompiledState& s, const std::stri
   return e;
 }
 
-bool guards_hold(const CompiledEntry& e) {
+bool guards_hold(const CompiledEntry& e, const std::vector<Tensor>& inputs) {
   if (!e.plan) return true;
   const Graph& g = e.plan->graph;
+  for (const GradGuard& w : g.grad_guards) {
+    const auto i = static_cast<std::size_t>(w.index);
+    const Tensor& t = w.kind == ValueKind::Input ? inputs[i] : g.captures[i];
+    if (t.defined() && t.grad().defined() != w.defined) return false;
+  }
   for (std::size_t i = 0; i < g.captures.size(); ++i) {
     const Tensor& c = g.captures[i];
     const Value& v = g.values[static_cast<std::size_t>(e.plan->capture_ids[i])];
@@ -285,7 +290,7 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     std::lock_guard<std::mutex> lock(s.mutex);
     for (const auto& e : s.entries)
       if (e->key == key) entry = e;
-    if (entry && !detail::guards_hold(*entry)) {
+    if (entry && !detail::guards_hold(*entry, inputs)) {
       ++s.stats.guard_failures;
       retrace = true;
       entry = nullptr;
@@ -332,7 +337,8 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
     // stack; the function itself can.
     // A graph that writes in place runs as the function, whose in-place ops the transforms
     // handle themselves (Note [In-place ops under compile] in trace.cpp).
-    if (entry->plan->forward_reads_saved || !graph.writes.empty()) return s.f(inputs, statics);
+    if (entry->plan->forward_reads_saved || !graph.writes.empty() || graph.has_effects())
+      return s.f(inputs, statics);
     return detail::run_plan_dispatched(*entry->plan, inputs);
   }
   std::vector<Tensor> outs = detail::run_plan(

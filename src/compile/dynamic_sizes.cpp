@@ -216,7 +216,7 @@ void check_same_structure(const std::vector<const Graph*>& gs, const Graph& g0,
       const char* other_key = b.op->export_key();
       require(std::strcmp(b.op->name(), a.op->name()) == 0 && b.inputs == a.inputs &&
                   b.outputs == a.outputs && b.backward == a.backward && b.random == a.random &&
-                  (key == nullptr) == (other_key == nullptr) &&
+                  b.effect == a.effect && (key == nullptr) == (other_key == nullptr) &&
                   (key == nullptr || std::strcmp(key, other_key) == 0),
               describe_node(g0, n) + " differs between the sizes");
       require(key != nullptr || &g == &g0 || a.op->same_as(*b.op),

@@ -38,7 +38,7 @@ namespace adjoint::detail {
 // reduction does not end a 16-bit group (eager reduces 16-bit values its own way).
 
 bool fusible(const Graph& g, const GraphNode& n) {
-  if (n.random || n.outputs.size() != 1) return false;
+  if (n.pinned() || n.outputs.size() != 1) return false;
   const std::optional<PointwiseKernel> kernel = n.op->pointwise();
   if (!kernel) return false;
   const Value& out = g.values[static_cast<std::size_t>(n.outputs[0])];
@@ -362,7 +362,9 @@ int fuse_pointwise(Graph& g) {
             opmath_dtype(result_of(n).dtype) ==
                 opmath_dtype(result_of(g.nodes[static_cast<std::size_t>(open[0])]).dtype)));
       if (!fits) {
-        if (!open.empty() && (reads_any(n, in_open) || fusible(g, n))) close();
+        // An effect (an optimizer's step) changes tensors the group may read: the fused
+        // node, which runs where its last member ran, must not move past it.
+        if (!open.empty() && (n.effect || reads_any(n, in_open) || fusible(g, n))) close();
         if (!fusible(g, n)) continue;
       }
       open.push_back(static_cast<int>(i));

@@ -28,6 +28,7 @@ void node_line(std::ostringstream& os, const Graph& g, const GraphNode& n) {
   if (n.outputs.size() > 1 && !n.op->fused())
     os << "  (+" << n.outputs.size() - 1 << " saved for backward)";
   if (n.random) os << "  [random]";
+  if (n.effect) os << "  [effect]";
   os << "\n" << n.op->body_text("      ");
 }
 

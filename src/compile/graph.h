@@ -41,13 +41,28 @@ struct GraphNode {
   std::vector<int> outputs;  ///< value ids: the result, then the tensors its forward saved
   bool backward = false;     ///< recorded while the VJPs ran
   bool random = false;       ///< a draw from a generator: never eliminated nor merged
+  /// A side effect each replay performs (an optimizer's step: Note [Training steps under
+  /// compile] in trace.cpp): never eliminated, merged nor fused; its result is undefined.
+  bool effect = false;
+  /// Whether passes must keep the node though nothing reads its result.
+  bool pinned() const { return random || effect; }
 };
 
 /// A tensor of the caller's that a compiled function writes in place: argument `index`
 /// (kind Input) or captured tensor `index` (kind Capture). See Note [In-place ops under compile].
+/// `grad`: the write is to its .grad (Note [Training steps under compile] in trace.cpp).
 struct LeafWrite {
   ValueKind kind;
   int index;
+  bool grad = false;
+};
+
+/// Argument or captured tensor `index` (as LeafWrite) had a .grad (`defined`) or none when
+/// the function read it (Note [Training steps under compile] in trace.cpp).
+struct GradGuard {
+  ValueKind kind;
+  int index;
+  bool defined;
 };
 
 struct Graph {
@@ -64,6 +79,14 @@ struct Graph {
   /// The caller's tensors the function wrote in place, in order; their final values are the
   /// last outputs (after the function's own), written into them at the end of each replay.
   std::vector<LeafWrite> writes;
+  /// The caller's tensors whose .grad the function read before setting it, and whether it
+  /// held one: a call where that differs traces again.
+  std::vector<GradGuard> grad_guards;
+  bool has_effects() const {
+    for (const GraphNode& n : nodes)
+      if (n.effect) return true;
+    return false;
+  }
   /// How many of `outputs` are the function's own results.
   std::size_t function_outputs() const { return outputs.size() - writes.size(); }
   /// By output: the traced result did not require grad. A result that is an argument's or a

@@ -147,7 +147,7 @@ int eliminate_common_subexpressions(Graph& g) {
     GraphNode& n = g.nodes[i];
     for (int& id : n.inputs)
       if (id >= 0) id = replacement[static_cast<std::size_t>(id)];
-    if (n.random) continue;
+    if (n.pinned()) continue;
     std::vector<int>& same_key = seen[{n.op->name(), n.inputs}];
     bool found = false;
     for (int j : same_key) {
@@ -174,7 +174,7 @@ int eliminate_dead_code(Graph& g) {
   std::vector<bool> live(g.nodes.size(), false);
   for (std::size_t i = g.nodes.size(); i-- > 0;) {
     const GraphNode& n = g.nodes[i];
-    bool any = n.random;
+    bool any = n.pinned();
     for (int id : n.outputs) any = any || needed[static_cast<std::size_t>(id)];
     if (!any) continue;
     live[i] = true;

@@ -1,6 +1,8 @@
 // Running a planned graph (run_plan.h).
 #include "compile/run_plan.h"
 
+#include <algorithm>
+
 #include "adjoint/autograd.h"
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
@@ -139,6 +141,7 @@ class CompiledBackward final : public Node {
     for (const Tensor& c : g.captures) captures_.emplace_back(c, false);
     for (int id : g.grad_leaves)
       next_edges_.push_back(autograd::gradient_edge(leaf_tensor(g, id, inputs)));
+    update_topological_nr();
     for (const Tensor& o : outputs)
       outputs_.push_back(o.defined() ? InputInfo{o.shape(), o.dtype()} : InputInfo{});
   }
@@ -276,14 +279,49 @@ std::vector<Tensor> run_plan(const std::shared_ptr<const Plan>& plan,
   return outs;
 }
 
+namespace {
+
+/// Whether a gradient value of a replay may become a tensor's .grad as it is: not when its
+/// memory is a constant of the graph (the next replay reads it again) or a captured tensor's,
+/// nor when another .grad of this replay already took it (CSE can give two parameters one
+/// value), since .grad is accumulated into in place.
+bool may_own(const Graph& g, const Tensor& value, const std::vector<const StorageImpl*>& taken) {
+  const StorageImpl* s = value.impl()->storage.get();
+  if (std::ranges::find(taken, s) != taken.end()) return false;
+  for (const Tensor& c : g.constants)
+    if (c.impl()->storage.get() == s) return false;
+  for (const Tensor& c : g.captures)
+    if (c.impl()->storage.get() == s) return false;
+  return true;
+}
+
+}  // namespace
+
 void write_back(const Graph& g, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs) {
   const std::size_t first = g.function_outputs();
   NoGradGuard no_grad;
+  std::vector<const StorageImpl*> taken;  // the storages given to a .grad by this replay
   for (std::size_t i = 0; i < g.writes.size(); ++i) {
     const LeafWrite& w = g.writes[i];
     const auto index = static_cast<std::size_t>(w.index);
     Tensor target = w.kind == ValueKind::Input ? inputs[index] : g.captures[index];
-    target.copy_(outs[first + i]);  // bumps its version, as the eager write did
+    const Tensor& value = outs[first + i];
+    if (!w.grad) {
+      target.copy_(value);  // bumps its version, as the eager write did
+      continue;
+    }
+    // A gradient (Note [Training steps under compile] in trace.cpp): into the .grad the
+    // tensor holds where it can take it, as accumulation would, else set.
+    Tensor held = target.grad();
+    if (value.defined() && held.defined() && held.shape() == value.shape() &&
+        held.dtype() == value.dtype()) {
+      held.copy_(value);
+    } else if (!value.defined() || may_own(g, value, taken)) {
+      target.set_grad(value);
+      if (value.defined()) taken.push_back(value.impl()->storage.get());
+    } else {
+      target.set_grad(value.clone());
+    }
   }
   outs.resize(first);
 }

@@ -1,6 +1,7 @@
 // The tracer behind compile: runs the function once and records every op into a Graph.
 #include "compile/trace.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -60,6 +61,32 @@ namespace adjoint::detail {
 //   aliasing. clone() first, or use the out-of-place op.
 // - Under vmap or jvp a compiled function that writes runs eagerly (the transforms' own
 //   in-place rules apply), and a graph that writes is not exported.
+
+// Note [Training steps under compile]
+// A training step (zero_grad, the loss, backward, the optimizer's step) is traced whole:
+// - backward() inside the function (record_backward) is traced as autograd::grad of its
+//   outputs for every argument and captured tensor that requires grad, so the VJPs' ops are
+//   nodes of the graph like any other, and each gradient is added to that tensor's traced .grad
+//   (its gradient so far, or none). `.grad` reads inside the function (traced_grad) see those
+//   values; zero_grad and set_grad set them. The final .grad of each tensor the function set is
+//   an extra output, written into the caller's tensor at the end of each replay (in place where
+//   it holds a gradient of that shape and dtype, else set), as the eager engine would leave it.
+//   A .grad the function reads before setting it must be none at the trace (a guard: a call
+//   where it is not traces again); a defined one read for its values stops the trace, since
+//   its values come from outside the graph. A function that ran backward returns its results
+//   detached (eager code's loss still has a history, whose buffers that backward freed).
+// - The optimizer's step is an effect (record_effect): a node that each replay runs, not
+//   traced op by op. Its run is the eager update (Optimizer::step_with), given that replay's
+//   gradients, so it reads the learning rate, step counts and state as they are at that call
+//   (a scheduler's set_lr, Adam's bias corrections) and takes the fused Adam kernel: the
+//   compiled step is the eager step, bit for bit. The tensors it changes (the parameters) may
+//   not be read by the function after it (the trace would see them unchanged). A graph with an
+//   effect is not exported and runs eagerly under the transforms.
+// - A GradScaler's step is traced unscaling plus an effect (Note [GradScaler under compile]
+//   in src/optim/grad_scaler.cpp).
+// - Refused: backward with create_graph, leaves with gradient hooks (a replay would not run
+//   them), and arguments with a history outside the function (eager backward would go on
+//   into the caller's graph).
 
 namespace {
 
@@ -213,6 +240,128 @@ class Tracer final : public OpTracer {
       writes_.emplace_back(leaf->id, now);
   }
 
+  void record_backward(std::span<const Tensor> outputs, std::span<const Tensor> grad_outputs,
+                       bool create_graph) override {
+    if (create_graph)
+      break_trace(
+          "backward(create_graph=true) inside a compiled function: the graph would have to "
+          "record its own backward (use grad() with create_graph, or run it outside)");
+    std::vector<std::size_t> which;  // leaves that receive a gradient
+    std::vector<Tensor> aliases;
+    for (std::size_t i = 0; i < leaves_.size(); ++i) {
+      const Leaf& l = leaves_[i];
+      if (!l.alias.requires_grad()) continue;
+      const AutogradMeta* m = l.caller.impl()->autograd.get();
+      // An argument with a history: eager backward would flow on into the caller's graph.
+      if (!l.caller.is_leaf())
+        break_trace(str("backward inside a compiled function reaches ", describe_leaf(l.id),
+                        ", which has a history of its own outside the function; its gradient "
+                        "would flow on into the caller's graph (detach it, or run backward "
+                        "outside)"));
+      if (m && (!m->leaf_hooks.empty() || !m->post_accumulate_hooks.empty()))
+        break_trace(str("backward inside a compiled function: ", describe_leaf(l.id),
+                        " has a gradient hook, which a replay would not run (run backward "
+                        "outside the compiled function)"));
+      which.push_back(i);
+      aliases.push_back(l.alias);
+    }
+    const std::vector<Tensor> roots(outputs.begin(), outputs.end());
+    const std::vector<Tensor> seeds(grad_outputs.begin(), grad_outputs.end());
+    ran_backward_ = true;
+    if (aliases.empty()) return;
+    const std::vector<Tensor> grads =
+        autograd::grad(roots, aliases, seeds, false, false, /*allow_unused=*/true);
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      if (!grads[k].defined()) continue;
+      const Tensor old = traced_grad(leaves_[which[k]].caller);
+      set_grad_value(which[k], old.defined() ? old + grads[k] : grads[k]);
+    }
+  }
+
+  Tensor traced_grad(const Tensor& t) override {
+    const Leaf* leaf = leaf_for(t, "grad");
+    if (leaf == nullptr) {  // a tensor the function made: its own .grad (none unless retained)
+      Pause pause;
+      return t.grad();
+    }
+    const TensorImpl* key = leaf->caller.impl();
+    if (const auto it = grads_.find(key); it != grads_.end()) return current(it->second);
+    Tensor caller;
+    {
+      Pause pause;
+      caller = leaf->caller.grad();
+    }
+    if (caller.defined())
+      break_trace(str("reads the .grad of ", describe_leaf(leaf->id),
+                      " that it did not compute; a replay could not read it again (call "
+                      "zero_grad() first, inside the function or outside)"));
+    grad_guards_.emplace_back(leaf->id, false);
+    grads_.emplace(key, Tensor());
+    return Tensor();
+  }
+
+  void set_traced_grad(const Tensor& t, const Tensor& g) override {
+    const Leaf* leaf = leaf_for(t, "set_grad");
+    if (leaf == nullptr)
+      break_trace(str("set_grad inside a compiled function: the tensor (", t.shape(), ", ",
+                      t.dtype(), ") was made inside it, and a replay keeps no .grad of its"));
+    set_grad_value(static_cast<std::size_t>(leaf - leaves_.data()), g);
+  }
+
+  void zero_traced_grad(const Tensor& t, bool set_to_none) override {
+    const Leaf* leaf = leaf_for(t, "zero_grad");
+    if (leaf == nullptr) return;  // made inside the function: it holds no gradient
+    const auto i = static_cast<std::size_t>(leaf - leaves_.data());
+    if (set_to_none) {
+      set_grad_value(i, Tensor());
+      return;
+    }
+    // zero_() of the gradient it holds, if any: its shape and dtype are the tensor's own.
+    Tensor held;
+    if (const auto it = grads_.find(leaf->caller.impl()); it != grads_.end()) {
+      held = current(it->second);
+    } else {
+      {
+        Pause pause;
+        held = leaf->caller.grad();
+      }
+      grad_guards_.emplace_back(leaf->id, held.defined());
+      if (!held.defined()) grads_.emplace(leaf->caller.impl(), Tensor());
+    }
+    if (held.defined()) set_grad_value(i, zeros(held.shape(), held.dtype()));
+  }
+
+  void record_effect(const char* name, std::span<const Tensor> inputs,
+                     std::span<const Tensor> changes, ExternalFn run) override {
+    std::vector<int> ins;
+    std::vector<Tensor> args(inputs.begin(), inputs.end());
+    for (Tensor& x : args) ins.push_back(use(x, name));
+    for (const Tensor& c : changes) {
+      changed_[c.impl()] = name;
+      if (const Leaf* l = leaf_of(c)) {
+        changed_[l->caller.impl()] = name;
+        changed_[l->alias.impl()] = name;
+      }
+    }
+    const auto arity = static_cast<std::ptrdiff_t>(ins.size());
+    add_node(std::make_shared<ExternalOp>(name, std::move(run), ExternalExport{}, arity),
+             std::move(ins), Tensor(), {}, false);
+    g_.nodes.back().effect = true;
+  }
+
+  bool ran_backward() const { return ran_backward_; }
+  /// The .grad writes: (leaf value, final gradient value or -1 for none), in order.
+  std::vector<std::pair<int, int>> grad_writes() {
+    std::vector<std::pair<int, int>> out;
+    for (std::size_t i : grad_order_) {
+      Tensor v = current(grads_.at(leaves_[i].caller.impl()));
+      out.emplace_back(leaves_[i].id, v.defined() ? use(v, "backward") : -1);
+    }
+    return out;
+  }
+  /// The leaves whose .grad the function read before setting it: (leaf value, defined).
+  const std::vector<std::pair<int, bool>>& grad_guards() const { return grad_guards_; }
+
   /// What the function's tensor t holds now: the last value written into it, else t itself.
   Tensor current(const Tensor& t) const {
     if (!t.defined()) return t;
@@ -305,6 +454,23 @@ class Tracer final : public OpTracer {
     }
   }
 
+  /// The leaf t is, capturing it if the function had not used it yet; null for a tensor the
+  /// function made.
+  const Leaf* leaf_for(const Tensor& t, const char* op) {
+    if (const Leaf* l = leaf_of(t)) return l;
+    Tensor copy = t;
+    use(copy, op);
+    return leaf_of(t);
+  }
+
+  /// Leaf i's traced .grad is now g (undefined: none).
+  void set_grad_value(std::size_t i, const Tensor& g) {
+    Tensor v = g;
+    if (v.defined()) use(v, "set_grad");
+    grads_.insert_or_assign(leaves_[i].caller.impl(), v);
+    if (std::ranges::find(grad_order_, i) == grad_order_.end()) grad_order_.push_back(i);
+  }
+
   /// The argument or captured tensor t is (the caller's tensor or its alias), or null.
   const Leaf* leaf_of(const Tensor& t) const {
     for (const Leaf& l : leaves_)
@@ -343,6 +509,12 @@ class Tracer final : public OpTracer {
   int use(Tensor& x, const char* op) {
     if (!x.defined()) return -1;
     TensorImpl* impl = x.impl();
+    if (!changed_.empty()) [[unlikely]]
+      if (const auto c = changed_.find(impl); c != changed_.end())
+        break_trace(str(op, ": reads a tensor (", impl->shape, ", ", impl->dtype, ") that ",
+                        c->second,
+                        " changed earlier in the function; a trace sees it as it was (read it "
+                        "after the compiled function returns)"));
     if (auto it = known_.find(impl); it != known_.end()) {
       if (impl->storage->version() != it->second.version)
         break_trace(str(op, ": one of its inputs (", impl->shape, ", ", impl->dtype,
@@ -440,6 +612,11 @@ class Tracer final : public OpTracer {
   std::vector<Leaf> leaves_;
   std::vector<std::pair<int, int>> writes_;
   std::unordered_map<const TensorImpl*, Tensor> written_;  ///< by tensor: its last value
+  std::unordered_map<const TensorImpl*, Tensor> grads_;    ///< by caller's tensor: its .grad
+  std::vector<std::size_t> grad_order_;                    ///< the leaves whose .grad was set
+  std::vector<std::pair<int, bool>> grad_guards_;
+  std::unordered_map<const TensorImpl*, const char*> changed_;  ///< by an effect, named
+  bool ran_backward_ = false;
   std::string broken_;
 };
 
@@ -461,15 +638,18 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
       throw GraphBreak(tracer.broken() + " (the function caught that error and went on)");
   };
   refuse_if_broken();
+  // A function that ran backward returns its results detached (Note [Training steps under
+  // compile]): the graph of its loss was used up by that backward.
+  const bool ran_backward = tracer.ran_backward();
   for (const Tensor& o : outs) {
     g.outputs.push_back(tracer.output(o));
-    g.output_detached.push_back(o.defined() && !o.requires_grad());
+    g.output_detached.push_back(o.defined() && (ran_backward || !o.requires_grad()));
   }
 
   // The backward: gradients of the outputs that require grad, w.r.t. the leaves that do.
   std::vector<Tensor> roots, cotangents, leaves;
   g.cotangents.assign(outs.size(), -1);
-  if (is_grad_enabled()) {
+  if (is_grad_enabled() && !ran_backward) {
     for (const Tracer::Leaf& l : tracer.leaves())
       if (l.alias.requires_grad()) {
         g.grad_leaves.push_back(l.id);
@@ -492,19 +672,31 @@ Graph trace_function(const CompiledFunction::Fn& f, const std::vector<Tensor>& i
   }
   tracer.check_leaves_unchanged();
   refuse_if_broken();
-  // The caller's tensors written in place: their final values are the last outputs.
+  // The caller's tensors written in place, and the .grad set: their final values are the
+  // last outputs.
+  if (g.has_effects() && g.has_backward())
+    throw GraphBreak(
+        "the function steps an optimizer and returns a result that requires grad without "
+        "running backward itself; a compiled backward would read the parameters as they were "
+        "before the step (call backward() inside the function, or step outside it)");
   if (!tracer.writes().empty() && g.has_backward())
     throw GraphBreak(
         "the function writes in place to an argument or a captured tensor and computes "
         "gradients; a compiled backward reads those tensors as they were, which the write "
         "changes (not supported yet: write them outside the compiled function, or under "
         "NoGradGuard)");
-  for (const auto& [leaf, value] : tracer.writes()) {
+  auto add_write = [&](int leaf, int value, bool grad) {
     const Value& v = g.values[static_cast<std::size_t>(leaf)];
-    g.writes.push_back({v.kind, v.index});
+    g.writes.push_back({v.kind, v.index, grad});
     g.outputs.push_back(value);
     g.output_detached.push_back(true);
     g.cotangents.push_back(-1);
+  };
+  for (const auto& [leaf, value] : tracer.writes()) add_write(leaf, value, false);
+  for (const auto& [leaf, value] : tracer.grad_writes()) add_write(leaf, value, true);
+  for (const auto& [leaf, defined] : tracer.grad_guards()) {
+    const Value& v = g.values[static_cast<std::size_t>(leaf)];
+    g.grad_guards.push_back({v.kind, v.index, defined});
   }
   return g;
 }

@@ -48,6 +48,26 @@ class OpTracer {
   /// graph reads value where the function reads self, and a write to an argument or a captured
   /// tensor is made again at the end of every replay. Nothing is written while tracing.
   virtual void record_write(const Tensor& self, const Tensor& value, const char* op) = 0;
+  /// backward() inside the traced function (Note [Training steps under compile] in
+  /// src/compile/trace.cpp): the gradients of `outputs` (seeded with `grad_outputs`, or ones
+  /// for scalars when empty) for every argument and captured tensor that requires grad are
+  /// recorded as ops, and accumulated into their traced .grad. Nothing is written while tracing.
+  virtual void record_backward(std::span<const Tensor> outputs,
+                               std::span<const Tensor> grad_outputs, bool create_graph) = 0;
+  /// `t.grad()` inside the traced function: the gradient the function wrote (backward,
+  /// zero_grad, set_grad), else the caller's, which must be undefined.
+  virtual Tensor traced_grad(const Tensor& t) = 0;
+  /// `t.set_grad(g)` (undefined g: set to none) inside the traced function; each replay writes
+  /// the final .grad into the caller's tensor.
+  virtual void set_traced_grad(const Tensor& t, const Tensor& g) = 0;
+  /// `t.zero_grad(set_to_none)` inside the traced function: what it leaves (none, or zeros
+  /// where the tensor had a gradient), without reading the gradient's values.
+  virtual void zero_traced_grad(const Tensor& t, bool set_to_none) = 0;
+  /// A side effect that each replay performs again (an optimizer's step): `run` gets `inputs`'
+  /// values of that replay; it changes `changes` in place, which the function must not read
+  /// afterwards. Not run while tracing.
+  virtual void record_effect(const char* name, std::span<const Tensor> inputs,
+                             std::span<const Tensor> changes, ExternalFn run) = 0;
   /// A custom function's call (Note [Custom functions under compile] in adjoint/autograd.h):
   /// runs `run` on `inputs` as one node, watching (below) while it runs.
   virtual Tensor record_custom(const char* name, std::span<const Tensor> inputs,

@@ -125,10 +125,14 @@ void export_function(const CompiledFunction& f, const std::string& path) {
   ADJOINT_CHECK(t != nullptr, Value, detail::kExportOp,
                 "the function has no traced signature to write: call it first (a call that fell "
                 "back to eager code, a graph break, has none)");
+  ADJOINT_CHECK(!t->graph.has_effects(), NotImplemented, detail::kExportOp,
+                "the function steps an optimizer, an effect of C++ code that a file cannot "
+                "hold; export the model's function without the step");
   ADJOINT_CHECK(
       t->graph.writes.empty(), NotImplemented, detail::kExportOp,
       "the function writes in place to ", t->graph.writes.size(),
-      " of its arguments or captured tensors; a file holds no writes (not supported yet)");
+      " of its arguments or captured tensors (or their .grad); a file holds no writes (not "
+      "supported yet)");
   nlohmann::json graph = detail::graph_to_json(*t);
   if (family) graph["dynamic"] = detail::dynamic_to_json(*family);
   // A file holds tensors by value, contiguous; ops traced on a strided view (a reshape that

@@ -4,17 +4,36 @@
 #include "adjoint/optim/optimizer.h"
 
 #include <cmath>
+#include <mutex>
 #include <set>
+#include <span>
 
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/memory_hooks.h"
 #include "core/op_tracer.h"
 
 namespace adjoint::optim {
 
+namespace {
+/// A name that lives as long as the program, for graph nodes and profiles (which keep a
+/// const char*).
+const char* lasting_name(const std::string& name) {
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+}  // namespace
+
 Optimizer::Optimizer(std::string name, std::vector<Tensor> params, double lr)
-    : name_(std::move(name)), params_(std::move(params)), lr_(lr), master_(params_.size()) {
+    : name_(std::move(name)),
+      params_(std::move(params)),
+      lr_(lr),
+      master_(params_.size()),
+      alive_(std::make_shared<Optimizer*>(this)),
+      step_name_(lasting_name(name_ + ".step")) {
   ADJOINT_CHECK(!params_.empty(), Value, name_, "got an empty parameter list");
   std::set<const TensorImpl*> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -55,16 +74,62 @@ bool Optimizer::uses_master(std::size_t i) const {
 }
 
 void Optimizer::step() {
-  // Not yet capturable: a replay would run the traced step's numbers again (Note [In-place ops
-  // under compile] in src/compile/trace.cpp).
-  ::adjoint::detail::check_traceable(
-      name().c_str(),
-      "an optimizer's learning rate and step counts are C++ numbers that a "
-      "replay would not update");
+  if (::adjoint::detail::tracing_writes()) [[unlikely]] {
+    record_traced_step();
+    return;
+  }
+  std::vector<Tensor> grads;
+  grads.reserve(params_.size());
+  for (const Tensor& p : params_) grads.push_back(p.grad());
+  // A profile or a memory timeline sees the step as one op ("optim.AdamW.step"), as a
+  // compiled replay reports its node; its in-place updates run below the stack.
+  ::adjoint::detail::OpObserver* const observer = ::adjoint::detail::tls_op_observer;
+  if (observer == nullptr) [[likely]] {
+    step_with(grads);
+    return;
+  }
+  observer->before_forward_op(step_name_);
+  try {
+    step_with(grads);
+  } catch (...) {
+    observer->forward_op_failed(step_name_);
+    throw;
+  }
+  observer->after_forward_op(step_name_);
+}
+
+void Optimizer::record_traced_step() {
+  // Inside a compiled function: an effect that each replay runs with that replay's gradients
+  // (Note [Training steps under compile] in src/compile/trace.cpp). The update itself is
+  // the eager one, so it reads lr, step counts and state as they are at that call.
+  std::vector<Tensor> grads;
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    which.push_back(i);
+  }
+  std::weak_ptr<Optimizer*> alive = alive_;
+  const std::string owner = name();
+  ::adjoint::detail::tls_op_tracer->record_effect(
+      step_name_, grads, params_, [alive, owner, which](std::span<const Tensor> in) {
+        const std::shared_ptr<Optimizer*> self = alive.lock();
+        ADJOINT_CHECK(self != nullptr, Value, owner,
+                      "step: the optimizer was destroyed, and a compiled function that steps "
+                      "it was called afterwards");
+        std::vector<Tensor> all((*self)->params_.size());
+        for (std::size_t k = 0; k < which.size(); ++k) all[which[k]] = in[k];
+        (*self)->step_with(all);
+        return Tensor();
+      });
+}
+
+void Optimizer::step_with(const std::vector<Tensor>& grads) {
   NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    Tensor g = p.grad();
+    const Tensor& g = grads[i];
     if (!g.defined()) continue;  // as PyTorch: no gradient, no update and no state change
     if (uses_master(i)) {
       // The update runs in float32 on the master copy; the parameter gets it rounded once.

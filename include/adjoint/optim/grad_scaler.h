@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "adjoint/optim/optimizer.h"
@@ -45,15 +46,22 @@ struct GradScalerOptions {
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
+  /// A copy has its own scale tensors (and is not the scaler a compiled step refers to).
+  GradScaler(const GradScaler& other);
+  GradScaler& operator=(const GradScaler& other);
 
-  /// loss * scale (recorded: backward of the result gives scaled gradients).
+  /// loss * scale (recorded: backward of the result gives scaled gradients). The scale is a
+  /// 0-d float32 tensor, as PyTorch's, so a compiled function reads it at every call.
   Tensor scale(const Tensor& loss) const;
 
   /// Divides the .grad of opt's parameters by the scale, in place, and records whether any
   /// is Inf or NaN. At most once per optimizer between update()s; step() calls it if not.
   void unscale_(Optimizer& opt);
 
-  /// opt.step() unless unscaling found an Inf or NaN; returns whether it stepped.
+  /// opt.step() unless unscaling found an Inf or NaN; returns whether it stepped. Inside a
+  /// compiled function (docs/compile.md, "Training steps") the unscaling is traced and the
+  /// step is one node that each call runs or skips; it then returns true, and found_inf(opt)
+  /// says after the call whether that call skipped.
   bool step(Optimizer& opt);
 
   /// Ends the iteration: halves the scale (backoff) if any optimizer's gradients were not
@@ -77,6 +85,12 @@ class GradScaler {
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };
+  /// step() inside a compiled function: unscaling traced, the rest an effect of each replay.
+  void record_traced_step(Optimizer& opt);
+  /// update() as it runs, eagerly or as an effect of a compiled function's replay.
+  void update_now(std::optional<double> new_scale);
+  /// Sets the scale and the tensors that hold it and its reciprocal.
+  void set_scale(double scale);
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     bool found_inf = false;
@@ -86,6 +100,10 @@ class GradScaler {
   double scale_;
   int64_t growth_tracker_ = 0;
   std::map<const Optimizer*, PerOptimizer> per_optimizer_;  // this iteration's, cleared by update
+  Tensor scale_tensor_;      ///< 0-d float32: what scale() multiplies by
+  Tensor inv_scale_tensor_;  ///< 0-d float64, 1 / scale: what a traced unscaling multiplies by
+  /// Points at this scaler while it lives: a compiled step holds it weakly.
+  std::shared_ptr<GradScaler*> alive_;
 };
 
 }  // namespace adjoint::optim

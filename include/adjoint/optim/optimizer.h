@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@ namespace adjoint::optim {
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
 class StateReader;
+class GradScaler;
 
 /// Base class of the optimizers. Holds leaf tensors that require grad and updates them in place
 /// (the same tensor objects, no new storage), skipping those whose .grad is undefined.
@@ -39,7 +41,9 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of every parameter that has a gradient; runs under NoGradGuard. Counts a step
-  /// even when no parameter has a gradient.
+  /// even when no parameter has a gradient. Inside a compiled function it is one node that
+  /// each replay runs (docs/compile.md, "Training steps"); the optimizer must then outlive the
+  /// compiled function, or the replay throws.
   void step();
   /// Drops each parameter's .grad (set_to_none, the default) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
@@ -98,8 +102,14 @@ class Optimizer {
   Tensor scratch_like(const Tensor& like, int slot = 0);
 
  private:
+  friend class GradScaler;  // its compiled step runs step_with at each replay
+
   /// Whether parameter i is updated through a float32 master copy.
   bool uses_master(std::size_t i) const;
+  /// step() with gradients[i] for params()[i] (undefined: no update of it).
+  void step_with(const std::vector<Tensor>& grads);
+  /// step() inside a compiled function: recorded as an effect each replay runs.
+  void record_traced_step();
 
   std::string name_;
   std::vector<Tensor> params_;
@@ -108,6 +118,10 @@ class Optimizer {
   std::map<std::pair<DType, int>, Tensor> scratch_;  // flat buffers by (dtype, slot)
   bool keep_master_ = false;
   std::vector<Tensor> master_;  // per parameter: its float32 copy, or undefined
+  /// Points at this optimizer while it lives: a compiled step holds it weakly, to fail with a
+  /// named error rather than touch a destroyed optimizer.
+  std::shared_ptr<Optimizer*> alive_;
+  const char* step_name_;  ///< "optim.AdamW.step": its node in graphs and profiles
 };
 
 /// Entries of a state dict by name, for load_state: each read marks its key as used, so that
