@@ -28,6 +28,12 @@ namespace {
 using namespace adjoint;
 using Clock = std::chrono::steady_clock;
 
+std::string slashed(const std::vector<int64_t>& v) {  // 16/32/64
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : "/") + std::to_string(x);
+  return s;
+}
+
 // One line, redrawn in place on stderr:
 // [=====>      ] epoch 1/3 step 120/1407  loss 0.345 | 950 img/s | ETA 1m40s
 void progress(const tools::VisionTrainer& t, double loss, double images_per_s, double eta) {
@@ -111,7 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--channels", c.channels, "channels of the stem and each stage")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--blocks", c.blocks, "basic blocks per stage")->capture_default_str();
+  app.add_option("--blocks", c.blocks,
+                 "basic blocks of each stage (one number per stage, or one for all)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the weights and the data order")->capture_default_str();
   app.add_option("--precision", c.precision, "fp32, or bf16 (autocast)")->capture_default_str();
   app.add_option("--train-limit", c.train_limit, "train on the first N images (0: all)")
@@ -151,17 +160,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(trainer.train_images()),
                 static_cast<long long>(trainer.test_images()));
     std::printf(
-        "model: ResNet, channels %s, %lld block(s) per stage, %lld parameters; %lld "
+        "model: ResNet, channels %s, blocks %s, %lld parameters; %lld "
         "epochs of %lld steps, batch %lld, %s, %d threads%s\n",
-        [&] {
-          std::string s;
-          for (int64_t ch : c.channels) s += (s.empty() ? "" : "/") + std::to_string(ch);
-          return s;
-        }()
-            .c_str(),
-        static_cast<long long>(c.blocks), static_cast<long long>(trainer.num_parameters()),
-        static_cast<long long>(c.epochs), static_cast<long long>(trainer.steps_per_epoch()),
-        static_cast<long long>(c.batch), c.precision.c_str(), get_num_threads(),
+        slashed(c.channels).c_str(), slashed(tools::blocks_per_stage(c)).c_str(),
+        static_cast<long long>(trainer.num_parameters()), static_cast<long long>(c.epochs),
+        static_cast<long long>(trainer.steps_per_epoch()), static_cast<long long>(c.batch),
+        c.precision.c_str(), get_num_threads(),
         resume.empty() ? "" : (", resumed at step " + std::to_string(trainer.step())).c_str());
     std::fflush(stdout);
 

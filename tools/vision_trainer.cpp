@@ -38,7 +38,7 @@ std::string join(const std::vector<int64_t>& v) {
 // resume so that the error names the flag.
 std::vector<std::pair<std::string, std::string>> settings_of(const VisionConfig& c) {
   return {{"channels", join(c.channels)},
-          {"blocks", std::to_string(c.blocks)},
+          {"blocks", join(blocks_per_stage(c))},
           {"epochs", std::to_string(c.epochs)},
           {"batch", std::to_string(c.batch)},
           {"lr", exact(c.lr)},
@@ -148,14 +148,25 @@ Tensor BasicBlock::forward(const Tensor& x) {
   return relu(y + (down_ ? (*down_bn_)((*down_)(x)) : x));
 }
 
+std::vector<int64_t> blocks_per_stage(const VisionConfig& c) {
+  ADJOINT_CHECK(c.blocks.size() == 1 || c.blocks.size() == c.channels.size(), Value, "vision",
+                "--blocks needs one number, or one per stage of --channels ", join(c.channels),
+                " (", c.channels.size(), "), got ", join(c.blocks));
+  for (int64_t b : c.blocks)
+    ADJOINT_CHECK(b > 0, Value, "vision", "--blocks must be positive, got ", join(c.blocks));
+  return c.blocks.size() == 1 ? std::vector<int64_t>(c.channels.size(), c.blocks.front())
+                              : c.blocks;
+}
+
 VisionNet::VisionNet(const VisionConfig& c, Generator* gen) : Module("VisionNet") {
   const int64_t c0 = c.channels.front();
   stem_ = register_module("stem", std::make_shared<nn::Conv2d>(1, c0, 3, 1, 1, 1, 1, false, gen));
   stem_bn_ = register_module("stem_bn", std::make_shared<nn::BatchNorm2d>(c0));
   stages_ = register_module("stages", std::make_shared<nn::Sequential>());
+  const std::vector<int64_t> blocks = blocks_per_stage(c);
   int64_t in = c0;
   for (std::size_t s = 0; s < c.channels.size(); ++s)
-    for (int64_t b = 0; b < c.blocks; ++b) {
+    for (int64_t b = 0; b < blocks[s]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
       stages_->push_back(std::make_shared<BasicBlock>(in, c.channels[s], stride, gen));
       in = c.channels[s];
@@ -187,14 +198,15 @@ VisionTrainer::VisionTrainer(const VisionConfig& config, data::ImageDataset trai
       train_(first_images(train, config.train_limit)),
       test_(first_images(test, config.test_limit)) {
   const VisionConfig& c = config_;
-  ADJOINT_CHECK(c.epochs > 0 && c.batch > 0 && c.blocks > 0 && !c.channels.empty() &&
+  ADJOINT_CHECK(c.epochs > 0 && c.batch > 0 && !c.blocks.empty() && !c.channels.empty() &&
                     c.warmup >= 0 && c.lr > 0 && c.momentum > 0 && c.weight_decay >= 0 &&
                     c.train_limit >= 0 && c.test_limit >= 0,
                 Value, "vision",
-                "--epochs, --batch, --blocks, --lr and --momentum must be positive, --channels "
+                "--epochs, --batch, --lr and --momentum must be positive, --channels and --blocks "
                 "non-empty and --warmup, --weight-decay and the limits non-negative");
   for (int64_t ch : c.channels)
     ADJOINT_CHECK(ch > 0, Value, "vision", "--channels must be positive, got ", join(c.channels));
+  blocks_per_stage(c);  // throws on a bad --blocks before anything is built
   autocast_ = c.precision == "bf16" ? std::optional<DType>(DType::BFloat16) : std::nullopt;
   ADJOINT_CHECK(c.precision == "fp32" || c.precision == "bf16", Value, "vision",
                 "--precision must be fp32 or bf16, got '", c.precision, "'");
@@ -328,7 +340,12 @@ void VisionTrainer::resume(const std::string& path) {
   ADJOINT_CHECK(r.integer("version") == kVersion, IO, "vision", "'", path, "': version ",
                 r.get("version"), ", this adjoint-vision reads ", kVersion);
   for (const auto& [key, value] : settings_of(config_)) {
-    const std::string& stored = r.get("config." + key);
+    std::string stored = r.get("config." + key);
+    // Checkpoints written before --blocks took a list hold one number for every stage.
+    if (key == "blocks" && stored.find(',') == std::string::npos && !config_.channels.empty()) {
+      const std::string one = stored;
+      for (std::size_t s = 1; s < config_.channels.size(); ++s) stored += "," + one;
+    }
     ADJOINT_CHECK(stored == value, Value, "vision", "'", path, "' was trained with --", key, " ",
                   stored, ", this run has --", key, " ", value);
   }

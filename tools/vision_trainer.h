@@ -23,7 +23,10 @@ namespace adjoint::tools {
 struct VisionConfig {
   /// Channels of the stem and of each stage; each stage after the first halves the image.
   std::vector<int64_t> channels = {16, 32, 64};
-  int64_t blocks = 1;  ///< basic blocks per stage
+  /// Basic blocks of each stage: one number per stage, or one number for every stage. The
+  /// default puts a second block in the last (7 x 7) stage, where a block costs the fewest
+  /// activations per parameter (docs/vision.md, "The demo").
+  std::vector<int64_t> blocks = {1, 1, 2};
   int64_t epochs = 3;
   int64_t batch = 128;
   double lr = 0.1;  ///< peak learning rate, after warmup
@@ -63,6 +66,10 @@ class VisionNet : public nn::Module {
 };
 
 inline constexpr int64_t kClasses = 10;
+
+/// The blocks of each stage of `config` (its `blocks` expanded to one number per stage).
+/// Throws adjoint::Error (Value, op "vision") when the counts fit neither form.
+std::vector<int64_t> blocks_per_stage(const VisionConfig& config);
 
 /// One pass over the test set.
 struct Evaluation {

@@ -34,7 +34,7 @@ def write(split, n):
 write("train", 1280)
 write("t10k", 200)
 EOF
-sizes=(--channels 4,8 --batch 32 --warmup 4 --threads 2)
+sizes=(--channels 4,8 --blocks 1,2 --batch 32 --warmup 4 --threads 2)
 small=(--data data "${sizes[@]}")
 
 echo "1. a run prints its accuracy and writes the pictures"

@@ -49,7 +49,7 @@ data::ImageDataset squares(int64_t n, uint64_t seed) {
 tools::VisionConfig small() {
   tools::VisionConfig c;
   c.channels = {8, 16};
-  c.blocks = 1;
+  c.blocks = {1, 2};  // the default's shape: the last stage has two blocks
   c.epochs = 2;
   c.batch = 16;
   c.warmup = 3;
@@ -152,6 +152,28 @@ TEST(VisionTrainer, ResumeRefusesAnotherRunAndChangesNothing) {
                {"missing.safetensors"});
 }
 
+// A checkpoint written before --blocks took a list holds one number for every stage ("1");
+// it resumes under the same model and is refused, naming --blocks, under another.
+TEST(VisionTrainer, ResumesACheckpointWithOneBlockCount) {
+  TempDir dir;
+  const std::string ckpt = dir.file("ckpt.safetensors"), old = dir.file("old.safetensors");
+  tools::VisionConfig c = small();
+  c.blocks = {1};
+  tools::VisionTrainer t(c, squares(160, 1), squares(64, 2));
+  t.train_step();
+  t.save(ckpt);
+  io::SafetensorsFile f = io::load_safetensors(ckpt);
+  ASSERT_EQ(f.metadata.at("config.blocks"), "1,1");
+  f.metadata["config.blocks"] = "1";
+  io::save_safetensors(old, f.tensors, f.metadata);
+  tools::VisionTrainer u(c, squares(160, 1), squares(64, 2));
+  u.resume(old);
+  EXPECT_EQ(u.step(), 1);
+  EXPECT_EQ(state_bytes(u), state_bytes(t));
+  tools::VisionTrainer v(small(), squares(160, 1), squares(64, 2));  // blocks 1,2
+  expect_error([&] { v.resume(old); }, ErrorKind::Value, {"--blocks 1,1", "--blocks 1,2"});
+}
+
 TEST(VisionTrainer, ConfusionMatrixAgreesWithALoop) {
   tools::VisionTrainer t(small(), squares(160, 1), squares(70, 2));
   for (int i = 0; i < 12; ++i) t.train_step();
@@ -228,6 +250,35 @@ TEST(VisionTrainer, BadSettingsAreNamed) {
   c.precision = "fp8";
   expect_error([&] { tools::VisionTrainer(c, squares(160, 1), squares(64, 2)); }, ErrorKind::Value,
                {"--precision", "fp8"});
+  c = small();
+  c.blocks = {1, 1, 2};  // three counts for two stages
+  expect_error([&] { tools::VisionTrainer(c, squares(160, 1), squares(64, 2)); }, ErrorKind::Value,
+               {"--blocks", "8,16", "1,1,2"});
+  c.blocks = {1, 0};
+  expect_error([&] { tools::VisionTrainer(c, squares(160, 1), squares(64, 2)); }, ErrorKind::Value,
+               {"--blocks must be positive", "1,0"});
+}
+
+// The default model, counted by hand: a 3x3 convolution from i to o channels has 9 i o
+// weights, a 1x1 one i o, a batch norm 2 o, the head 64 * 10 + 10.
+TEST(VisionTrainer, DefaultModelHasOneBlockThenOneThenTwo) {
+  const tools::VisionConfig c;
+  EXPECT_EQ(tools::blocks_per_stage(c), (std::vector<int64_t>{1, 1, 2}));
+  auto conv3 = [](int64_t i, int64_t o) { return 9 * i * o; };
+  auto bn = [](int64_t o) { return 2 * o; };
+  auto block = [&](int64_t i, int64_t o) {
+    return conv3(i, o) + bn(o) + conv3(o, o) + bn(o) + (i != o ? i * o + bn(o) : 0);
+  };
+  const int64_t expected = conv3(1, 16) + bn(16) + block(16, 16) + block(16, 32) + block(32, 64) +
+                           block(64, 64) + 64 * 10 + 10;
+  EXPECT_EQ(expected, 151738);
+  // The model is built for any image size; 12 x 12 squares keep the test small.
+  tools::VisionTrainer t(c, squares(160, 1), squares(64, 2));
+  EXPECT_EQ(t.num_parameters(), expected);
+  // One number means every stage.
+  tools::VisionConfig two = c;
+  two.blocks = {2};
+  EXPECT_EQ(tools::blocks_per_stage(two), (std::vector<int64_t>{2, 2, 2}));
 }
 
 TEST(VisionTrainer, IdxErrorsNameTheFile) {
