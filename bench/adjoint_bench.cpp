@@ -6,7 +6,9 @@
 //                 [--threads N] [--blas-threads N]
 //                 [--checkpoint none|sqrt|block|budget=BYTES] [--precision fp32|bf16]
 //                 [--data-parallel [--zero 0|1|2] [--bucket-mb 25] [--grad-bucket-view]]
-//                 [--compile] [--compile-step] [--attention math|fused] [--verbose]
+//                 [--compile] [--compile-step] [--attention math|fused] [--channels-last]
+//                 [--verbose]
+// --channels-last (cnn): X and the conv weights stored NHWC, as torch-ref's.
 // --attention (gpt-tiny, gpt-long): the attention core as matmul / masked softmax / matmul
 // (math, gpt-tiny's default) or as one fused scaled_dot_product_attention op (gpt-long's).
 // --data-parallel (mlp, gpt-tiny, gpt-long) runs under `mpirun -np N`: each rank its slice of the
@@ -44,13 +46,13 @@ void print_usage(const char* argv0) {
   std::string names;
   for (const auto& w : bench::workloads())
     names += (names.empty() ? "" : "|") + std::string(w.name);
-  std::fprintf(
-      stderr,
-      "usage: %s --workload {%s} [--steps N] [--warmup N] "
-      "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
-      "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
-      "[--grad-bucket-view]] [--compile] [--compile-step] [--attention math|fused] [--verbose]\n",
-      argv0, names.c_str());
+  std::fprintf(stderr,
+               "usage: %s --workload {%s} [--steps N] [--warmup N] "
+               "[--threads N] [--blas-threads N] [--checkpoint none|sqrt|block|budget=BYTES] "
+               "[--precision fp32|bf16] [--data-parallel [--zero 0|1|2] [--bucket-mb 25] "
+               "[--grad-bucket-view]] [--compile] [--compile-step] [--attention math|fused] "
+               "[--channels-last] [--verbose]\n",
+               argv0, names.c_str());
 }
 
 // Parses a positive (or, with allow_zero, non-negative) integer option value.
@@ -78,6 +80,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--grad-bucket-view") {
       o.grad_bucket_view = true;
+      continue;
+    }
+    if (a == "--channels-last") {
+      o.channels_last = true;
       continue;
     }
     if (a == "--compile") {
@@ -152,11 +158,15 @@ int main(int argc, char** argv) {
   }
   const bool gpt = o.workload == "gpt-tiny" || o.workload == "gpt-long";
   if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" && !gpt &&
-      o.workload != "lstm" && o.workload != "lstm-select") {
+      o.workload != "lstm" && o.workload != "lstm-select" && o.workload != "cnn") {
     std::fprintf(stderr,
-                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny, gpt-long and lstm, "
-                 "not %s\n",
+                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny, gpt-long, cnn and "
+                 "lstm, not %s\n",
                  o.workload.c_str());
+    return 2;
+  }
+  if (o.channels_last && o.workload != "cnn") {
+    std::fprintf(stderr, "error: --channels-last applies to cnn, not %s\n", o.workload.c_str());
     return 2;
   }
   if (!o.attention.empty() && !gpt) {

@@ -97,6 +97,7 @@ struct Opts {
   // (one scaled_dot_product_attention op); empty: the workload's default (gpt-tiny math,
   // gpt-long fused).
   std::string attention;
+  bool channels_last = false;  // cnn: X and the conv weights channels-last (NHWC)
 };
 
 /// --precision bf16: the forward and the loss under Autocast to bfloat16, as torch-ref runs

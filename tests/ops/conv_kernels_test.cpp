@@ -6,8 +6,9 @@
 // n eps32 Σ|x w| (Higham's γ_n), and a bfloat16 result adds its rounding, half an ulp of |y|.
 // Inputs of fewer than 8 channels run on plain NCHW, the others on oneDNN's blocked layouts
 // (Note [Convolution memory format]); ctest runs this again with ADJOINT_CONV_LAYOUT=plain and
-// with oneDNN capped at AVX2. Skipped (saying so) where oneDNN is not built or has no bfloat16
-// ISA.
+// with oneDNN capped at AVX2, and with its direct kernels forced (ADJOINT_CONV_ALGO=direct;
+// the default lets oneDNN choose Winograd). Skipped (saying so) where oneDNN is not built or
+// has no bfloat16 ISA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,6 +48,9 @@ std::vector<Case> cases() {
        {32, 16, 3, 3},
        {{2, 2}, {1, 1}, {1, 1}, {1, 1}, 1}},
       {"resnet_64", {16, 64, 7, 7}, {64, 64, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}},
+      // 3x3 stride 1 with 32 channels: where oneDNN may pick Winograd (Note [Convolution
+      // algorithm]).
+      {"resnet_32", {32, 32, 14, 14}, {32, 32, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, {1, 1}, 1}},
   };
 }
 

@@ -166,9 +166,28 @@ Descs make_descs(const Problem& p, int64_t n, dt type, dt wei_type, bool cl, boo
   return d;
 }
 
+// Note [Convolution algorithm]
+// The primitives are made with convolution_auto, which lets oneDNN pick its Winograd kernels
+// (float32 3x3 stride-1 convolutions on AVX-512) where its heuristic judges them faster than
+// direct ones, and direct kernels elsewhere (bfloat16 always). The weight gradient asks for
+// Winograd outright, since auto never chose it there. Winograd's transforms round
+// differently from a direct sum; tests/ops/conv_kernels_test.cpp holds both choices to the
+// reference loops (ctest runs it once more under ADJOINT_CONV_ALGO=direct).
+// ADJOINT_CONV_ALGO=direct (read once) forces direct kernels, for comparison and for tests
+// that pin the path. The choice is fixed per process, so the primitive cache needs no key for
+// it, and the results still do not depend on the thread count (each piece is one primitive).
+dnnl::algorithm conv_algorithm() {
+  static const dnnl::algorithm algo = [] {
+    const char* v = std::getenv("ADJOINT_CONV_ALGO");
+    return v != nullptr && std::string(v) == "direct" ? dnnl::algorithm::convolution_direct
+                                                      : dnnl::algorithm::convolution_auto;
+  }();
+  return algo;
+}
+
 dnnl::convolution_forward::primitive_desc forward_pd(const Descs& d) {
   const auto prop = dnnl::prop_kind::forward_training;
-  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto algo = conv_algorithm();
   const dnnl::convolution_forward::desc desc =
       d.bias.is_zero()
           ? dnnl::convolution_forward::desc(prop, algo, d.src_any, d.wei_any, d.dst_any, d.strides,
@@ -218,10 +237,24 @@ Entry make_entry(Kind kind, const Problem& p, int64_t n, dt type, bool cl, bool 
   if (kind == kBackwardWeight) {
     const Descs d = make_descs(p, n, type, dt::f32, cl, false);  // float32 weight gradient
     const Descs h = make_descs(p, n, type, type, cl, false);
-    const dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
-                                                        d.src_any, d.wei_any, d.dst_any, d.strides,
-                                                        d.dilates, d.pad_l, d.pad_r);
-    const dnnl::convolution_backward_weights::primitive_desc pd(desc, eng, forward_pd(h));
+    // convolution_auto did not take Winograd for the weight gradient in oneDNN 2.6, where it
+    // has one (float32, 3x3 stride 1), though it halved that primitive's time on the cnn
+    // workload's layers: ask for it first and fall back to auto where it is refused. See
+    // Note [Convolution algorithm].
+    auto weights_pd = [&](dnnl::algorithm algo) {
+      const dnnl::convolution_backward_weights::desc desc(algo, d.src_any, d.wei_any, d.dst_any,
+                                                          d.strides, d.dilates, d.pad_l, d.pad_r);
+      return dnnl::convolution_backward_weights::primitive_desc(desc, eng, forward_pd(h));
+    };
+    std::optional<dnnl::convolution_backward_weights::primitive_desc> wino;
+    if (conv_algorithm() == dnnl::algorithm::convolution_auto && type == dt::f32) {
+      try {
+        wino = weights_pd(dnnl::algorithm::convolution_winograd);
+      } catch (const dnnl::error&) {
+      }
+    }
+    const dnnl::convolution_backward_weights::primitive_desc pd =
+        wino ? *wino : weights_pd(conv_algorithm());
     return {dnnl::convolution_backward_weights(pd),
             {make_arg(DNNL_ARG_SRC, d.src, pd.src_desc(), false),
              make_arg(DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false),
@@ -237,9 +270,8 @@ Entry make_entry(Kind kind, const Problem& p, int64_t n, dt type, bool cl, bool 
     e.args.push_back(make_arg(DNNL_ARG_DST, d.dst, fwd.dst_desc(), true));
     return e;
   }
-  const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src_any,
-                                                   d.wei_any, d.dst_any, d.strides, d.dilates,
-                                                   d.pad_l, d.pad_r);
+  const dnnl::convolution_backward_data::desc desc(
+      conv_algorithm(), d.src_any, d.wei_any, d.dst_any, d.strides, d.dilates, d.pad_l, d.pad_r);
   const dnnl::convolution_backward_data::primitive_desc pd(desc, eng, fwd);
   return {dnnl::convolution_backward_data(pd),
           {make_arg(DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false),
