@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# ctest docs_index: every page of docs/ is reachable from the index, and the front pages' links
-# resolve. Checks that each docs/*.md (but the index itself) is linked from docs/README.md, that
-# every relative link of README.md and docs/README.md names a file or folder that exists, and
+# ctest docs_index: every page of docs/ is reachable from the index, and the links resolve.
+# Checks that each docs/*.md (but the index itself) is linked from docs/README.md, that every
+# relative link of README.md and of each docs/*.md names a file or folder that exists, and
 # that a link's #anchor, where it has one, matches a heading of the page it names (GitHub's
 # rule: lower case, spaces to dashes, punctuation dropped).
 #   docs_index_test.sh SOURCE_DIR
@@ -25,7 +25,7 @@ anchors() {  # the GitHub anchors of a markdown file's headings, one a line
     sed -E 's/`//g; s/[^a-z0-9 _-]//g; s/ /-/g'
 }
 
-for file in README.md docs/README.md; do
+for file in README.md docs/*.md; do
   dir=$(dirname "$file")
   # Inline links [text](target) outside code and HTML comments; http(s) and mailto skipped.
   while IFS= read -r target; do
