@@ -30,6 +30,19 @@ enum class DType : uint8_t {
 
 inline constexpr DType kDefaultFloat = DType::Float32;
 
+// libtorch's names for the dtypes (c10::kFloat, ...), so that code written against libtorch
+// reads the same: zeros({2}, dtype(kFloat64)). docs/coming-from-libtorch.md has the mapping.
+inline constexpr DType kBool = DType::Bool;
+inline constexpr DType kUInt8 = DType::UInt8, kByte = DType::UInt8;
+inline constexpr DType kInt8 = DType::Int8, kChar = DType::Int8;
+inline constexpr DType kInt16 = DType::Int16, kShort = DType::Int16;
+inline constexpr DType kInt32 = DType::Int32, kInt = DType::Int32;
+inline constexpr DType kInt64 = DType::Int64, kLong = DType::Int64;
+inline constexpr DType kFloat16 = DType::Float16, kHalf = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kFloat32 = DType::Float32, kFloat = DType::Float32;
+inline constexpr DType kFloat64 = DType::Float64, kDouble = DType::Float64;
+
 enum class DTypeKind : uint8_t { Bool, Integral, Floating };
 
 // Note [The dtype table]

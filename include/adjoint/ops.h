@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <vector>
@@ -40,6 +41,19 @@ Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape = std::null
               TensorOptions options = TensorOptions(dtype_of_v<T>));
 Tensor tensor(std::initializer_list<double> data, TensorOptions options = {});
 Tensor tensor(std::initializer_list<double> data, const Shape& shape, TensorOptions options = {});
+/// Wraps memory the caller owns as a tensor, without copying (libtorch's from_blob): `data`
+/// holds elements of options.dtype() at `strides` (contiguous when omitted), and must stay
+/// valid while any tensor viewing it lives. With a deleter, deleter(data) is called exactly
+/// once, when the last tensor (or view, or saved copy of the handle) sharing the storage dies;
+/// without one the caller keeps ownership and frees it after the tensors are gone. CPU only;
+/// the pointer must be aligned to the element size; strides must not be negative. The tensor
+/// is a leaf (requires_grad as options say); writes through it change the caller's memory.
+Tensor from_blob(void* data, const Shape& shape, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter,
+                 TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides,
+                 std::function<void(void*)> deleter, TensorOptions options = {});
 
 // ---- conversion and copies ----
 Tensor to(const Tensor& x, DType dtype);

@@ -60,6 +60,13 @@ class TensorOptions {
   std::optional<Device> device_;
 };
 
+/// libtorch's option builders (torch::dtype, torch::device, torch::requires_grad): each starts
+/// a TensorOptions, so `zeros({2, 3}, dtype(kFloat64).requires_grad(true))` reads as in
+/// libtorch.
+inline TensorOptions dtype(DType d) { return TensorOptions(d); }
+inline TensorOptions device(Device d) { return TensorOptions(d); }
+inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
+
 /// Removes a hook when asked (remove()); dropping the handle keeps the hook.
 class HookHandle {
  public:
@@ -105,6 +112,18 @@ class Tensor {
   uint64_t version() const;
   /// True when both tensors share storage (e.g. one is a view of the other).
   bool shares_storage(const Tensor& other) const;
+
+  // ---- libtorch's names for the metadata above (docs/coming-from-libtorch.md) ----
+  /// shape() (libtorch's sizes()).
+  const Shape& sizes() const { return shape(); }
+  /// dim().
+  int64_t ndimension() const { return dim(); }
+  /// dtype() (libtorch's scalar_type()).
+  DType scalar_type() const { return dtype(); }
+  /// Bytes per element: itemsize(dtype()).
+  int64_t element_size() const { return static_cast<int64_t>(itemsize(dtype())); }
+  /// This tensor's dtype and device as factory options (requires_grad false, as libtorch's).
+  TensorOptions options() const { return TensorOptions(dtype()).device(device()); }
 
   // ---- element access ----
   template <class T>

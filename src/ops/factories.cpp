@@ -3,7 +3,10 @@
 // itself for the errors raised below it (a shape too large, memory the allocator cannot give,
 // a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <span>
 
 #include "adjoint/error.h"
@@ -354,6 +357,61 @@ Tensor tensor(std::initializer_list<double> data, TensorOptions o) {
 }
 Tensor tensor(std::initializer_list<double> data, const Shape& shape, TensorOptions o) {
   return tensor(std::vector<double>(data), shape, o);
+}
+
+// ---- from_blob: caller memory wrapped without a copy ----
+namespace {
+// The storage's release callback: the caller's deleter, called once (the storage dies once),
+// then the heap copy of it. Without a deleter the caller keeps the memory: nothing to do.
+void release_with_deleter(void* ctx, void* data) {
+  std::unique_ptr<std::function<void(void*)>> deleter(static_cast<std::function<void(void*)>*>(ctx));
+  (*deleter)(data);
+}
+void release_nothing(void*, void*) {}
+}  // namespace
+
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides,
+                 std::function<void(void*)> deleter, TensorOptions o) {
+  OpScope scope("from_blob");
+  ADJOINT_CHECK(o.device().is_cpu(), Device, "from_blob",
+                "caller memory is CPU memory; got device ", o.device());
+  ADJOINT_CHECK(strides.size() == shape.size(), Shape, "from_blob", "shape ", shape, " has ",
+                shape.size(), " dims but strides ", strides, " have ", strides.size());
+  const std::size_t item = itemsize(o.dtype());
+  int64_t last = 0;  // the highest element index the tensor reaches
+  bool empty_shape = false;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    ADJOINT_CHECK(shape[d] >= 0, Value, "from_blob", "negative dimension in shape ", shape);
+    ADJOINT_CHECK(strides[d] >= 0, Value, "from_blob", "negative stride in ", strides);
+    if (shape[d] == 0) empty_shape = true;
+    else last += (shape[d] - 1) * strides[d];
+  }
+  ADJOINT_CHECK(data != nullptr || empty_shape, Value, "from_blob",
+                "a null pointer for ", shape.numel(), " elements");
+  ADJOINT_CHECK(reinterpret_cast<std::uintptr_t>(data) % item == 0, Value, "from_blob",
+                "the pointer is not aligned to ", o.dtype(), "'s ", item, " bytes");
+  const std::size_t nbytes = empty_shape ? 0 : static_cast<std::size_t>(last + 1) * item;
+  std::shared_ptr<StorageImpl> storage;
+  if (deleter) {
+    auto ctx = std::make_unique<std::function<void(void*)>>(std::move(deleter));
+    storage = std::make_shared<StorageImpl>(data, nbytes, &release_with_deleter, ctx.get());
+    ctx.release();  // the storage owns it now
+  } else {
+    storage = std::make_shared<StorageImpl>(data, nbytes, &release_nothing, nullptr);
+  }
+  Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, strides, 0, o.dtype()));
+  return finish(std::move(t), o);
+}
+
+Tensor from_blob(void* data, const Shape& shape, TensorOptions o) {
+  return from_blob(data, shape, contiguous_strides(shape), nullptr, o);
+}
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter,
+                 TensorOptions o) {
+  return from_blob(data, shape, contiguous_strides(shape), std::move(deleter), o);
+}
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, TensorOptions o) {
+  return from_blob(data, shape, strides, nullptr, o);
 }
 
 }  // namespace adjoint

@@ -30,7 +30,7 @@ struct Format {
   int exp_bits;
   int bias;
 };
-constexpr Format kHalf{"float16", 10, 5, 15};
+constexpr Format kHalfFormat{"float16", 10, 5, 15};
 constexpr Format kBF16{"bfloat16", 7, 8, 127};
 
 // The value of a 16-bit pattern from its fields (NaN for NaN patterns).
@@ -169,7 +169,7 @@ void check_widening(const Format& f, std::initializer_list<ConvertPath> simd, Wi
 }
 
 TEST(HalfConvert, Float16WideningIsExactOnAllPatternsAndPathsAgree) {
-  check_widening<Half>(kHalf, kHalfPaths, half_to_float);
+  check_widening<Half>(kHalfFormat, kHalfPaths, half_to_float);
 }
 
 TEST(HalfConvert, BFloat16WideningIsExactOnAllPatternsAndPathsAgree) {
@@ -177,7 +177,7 @@ TEST(HalfConvert, BFloat16WideningIsExactOnAllPatternsAndPathsAgree) {
 }
 
 TEST(HalfConvert, Float16NarrowingRoundsToNearestEvenOnEveryPath) {
-  check_narrowing<Half>(kHalf, kHalfPaths, float_to_half);
+  check_narrowing<Half>(kHalfFormat, kHalfPaths, float_to_half);
 }
 
 TEST(HalfConvert, BFloat16NarrowingRoundsToNearestEvenOnEveryPath) {
@@ -212,7 +212,7 @@ void check_round_trip(const Format& f, std::initializer_list<ConvertPath> simd, 
 }
 
 TEST(HalfConvert, RoundTripsEqualNarrowingThenWideningOnEveryPath) {
-  check_round_trip<Half>(kHalf, kHalfPaths, float_to_half, half_to_float, round_through_half);
+  check_round_trip<Half>(kHalfFormat, kHalfPaths, float_to_half, half_to_float, round_through_half);
   check_round_trip<BFloat16>(kBF16, kBFloat16Paths, float_to_bfloat16, bfloat16_to_float,
                              round_through_bfloat16);
 }

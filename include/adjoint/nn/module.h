@@ -6,6 +6,9 @@
 // is called as module(x).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -139,6 +142,14 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Total number of elements over parameters() (each shared parameter counted once).
   int64_t num_parameters() const;
 
+  // ---- printing (operator<< below) ----
+
+  /// What the printed tree shows inside this module's parentheses, PyTorch's extra_repr():
+  /// "in_features=4, out_features=8, bias=true" for a Linear. Override it in a module of your
+  /// own; the built-in layers' descriptions are in src/nn/module_print.cpp, and a module
+  /// without one shows its own parameters' shapes ("w=[3], b=[3]").
+  virtual std::string extra_repr() const;
+
   // ---- state ----
 
   /// Drops the .grad of every parameter (set_to_none, the default) or zeroes it in place.
@@ -206,5 +217,48 @@ class Module : public std::enable_shared_from_this<Module> {
   // weak_ptrs, so the hooks die with the module.
   std::shared_ptr<ModuleHookLists> hooks_;
 };
+
+/// The module as a tree, as PyTorch prints repr(model): one line per module, children
+/// indented under their parent with their names, each with its extra_repr() and the number
+/// of parameters it holds (its descendants' included; none shown for a module without any):
+///   Sequential(  # 49 parameters
+///     (0): Linear(in_features=4, out_features=8, bias=true)  # 40 parameters
+///     (1): ReLU()
+///     (2): Linear(in_features=8, out_features=1, bias=true)  # 9 parameters
+///   )
+std::ostream& operator<<(std::ostream& os, const Module& module);
+
+/// One row of summary(): one module, its descendants included in every number.
+struct ModuleSummaryRow {
+  std::string name;  ///< dotted path under the model ("" for the model itself)
+  std::string type;  ///< type_name()
+  int depth = 0;     ///< 0 for the model, 1 for its children, ...
+  int64_t calls = 0; ///< times forward ran (0: not called by this forward)
+  Shape output_shape;        ///< of the last call
+  int64_t parameters = 0;    ///< num_parameters()
+  uint64_t flops = 0;        ///< forward FLOPs of its calls (the profiler's Note [FLOP counting])
+  std::size_t saved_bytes = 0;  ///< bytes its calls saved for backward (saved_memory_stats())
+};
+
+/// What summary() measured: the rows in named_modules() order, and the model's totals.
+struct ModelSummary {
+  std::vector<ModuleSummaryRow> rows;
+  int64_t total_parameters = 0;
+  uint64_t total_flops = 0;
+  std::size_t total_saved_bytes = 0;
+  Shape input_shape;
+  /// A table, one row per module (indented by depth), then the totals.
+  std::string to_string() const;
+};
+std::ostream& operator<<(std::ostream& os, const ModelSummary& s);
+
+/// Runs model(input) once, with gradients recorded, under a Profiler and a saved-memory
+/// tracker, with forward hooks on every module, and reports per module its output shape,
+/// parameters, forward FLOPs and the bytes it saved for backward (like torchinfo's summary).
+/// The graph is dropped afterwards; the model is left as it was (the hooks are removed).
+ModelSummary summary(Module& model, const Tensor& input);
+inline ModelSummary summary(const std::shared_ptr<Module>& model, const Tensor& input) {
+  return summary(*model, input);
+}
 
 }  // namespace adjoint::nn
