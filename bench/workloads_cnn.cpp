@@ -11,6 +11,7 @@
 #include "adjoint/adjoint.h"
 #include "adjoint/optim.h"
 #include "backend/conv_kernels.h"  // conv_path_name, for conv_impl
+#include "gemm_bound.h"
 #include "report.h"
 
 namespace bench {
@@ -103,7 +104,7 @@ void cnn(const Opts& o, Json& j) {
   Samples fwd, bwd, step, total;
   double first_loss = NAN;
   Tensor last_loss;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  auto run_step = [&](int s, bool timed) {
     const auto t0 = Clock::now();
     opt.zero_grad(false);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
@@ -122,13 +123,14 @@ void cnn(const Opts& o, Json& j) {
     loss = Tensor();
     const auto t5 = Clock::now();
     if (s == 0) first_loss = last_loss.item<double>();
-    if (s >= o.warmup) {
+    if (timed) {
       fwd.add(ms(t1, t2));
       bwd.add(ms(t2, t3));
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
     }
-  }
+  };
+  for (int s = 0; s < o.warmup + o.steps; ++s) run_step(s, s >= o.warmup);
   if (o.verbose) {  // where one step's time goes, per op, to stderr
     adjoint::Profiler prof;
     {
@@ -145,6 +147,7 @@ void cnn(const Opts& o, Json& j) {
   // 2 flops per MAC forward, twice that backward (the input and the weight gradients).
   const double flops = 6.0 * model.macs;
   common_fields(j, o, total);
+  report_gemm_bound(j, total.median(), [&] { run_step(1, false); });
   j.str("precision", o.precision);
   j.str("memory_format", o.channels_last ? "channels_last" : "contiguous");
   j.num("fwd_ms", fwd.median());

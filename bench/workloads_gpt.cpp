@@ -18,6 +18,7 @@
 #include "adjoint/optim.h"
 #include "checkpoint_modes.h"
 #include "data_parallel_mode.h"
+#include "gemm_bound.h"
 #include "report.h"
 
 namespace bench {
@@ -194,6 +195,7 @@ void gpt_train(const Opts& o, Json& j, GptShape shape) {
   const double flops =
       6.0 * mm_weights * tokens_per_step + 12.0 * kLayers * batch * ctx * ctx * kDModel;
   common_fields(j, o, total);
+  report_gemm_bound(j, total.median(), [&] { run_step(false, nullptr); });
   j.str("attention", attention);
   j.str("checkpoint", o.checkpoint);
   j.str("precision", o.precision);

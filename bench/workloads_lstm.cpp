@@ -12,6 +12,7 @@
 #include "adjoint/nn.h"
 #include "adjoint/optim.h"
 #include "checkpoint_modes.h"
+#include "gemm_bound.h"
 #include "report.h"
 
 namespace bench {
@@ -68,7 +69,7 @@ void run(const Opts& o, Json& j, bool select_steps) {
   Samples fwd, bwd, step, total;
   double first_loss = NAN;
   Tensor last_loss;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  auto run_step = [&](int s, bool timed) {
     const auto t0 = Clock::now();
     opt.zero_grad(false);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
@@ -87,13 +88,14 @@ void run(const Opts& o, Json& j, bool select_steps) {
     loss = Tensor();
     const auto t5 = Clock::now();
     if (s == 0) first_loss = last_loss.item<double>();
-    if (s >= o.warmup) {
+    if (timed) {
       fwd.add(ms(t1, t2));
       bwd.add(ms(t2, t3));
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
     }
-  }
+  };
+  for (int s = 0; s < o.warmup + o.steps; ++s) run_step(s, s >= o.warmup);
   const double saved_peak = saved_peak_bytes([&] {
     std::optional<adjoint::Autocast> amp;
     autocast_forward(amp, o);
@@ -113,6 +115,7 @@ void run(const Opts& o, Json& j, bool select_steps) {
   int64_t n_params = 0;
   for (const Tensor& p : params) n_params += p.numel();
   common_fields(j, o, total);
+  report_gemm_bound(j, total.median(), [&] { run_step(1, false); });
   j.str("precision", o.precision);
   j.str("lstm_impl", select_steps ? "ops: per-step select of the input projection"
                                   : "nn::LSTM: one input product per layer, halving unbind, "

@@ -8,6 +8,7 @@
 #include "adjoint/adjoint.h"
 #include "checkpoint_modes.h"
 #include "data_parallel_mode.h"
+#include "gemm_bound.h"
 #include "mlp_model.h"
 #include "report.h"
 
@@ -32,7 +33,7 @@ void mlp(const Opts& o, Json& j) {
 
   Samples fwd, bwd, step, total;
   Tensor last_loss;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  auto run_step = [&](bool timed) {
     const auto t0 = Clock::now();
     for (const auto& p : params) p.zero_grad(/*set_to_none=*/false);  // in place, as libtorch 1.13
     const auto t1 = Clock::now();
@@ -53,17 +54,19 @@ void mlp(const Opts& o, Json& j) {
     last_loss = loss.detach();
     loss = Tensor();
     const auto t5 = Clock::now();
-    if (s >= o.warmup) {
+    if (timed) {
       fwd.add(ms(t1, t2));
       bwd.add(ms(t2, t3));
       step.add(ms(t3, t4));
       total.add(ms(t0, t5));
       dp.record();
     }
-  }
+  };
+  for (int s = 0; s < o.warmup + o.steps; ++s) run_step(s >= o.warmup);
   const long long P = count_params(params);
   const double flops = 6.0 * P * kBatch;
   common_fields(j, o, total);
+  report_gemm_bound(j, total.median(), [&] { run_step(false); });
   j.str("precision", o.precision);
   j.num("fwd_ms", fwd.median());
   j.num("bwd_ms", bwd.median());
@@ -160,6 +163,7 @@ void deep_mlp(const Opts& o, Json& j) {
   const double saved_peak = saved_peak_bytes([&] { run_step(nullptr, nullptr, nullptr, nullptr); });
   const long long P = count_params(params);
   common_fields(j, o, total);
+  report_gemm_bound(j, total.median(), [&] { run_step(nullptr, nullptr, nullptr, nullptr); });
   j.str("checkpoint", o.checkpoint);
   j.str("precision", o.precision);
   j.num("fwd_ms", fwd.median());

@@ -1,7 +1,10 @@
 // What ops call: each kernel goes to its tensors' device (Note [The kernel table]).
 #include "backend/device_kernels.h"
 
+#include <sstream>
+
 #include "adjoint/error.h"
+#include "backend/product_recorder.h"
 #include "core/op_scope.h"
 
 namespace adjoint::detail {
@@ -31,6 +34,8 @@ void throw_no_backend(DeviceType device) {
 }  // namespace adjoint::detail
 
 namespace adjoint::kernels {
+
+constinit thread_local ProductRecorder* tls_product_recorder = nullptr;
 
 // core
 Tensor unary(Unary kind, const Tensor& x, double a, double b) {
@@ -71,15 +76,26 @@ Tensor arg_reduce(ArgReduce kind, const Tensor& x, int64_t dim, bool keepdim) {
   ADJOINT_ON_DEVICE(device_of(x), arg_reduce(kind, x, dim, keepdim));
 }
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record("matmul", {&a, &b}, "", [a, b] { (void)matmul(a, b); });
   ADJOINT_ON_DEVICE(device_of(a, b), matmul(a, b));
 }
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record("linear", {&x, &w, &bias}, "",
+                                 [x, w, bias] { (void)linear(x, w, bias); });
   ADJOINT_ON_DEVICE(device_of(x, w, bias), linear(x, w, bias));
 }
 void matmul_add_into(const Tensor& c, const Tensor& a, const Tensor& b) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record("matmul_add_into", {&c, &a, &b}, "",
+                                 [c, a, b] { matmul_add_into(c, a, b); });
   ADJOINT_ON_DEVICE(device_of(c, a, b), matmul_add_into(c, a, b));
 }
 void matmul_widened_add_into(const Tensor& c, const Tensor& a, const Tensor& b) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record("matmul_widened_add_into", {&c, &a, &b}, "",
+                                 [c, a, b] { matmul_widened_add_into(c, a, b); });
   ADJOINT_ON_DEVICE(device_of(c, a, b), matmul_widened_add_into(c, a, b));
 }
 void add_widened_into(const Tensor& out, const Tensor& x, DType dtype) {
@@ -138,16 +154,48 @@ Tensor attention_dropout_scale(const Tensor& seed, const Shape& scores, double p
 }
 
 // conv
+namespace {
+/// A convolution's geometry and path as text: part of what identifies a recorded call.
+std::string geometry_key(const ConvGeometry& g, ConvPath path, const Shape& shape = {}) {
+  std::ostringstream os;
+  auto list = [&](const auto& v) {
+    for (int64_t d : v) os << d << ',';
+    os << ';';
+  };
+  list(g.stride);
+  list(g.pad_l);
+  list(g.pad_r);
+  list(g.dilation);
+  list(shape);
+  os << g.groups << ';' << static_cast<int>(path);
+  return os.str();
+}
+}  // namespace
+
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
                     ConvPath path) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record(
+        "conv_forward", {&x, &w, &bias}, geometry_key(g, path),
+        [x, w, bias, g, path] { (void)conv_forward(x, w, bias, g, path); });
   ADJOINT_ON_DEVICE(device_of(x, w, bias), conv_forward(x, w, bias, g, path));
 }
 Tensor conv_backward_data(const Tensor& gy, const Tensor& w, const ConvGeometry& g,
                           const Shape& input_shape, ConvPath path) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record(
+        "conv_backward_data", {&gy, &w}, geometry_key(g, path, input_shape),
+        [gy, w, g, input_shape, path] { (void)conv_backward_data(gy, w, g, input_shape, path); });
   ADJOINT_ON_DEVICE(device_of(gy, w), conv_backward_data(gy, w, g, input_shape, path));
 }
 Tensor conv_backward_weight(const Tensor& x, const Tensor& gy, const ConvGeometry& g,
                             const Shape& weight_shape, ConvPath path) {
+  if (tls_product_recorder) [[unlikely]]
+    tls_product_recorder->record("conv_backward_weight", {&x, &gy},
+                                 geometry_key(g, path, weight_shape),
+                                 [x, gy, g, weight_shape, path] {
+                                   (void)conv_backward_weight(x, gy, g, weight_shape, path);
+                                 });
   ADJOINT_ON_DEVICE(device_of(x, gy), conv_backward_weight(x, gy, g, weight_shape, path));
 }
 
