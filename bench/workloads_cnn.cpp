@@ -12,6 +12,7 @@
 #include "adjoint/optim.h"
 #include "backend/conv_kernels.h"  // conv_path_name, for conv_impl
 #include "gemm_bound.h"
+#include "optimizer_step.h"
 #include "report.h"
 
 namespace bench {
@@ -101,34 +102,12 @@ void cnn(const Opts& o, Json& j) {
   const Tensor labels = adjoint::randint(0, kClasses, {kBatch}, &gen);
   adjoint::optim::SGD opt(model.params, {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
 
-  Samples fwd, bwd, step, total;
-  double first_loss = NAN;
-  Tensor last_loss;
+  StepTimes times;
   auto run_step = [&](int s, bool timed) {
-    const auto t0 = Clock::now();
-    opt.zero_grad(false);  // in place, as libtorch 1.13
-    const auto t1 = Clock::now();
-    Tensor loss;
-    {
-      std::optional<adjoint::Autocast> amp;
-      autocast_forward(amp, o);
-      loss = adjoint::cross_entropy(model.forward(X, s == 0), labels);
-    }
-    const auto t2 = Clock::now();
-    loss.backward();
-    const auto t3 = Clock::now();
-    opt.step();
-    const auto t4 = Clock::now();
-    last_loss = loss.detach();
-    loss = Tensor();
-    const auto t5 = Clock::now();
-    if (s == 0) first_loss = last_loss.item<double>();
-    if (timed) {
-      fwd.add(ms(t1, t2));
-      bwd.add(ms(t2, t3));
-      step.add(ms(t3, t4));
-      total.add(ms(t0, t5));
-    }
+    optimizer_step(
+        o, opt,
+        [&](int step) { return adjoint::cross_entropy(model.forward(X, step == 0), labels); }, s,
+        timed, times);
   };
   for (int s = 0; s < o.warmup + o.steps; ++s) run_step(s, s >= o.warmup);
   if (o.verbose) {  // where one step's time goes, per op, to stderr
@@ -146,23 +125,23 @@ void cnn(const Opts& o, Json& j) {
   for (const Tensor& p : model.params) n_params += p.numel();
   // 2 flops per MAC forward, twice that backward (the input and the weight gradients).
   const double flops = 6.0 * model.macs;
-  common_fields(j, o, total);
-  report_gemm_bound(j, total.median(), [&] { run_step(1, false); });
+  common_fields(j, o, times.total);
+  report_gemm_bound(j, times.total.median(), [&] { run_step(1, false); });
   j.str("precision", o.precision);
   j.str("memory_format", o.channels_last ? "channels_last" : "contiguous");
-  j.num("fwd_ms", fwd.median());
-  j.num("bwd_ms", bwd.median());
-  j.num("opt_ms", step.median());
+  j.num("fwd_ms", times.fwd.median());
+  j.num("bwd_ms", times.bwd.median());
+  j.num("opt_ms", times.step.median());
   j.integer("params", n_params);
   j.num("macs_per_forward", model.macs);
   j.num("flops_per_step", flops);
-  j.num("gflops", flops / (total.median() * 1e6));
+  j.num("gflops", flops / (times.total.median() * 1e6));
   // The path adjoint's conv2d takes for the convolutions' dtype ("onednn:<isa>" or "reference").
   j.str("conv_impl",
         adjoint::kernels::conv_path_name(o.precision == "bf16" ? adjoint::DType::BFloat16
                                                                : adjoint::DType::Float32));
-  j.num("first_loss", first_loss);
-  j.num("loss", last_loss.item<double>());
+  j.num("first_loss", times.first_loss);
+  j.num("loss", times.last_loss.item<double>());
 }
 
 static RegisterWorkload register_cnn{"cnn", cnn, 20};

@@ -13,6 +13,7 @@
 #include "adjoint/optim.h"
 #include "checkpoint_modes.h"
 #include "gemm_bound.h"
+#include "optimizer_step.h"
 #include "report.h"
 
 namespace bench {
@@ -66,34 +67,10 @@ void run(const Opts& o, Json& j, bool select_steps) {
     return adjoint::cross_entropy(logits.reshape({kBatch * kSeq, kVocab}), targets.reshape({-1}));
   };
 
-  Samples fwd, bwd, step, total;
-  double first_loss = NAN;
-  Tensor last_loss;
+  StepTimes times;
   auto run_step = [&](int s, bool timed) {
-    const auto t0 = Clock::now();
-    opt.zero_grad(false);  // in place, as libtorch 1.13
-    const auto t1 = Clock::now();
-    Tensor loss;
-    {
-      std::optional<adjoint::Autocast> amp;
-      autocast_forward(amp, o);
-      loss = forward_loss();
-    }
-    const auto t2 = Clock::now();
-    loss.backward();
-    const auto t3 = Clock::now();
-    opt.step();
-    const auto t4 = Clock::now();
-    last_loss = loss.detach();
-    loss = Tensor();
-    const auto t5 = Clock::now();
-    if (s == 0) first_loss = last_loss.item<double>();
-    if (timed) {
-      fwd.add(ms(t1, t2));
-      bwd.add(ms(t2, t3));
-      step.add(ms(t3, t4));
-      total.add(ms(t0, t5));
-    }
+    optimizer_step(
+        o, opt, [&](int) { return forward_loss(); }, s, timed, times);
   };
   for (int s = 0; s < o.warmup + o.steps; ++s) run_step(s, s >= o.warmup);
   const double saved_peak = saved_peak_bytes([&] {
@@ -114,21 +91,21 @@ void run(const Opts& o, Json& j, bool select_steps) {
   const double flops = 6.0 * tokens_per_step * per_token;
   int64_t n_params = 0;
   for (const Tensor& p : params) n_params += p.numel();
-  common_fields(j, o, total);
-  report_gemm_bound(j, total.median(), [&] { run_step(1, false); });
+  common_fields(j, o, times.total);
+  report_gemm_bound(j, times.total.median(), [&] { run_step(1, false); });
   j.str("precision", o.precision);
   j.str("lstm_impl", select_steps ? "ops: per-step select of the input projection"
                                   : "nn::LSTM: one input product per layer, halving unbind, "
                                     "per step linear(h) + chunked gates (ops)");
-  j.num("fwd_ms", fwd.median());
-  j.num("bwd_ms", bwd.median());
-  j.num("opt_ms", step.median());
-  j.num("tokens_per_s", tokens_per_step / (total.median() * 1e-3));
+  j.num("fwd_ms", times.fwd.median());
+  j.num("bwd_ms", times.bwd.median());
+  j.num("opt_ms", times.step.median());
+  j.num("tokens_per_s", tokens_per_step / (times.total.median() * 1e-3));
   j.integer("params", n_params);
   j.num("flops_per_step", flops);
-  j.num("gflops", flops / (total.median() * 1e6));
-  j.num("first_loss", first_loss);
-  j.num("loss", last_loss.item<double>());
+  j.num("gflops", flops / (times.total.median() * 1e6));
+  j.num("first_loss", times.first_loss);
+  j.num("loss", times.last_loss.item<double>());
   j.integer("peak_saved_bytes", static_cast<long long>(saved_peak));
 }
 

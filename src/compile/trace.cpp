@@ -286,17 +286,10 @@ class Tracer final : public OpTracer {
     }
     const TensorImpl* key = leaf->caller.impl();
     if (const auto it = grads_.find(key); it != grads_.end()) return current(it->second);
-    Tensor caller;
-    {
-      Pause pause;
-      caller = leaf->caller.grad();
-    }
-    if (caller.defined())
+    if (caller_grad(*leaf).defined())
       break_trace(str("reads the .grad of ", describe_leaf(leaf->id),
                       " that it did not compute; a replay could not read it again (call "
                       "zero_grad() first, inside the function or outside)"));
-    grad_guards_.emplace_back(leaf->id, false);
-    grads_.emplace(key, Tensor());
     return Tensor();
   }
 
@@ -317,17 +310,8 @@ class Tracer final : public OpTracer {
       return;
     }
     // zero_() of the gradient it holds, if any: its shape and dtype are the tensor's own.
-    Tensor held;
-    if (const auto it = grads_.find(leaf->caller.impl()); it != grads_.end()) {
-      held = current(it->second);
-    } else {
-      {
-        Pause pause;
-        held = leaf->caller.grad();
-      }
-      grad_guards_.emplace_back(leaf->id, held.defined());
-      if (!held.defined()) grads_.emplace(leaf->caller.impl(), Tensor());
-    }
+    const auto it = grads_.find(leaf->caller.impl());
+    const Tensor held = it != grads_.end() ? current(it->second) : caller_grad(*leaf);
     if (held.defined()) set_grad_value(i, zeros(held.shape(), held.dtype()));
   }
 
@@ -461,6 +445,19 @@ class Tracer final : public OpTracer {
     Tensor copy = t;
     use(copy, op);
     return leaf_of(t);
+  }
+
+  /// The .grad the caller's tensor holds as the function first reads it, guarded: a call where
+  /// it is none, or defined, where it was not traces again. None is then the traced value.
+  Tensor caller_grad(const Leaf& leaf) {
+    Tensor held;
+    {
+      Pause pause;
+      held = leaf.caller.grad();
+    }
+    grad_guards_.emplace_back(leaf.id, held.defined());
+    if (!held.defined()) grads_.emplace(leaf.caller.impl(), Tensor());
+    return held;
   }
 
   /// Leaf i's traced .grad is now g (undefined: none).

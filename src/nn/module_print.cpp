@@ -80,8 +80,10 @@ std::string Module::extra_repr() const {
     os << "dim=" << rms->dim() << ", eps=" << rms->eps();
   } else if (auto* bn = dynamic_cast<const BatchNormBase*>(this)) {
     os << "num_features=" << bn->num_features() << ", eps=" << bn->eps() << ", momentum=";
-    if (bn->momentum()) os << *bn->momentum();
-    else os << "none";
+    if (bn->momentum())
+      os << *bn->momentum();
+    else
+      os << "none";
     os << ", affine=" << boolean(bn->affine())
        << ", track_running_stats=" << boolean(bn->track_running_stats());
   } else if (auto* gn = dynamic_cast<const GroupNorm*>(this)) {

@@ -364,7 +364,8 @@ namespace {
 // The storage's release callback: the caller's deleter, called once (the storage dies once),
 // then the heap copy of it. Without a deleter the caller keeps the memory: nothing to do.
 void release_with_deleter(void* ctx, void* data) {
-  std::unique_ptr<std::function<void(void*)>> deleter(static_cast<std::function<void(void*)>*>(ctx));
+  std::unique_ptr<std::function<void(void*)>> deleter(
+      static_cast<std::function<void(void*)>*>(ctx));
   (*deleter)(data);
 }
 void release_nothing(void*, void*) {}
@@ -383,11 +384,13 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides,
   for (std::size_t d = 0; d < shape.size(); ++d) {
     ADJOINT_CHECK(shape[d] >= 0, Value, "from_blob", "negative dimension in shape ", shape);
     ADJOINT_CHECK(strides[d] >= 0, Value, "from_blob", "negative stride in ", strides);
-    if (shape[d] == 0) empty_shape = true;
-    else last += (shape[d] - 1) * strides[d];
+    if (shape[d] == 0)
+      empty_shape = true;
+    else
+      last += (shape[d] - 1) * strides[d];
   }
-  ADJOINT_CHECK(data != nullptr || empty_shape, Value, "from_blob",
-                "a null pointer for ", shape.numel(), " elements");
+  ADJOINT_CHECK(data != nullptr || empty_shape, Value, "from_blob", "a null pointer for ",
+                shape.numel(), " elements");
   ADJOINT_CHECK(reinterpret_cast<std::uintptr_t>(data) % item == 0, Value, "from_blob",
                 "the pointer is not aligned to ", o.dtype(), "'s ", item, " bytes");
   const std::size_t nbytes = empty_shape ? 0 : static_cast<std::size_t>(last + 1) * item;

@@ -146,6 +146,39 @@ TEST(CompileTrainingStep, SgdAdamAndAdamWMatchEagerBitwiseOverTwentySteps) {
       "AdamW");
 }
 
+// The step under bf16 autocast (its casts and 16-bit ops traced and fused with the rest) and
+// on a batch that is a strided view: still the eager step, bit for bit.
+TEST(CompileTrainingStep, AnAutocastStepOnAStridedBatchMatchesEagerBitwise) {
+  Twins t;
+  optim::AdamW opt_e(t.eager->parameters(), {.lr = 1e-2}),
+      opt_c(t.compiled->parameters(), {.lr = 1e-2});
+  auto step = [](nn::Sequential& model, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      Autocast amp(DType::BFloat16);
+      loss = mse_loss(model.forward(x), y);
+    }
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  CompiledFunction compiled = compile(
+      [&](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{step(*t.compiled, opt_c, in[0], in[1])};
+      },
+      strict());
+  for (int i = 0; i < 10; ++i) {
+    const Tensor x = batch({6, 8}, 500 + i).t(), y = batch({8, 3}, 600 + i);  // x: [8, 6], strided
+    const Tensor le = step(*t.eager, opt_e, x, y);
+    const Tensor lc = compiled({x, y})[0];
+    expect_same(lc, le.detach());
+    expect_params_same(t.compiled->parameters(), t.eager->parameters(),
+                       "step " + std::to_string(i));
+  }
+  EXPECT_EQ(compiled.stats().traces, 1);
+}
+
 // A GPT whose embedding is tied to its head (two gradients into one parameter), dropout on,
 // AdamW: the whole step compiled against eager code.
 TEST(CompileTrainingStep, GptStepsWithTiedWeightsAndDropoutMatchEagerBitwise) {

@@ -139,7 +139,10 @@ TEST(LibtorchNames, FromBlobWithStridesAndGradients) {
 
   int calls = 0;
   std::vector<int32_t> ints{7, 8, 9};
-  { Tensor i = from_blob(ints.data(), {3}, {1}, [&](void*) { ++calls; }, kInt32); }
+  {
+    Tensor i = from_blob(
+        ints.data(), {3}, {1}, [&](void*) { ++calls; }, kInt32);
+  }
   EXPECT_EQ(calls, 1);
 }
 

@@ -39,14 +39,13 @@ struct Net : nn::Module {
   std::shared_ptr<nn::Linear> head;
   Net() : Module("Net") {
     scale = register_parameter("scale", ones({3}));
-    body = register_module("body", std::make_shared<nn::Sequential>(
-                                       std::initializer_list<std::shared_ptr<nn::Module>>{
-                                           std::make_shared<nn::Linear>(4, 8),
-                                           std::make_shared<nn::ReLU>(),
-                                           std::make_shared<nn::Linear>(8, 3, false)}));
+    body = register_module(
+        "body", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+                    std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
+                    std::make_shared<nn::Linear>(8, 3, false)}));
     head = register_module("head", std::make_shared<nn::Linear>(3, 2));
   }
-  Tensor forward(const Tensor& x) override { return (*head)((*body)(x) * scale); }
+  Tensor forward(const Tensor& x) override { return (*head)((*body)(x)*scale); }
 };
 
 TEST(ModulePrint, LeafLayersInPyTorchsWords) {
@@ -89,8 +88,7 @@ TEST(ModulePrint, NestedModelIsAnIndentedTree) {
   };
   EXPECT_EQ(got, expected) << os.str();
   // The counts add up: the model's is its own parameters plus its children's.
-  EXPECT_EQ(net->num_parameters(),
-            3 + net->body->num_parameters() + net->head->num_parameters());
+  EXPECT_EQ(net->num_parameters(), 3 + net->body->num_parameters() + net->head->num_parameters());
 }
 
 TEST(ModulePrint, AModuleOfYourOwnCanDescribeItself) {

@@ -230,13 +230,13 @@ std::ostream& operator<<(std::ostream& os, const Module& module);
 
 /// One row of summary(): one module, its descendants included in every number.
 struct ModuleSummaryRow {
-  std::string name;  ///< dotted path under the model ("" for the model itself)
-  std::string type;  ///< type_name()
-  int depth = 0;     ///< 0 for the model, 1 for its children, ...
-  int64_t calls = 0; ///< times forward ran (0: not called by this forward)
-  Shape output_shape;        ///< of the last call
-  int64_t parameters = 0;    ///< num_parameters()
-  uint64_t flops = 0;        ///< forward FLOPs of its calls (the profiler's Note [FLOP counting])
+  std::string name;        ///< dotted path under the model ("" for the model itself)
+  std::string type;        ///< type_name()
+  int depth = 0;           ///< 0 for the model, 1 for its children, ...
+  int64_t calls = 0;       ///< times forward ran (0: not called by this forward)
+  Shape output_shape;      ///< of the last call
+  int64_t parameters = 0;  ///< num_parameters()
+  uint64_t flops = 0;      ///< forward FLOPs of its calls (the profiler's Note [FLOP counting])
   std::size_t saved_bytes = 0;  ///< bytes its calls saved for backward (saved_memory_stats())
 };
 
