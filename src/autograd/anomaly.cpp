@@ -39,9 +39,9 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/memory_hooks.h"
-#include "autograd/op_cache.h"
 #include "core/mode_state.h"
 #include "core/tensor_factory.h"
+#include "dispatch/op_cache.h"
 
 #ifdef ADJOINT_HAVE_LIBBACKTRACE
 extern "C" {

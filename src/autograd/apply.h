@@ -20,11 +20,12 @@
 // of tensors (cat, stack) set `static constexpr bool variadic = true` and take and return
 // std::vector<Tensor>. The batching rule for vmap sits beside them (src/vmap/batch_rule.h).
 // An op that autocast should convert names its policy,
-// `static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;` (src/autograd/autocast.h).
+// `static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;` (src/dispatch/autocast.h).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -38,13 +39,13 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/anomaly.h"
-#include "autograd/autocast.h"
 #include "autograd/forward_ad.h"
 #include "autograd/op_census.h"
 #include "autograd/saved_tensor.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
 #include "core/op_scope.h"
+#include "dispatch/autocast.h"
 #include "dispatch/layer.h"
 #include "vmap/batch_rule.h"
 
@@ -370,6 +371,15 @@ Tensor autograd_step(Op& op, const Inputs& inputs, Saver& saver, RunJvp& run_jvp
   return out;
 }
 
+/// Whether Op is a random draw: it names the generator it advances and draws per example
+/// under vmap (Note [Random draws in the stack] in src/ops/random.cpp).
+template <class Op>
+constexpr bool op_draws = requires(const Op& op, Op& m, Generator* g) {
+  { op.generator() } -> std::same_as<Generator*>;
+  op.vmap_draw();
+  m.set_generator(g);
+};
+
 template <class T>
 struct is_std_array : std::false_type {};
 template <class T, std::size_t N>
@@ -403,6 +413,15 @@ class TypedTracedOp final : public TracedOp {
   explicit TypedTracedOp(const Op& op) : op_(op) { (void)kRegistered; }
   const char* name() const override { return Op::name; }
 
+  static constexpr bool kDraws = op_draws<Op>;
+  Generator* generator() const override {
+    if constexpr (kDraws) {
+      return op_.generator();
+    } else {
+      return nullptr;
+    }
+  }
+
   // Export (Note [Exporting ops] in src/core/op_fields.h): an op with members names them.
   static constexpr bool kExportable = [] {
     if constexpr (requires { Op::exportable; }) {
@@ -421,8 +440,14 @@ class TypedTracedOp final : public TracedOp {
     }
   }();
   static std::shared_ptr<const TracedOp> make_from_fields(const detail::FieldList& fields,
-                                                          const detail::OpImportContext&) {
+                                                          const detail::OpImportContext& context) {
     Op op{};
+    // A random draw gets the generator the file's graph draws from (Note [Random draws in the
+    // stack] in src/ops/random.cpp).
+    if constexpr (kDraws) {
+      ADJOINT_CHECK(context.generator != nullptr, Value, Op::name, "a draw without its generator");
+      op.set_generator(context.generator);
+    }
     if constexpr (!kExportable) {
       throw Error(ErrorKind::Value, Op::name, "this op cannot be read from a file");
     } else if constexpr (!std::is_empty_v<Op>) {
@@ -539,7 +564,9 @@ class TypedTracedOp final : public TracedOp {
   bool same_as(const TracedOp& other) const override {
     const auto* o = dynamic_cast<const TypedTracedOp*>(&other);
     if (o == nullptr) return false;
-    if constexpr (std::is_empty_v<Op>) {
+    if constexpr (kDraws) {
+      return false;  // two draws are two values
+    } else if constexpr (std::is_empty_v<Op>) {
       return true;
     } else if constexpr (std::is_trivially_copyable_v<Op>) {
       // Bitwise equal attributes compute the same values; padding that differs only makes
@@ -570,6 +597,20 @@ class TypedOpCall final : public OpCall {
   Tensor run_kernel() override { return run_forward_(saver_, inputs_); }
   Tensor run_batching_rule(int level) override {
     return run_batched(op_, inputs_, level, saver_.tensors);
+  }
+  Generator* generator() const override {
+    if constexpr (op_draws<Op>) {
+      return op_.generator();
+    } else {
+      return nullptr;
+    }
+  }
+  Tensor run_batched_draw() override {
+    if constexpr (op_draws<Op>) {
+      return op_.vmap_draw();
+    } else {
+      throw_no_batching_rule(Op::name);
+    }
   }
   Tensor run_autograd() override {
     return autograd_step(op_, inputs_, saver_, run_jvp_, [this] { return next(Layer::Autograd); });

@@ -14,11 +14,11 @@
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/anomaly.h"
-#include "autograd/autocast.h"
 #include "autograd/graph_task.h"
 #include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
 #include "core/op_tracer.h"
+#include "dispatch/autocast.h"
 
 namespace adjoint {
 namespace {

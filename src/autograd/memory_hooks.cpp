@@ -1,4 +1,4 @@
-// The saved-tensor byte registry and the op observer slot behind memory_hooks.h.
+// The saved-tensor byte registry behind memory_hooks.h.
 //
 // Note [Saved tensor accounting]
 // Saved bytes count distinct storages, as PyTorch users expect: a storage saved by several
@@ -13,22 +13,6 @@
 // hidden by, the checkpointing and offload hooks it has to measure. Counting is off unless a
 // tracker is alive (one relaxed load per saved tensor), so the op hot path pays nothing when
 // nobody is looking; a tensor saved while it was off is never counted, also not on release.
-//
-// Note [Op observer]
-// Memory timelines need a point after every op, FLOP counting an op's tensors, profiles a
-// point before and after each. In forward, the observer chain is the Observe layer of the
-// dispatch stack (Note [The dispatch stack] in src/dispatch/layer.h), on while a chain is
-// installed (set_op_observer): before_forward_op as the call reaches it, forward_op_tensors
-// and after_forward_op once the layers below (Autograd's node included) are done,
-// forward_op_failed if anything threw. The engine tests the same pointer:
-// before_backward_node, backward_node_tensors and after_backward_node around each node it
-// runs, and it clears the pointer for the whole run (the ops inside a backward node are that
-// node's, not forward ops). Several tools at once form a chain: each observer keeps the one it
-// displaced in `next_`, and the base class's methods pass every call on, so an observer
-// overrides only what it needs and calls the base version after. Users: memory timelines
-// (src/memory/timeline.cpp), the checkpoint planner's FLOP counter
-// (src/checkpoint/budget_profile.cpp), graph recorders (src/debug/recorder.cpp) and the profiler
-// (src/debug/profiler.cpp).
 #include "autograd/memory_hooks.h"
 
 #include <algorithm>
@@ -58,7 +42,6 @@ Registry& registry() {
 }  // namespace
 
 std::atomic<int> saved_tracking_requests{0};
-constinit thread_local OpObserver* tls_op_observer = nullptr;
 
 void SavedBytesClaim::claim(const StorageImpl* storage) {
   reset();

@@ -8,8 +8,8 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"  // alias_with_history
-#include "autograd/autocast.h"
 #include "checkpoint/stats.h"
+#include "dispatch/autocast.h"
 
 namespace adjoint::detail {
 namespace {

@@ -21,7 +21,7 @@
 // the in-place version check: an input modified between forward and backward throws.
 //
 // Note [Op log]
-// Every op of the first run is logged (the OpCache layer, see src/autograd/op_cache.h) and the
+// Every op of the first run is logged (the OpCache layer, see src/dispatch/op_cache.h) and the
 // recomputation must run the same ops in the same order, saving tensors of the same shapes
 // and dtypes; anything else throws, naming the op. Under a selective policy the log also keeps
 // the results of the ops the policy saves: the recomputation takes those instead of running
@@ -39,9 +39,9 @@
 
 #include "adjoint/checkpoint.h"
 #include "autograd/memory_hooks.h"
-#include "autograd/op_cache.h"
 #include "autograd/saved_tensor.h"
 #include "checkpoint/rng.h"
+#include "dispatch/op_cache.h"
 
 namespace adjoint::detail {
 

@@ -65,7 +65,7 @@ void check_recorded(const Graph& g, const GraphNode& n, std::size_t k, const Ten
 
 /// Runs a schedule's kernels over env. The kernels run below the dispatch stack, so its
 /// Observe layer never sees them; an installed observer (a profile, a memory timeline: Note [Op
-/// observer] in src/autograd/memory_hooks.cpp) is told about each node here instead, under the
+/// observer] in src/dispatch/op_observer.cpp) is told about each node here instead, under the
 /// node's name ("linear", "fused[mul, add, tanh]"). The backward's replay runs inside one node
 /// of the engine, which reports that node and silences the observer while it runs.
 void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {

@@ -139,55 +139,46 @@ class Tracer final : public OpTracer {
   }
 
   Tensor record(OpCall& call) override {
+    Generator* const rng = call.generator();  // a random draw's (Note [Random draws in the stack])
     if (watching_ != nullptr) [[unlikely]] {
       check_watched(call.inputs(), call.name());
+      restore_after_trace(rng);
       return call.next(Layer::Trace);
     }
     std::vector<int> ins;
     ins.reserve(call.inputs().size());
     for (Tensor& x : call.inputs()) ins.push_back(use(x, call.name()));
+    const bool local = note_draw(rng);
     Tensor out;
     {
       Pause pause;
       out = call.next(Layer::Trace);
     }
-    add_node(call.traced_op(), std::move(ins), out, call.saved(), false);
+    if (local) {
+      constants_[out.impl()] = {};
+      return out;
+    }
+    add_node(call.traced_op(), std::move(ins), out, call.saved(), rng != nullptr);
     return out;
   }
 
-  Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
-                         Generator* rng, ExternalExport exported) override {
-    if (watching_ != nullptr) [[unlikely]] {
-      check_watched(inputs, name);
-      // Not recorded (each replay runs the custom function again), but a draw's generator is
-      // restored after the trace all the same, so the first replay draws what eager code would.
-      if (rng && !local_generators_.contains(rng)) generators_.try_emplace(rng, rng->state());
-      Pause pause;
-      return run(std::vector<Tensor>(inputs.begin(), inputs.end()));
-    }
-    std::vector<int> ins;
-    std::vector<Tensor> args(inputs.begin(), inputs.end());
-    for (Tensor& x : args) ins.push_back(use(x, name));
-    // A generator made inside the function is seeded there from C++ values: its draws are
-    // the same at every call, constants of the trace.
+  // A draw inside a custom function is not recorded (each replay runs the function again), but
+  // its generator is restored after the trace all the same, so the first replay draws what
+  // eager code would.
+  void restore_after_trace(Generator* rng) {
+    if (rng && !local_generators_.contains(rng)) generators_.try_emplace(rng, rng->state());
+  }
+
+  // Before a recorded draw: its generator's state is kept to be restored after the trace, and
+  // the graph draws from it. Returns whether the generator was made inside the function: seeded
+  // there from C++ values, its draws are the same at every call, constants of the trace.
+  bool note_draw(Generator* rng) {
     const bool local = rng && local_generators_.contains(rng);
     if (rng && !local && !generators_.contains(rng)) {
       generators_.emplace(rng, rng->state());
       g_.generators.push_back(rng);
     }
-    Tensor out;
-    {
-      Pause pause;
-      out = run(args);
-    }
-    if (local) {
-      constants_[out.impl()] = {};
-      return out;
-    }
-    const auto arity = static_cast<std::ptrdiff_t>(ins.size());
-    add_node(std::make_shared<ExternalOp>(name, std::move(run), std::move(exported), arity, rng),
-             std::move(ins), out, {}, rng != nullptr);
-    return out;
+    return local;
   }
 
   Tensor record_custom(const char* name, std::span<const Tensor> inputs, ExternalFn run) override {

@@ -22,7 +22,7 @@ struct ModeState {
   /// vmap levels open on this thread (src/vmap); zero means no op can see a batched tensor
   /// (the hot-path test in apply<Op>).
   int vmap_depth = 0;
-  /// Autocast (src/autograd/autocast.h): 0 is off, else 1 + the low DType's enumerator. Read
+  /// Autocast (src/dispatch/autocast.h): 0 is off, else 1 + the low DType's enumerator. Read
   /// only by ops that have an autocast policy.
   uint8_t autocast = 0;
   /// Anomaly mode (src/autograd/anomaly.h): 0 is off, else its AnomalyBits. Read where a

@@ -30,9 +30,8 @@ namespace adjoint::detail {
 // fields(), so that no attribute can be left out of a file silently. Each op type is registered
 // under its name (or `export_name` where two ops share a name: "pow" and "pow_scalar") when
 // the program starts (a static member of TypedTracedOp<Op>, initialised in the file that
-// calls apply<Op>), with a factory that rebuilds it from its fields. Calls outside the stack
-// (comparisons, argmax, random draws) pass their kind and operands to record_external as an
-// ExternalExport and register factories of their own ("compare", "random").
+// calls apply<Op>), with a factory that rebuilds it from its fields. What is not an op struct
+// (a factory's constant, with its recipe) says how a file holds it with an ExternalExport.
 // Fields are integers (also bools, enums), doubles (kept as their bits: NaN, infinities and -0
 // survive), integer lists (shapes), dtypes (by name), strings (an op name an error reports) and
 // absent optionals. An op that holds what no file can (a tensor) says

@@ -38,11 +38,6 @@ class OpTracer {
   virtual ~OpTracer() = default;
   /// The Trace layer: records the call as a node and passes it on.
   virtual Tensor record(OpCall& call) = 0;
-  /// A call outside the stack: runs `run` on `inputs` and records it. `rng` is the generator
-  /// a random draw advances (its state before the trace is restored once the trace is done),
-  /// null for a deterministic function.
-  virtual Tensor record_external(const char* name, std::span<const Tensor> inputs, ExternalFn run,
-                                 Generator* rng, ExternalExport exported = {}) = 0;
   /// An in-place op wrote `value` (the result of the out-of-place op, already recorded) into
   /// `self` (Note [In-place ops under compile] in src/compile/trace.cpp): from here on the
   /// graph reads value where the function reads self, and a write to an argument or a captured

@@ -1,5 +1,5 @@
 // GraphRecorder: a thread-local op observer (Note [Op observer] in
-// src/autograd/memory_hooks.cpp) keeps each op's output and hooks its node; tensor pre-hooks
+// src/dispatch/op_observer.cpp) keeps each op's output and hooks its node; tensor pre-hooks
 // on the nodes record backward. Both are mechanisms the engine already has, so recording
 // changes nothing on the per-op path while no recorder exists.
 #include <exception>

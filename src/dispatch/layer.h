@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "adjoint/tensor.h"
-#include "autograd/autocast.h"
 #include "backend/kernels.h"
 #include "core/mode_state.h"
 #include "core/op_fields.h"
+#include "dispatch/autocast.h"
 
 namespace adjoint::detail {
 
@@ -179,6 +179,12 @@ class OpCall {
   virtual Tensor run_batching_rule(int level) = 0;
   /// Reverse-mode recording and forward-mode tangents around next(Layer::Autograd).
   virtual Tensor run_autograd() = 0;
+  /// The generator a random draw advances; null for every other op (Note [Random draws in the
+  /// stack] in src/ops/random.cpp).
+  virtual Generator* generator() const = 0;
+  /// A random draw under an open vmap: one value per example or one for all, by each level's
+  /// randomness option.
+  virtual Tensor run_batched_draw() = 0;
   /// A copy of the op struct (its attributes, and members its forward set).
   virtual std::any op() const = 0;
   /// Replaces the op struct with a copy made by op() (a kept result's).

@@ -1,16 +1,16 @@
 // The layers of the dispatch stack (Note [The dispatch stack] in layer.h), top to bottom.
 #include <array>
 
-#include "autograd/memory_hooks.h"
-#include "autograd/op_cache.h"
 #include "core/op_tracer.h"
 #include "dispatch/layer.h"
+#include "dispatch/op_cache.h"
+#include "dispatch/op_observer.h"
 #include "vmap/batched.h"
 
 namespace adjoint::detail {
 namespace {
 
-// Converts the floating inputs as the op's policy asks (src/autograd/autocast.h), with
+// Converts the floating inputs as the op's policy asks (src/dispatch/autocast.h), with
 // recorded casts, so the layers below see (and Autograd records) the converted call.
 class AutocastLayer final : public DispatchLayer {
  public:
@@ -25,17 +25,20 @@ class AutocastLayer final : public DispatchLayer {
 // src/compile/trace.cpp). It sits below Autocast, so the graph holds the casts autocast made,
 // and above Autograd, so that the trace's recording (for the ahead-of-time backward) happens on
 // the tensors the tracer hands on. A call with a batched input is not recorded: its batching
-// rule's calls on the physical values come back through the stack and are.
+// rule's calls on the physical values come back through the stack and are. Nor is a random
+// draw under an open vmap: the Batching layer draws it per example, and that physical draw
+// comes back through the stack with vmap off, and is.
 class TraceLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
     for (const Tensor& x : call.inputs())
       if (batch_level(x) != 0) return call.next(Layer::Trace);
+    if (tls_mode.vmap_depth != 0 && call.generator() != nullptr) return call.next(Layer::Trace);
     return tls_op_tracer->record(call);
   }
 };
 
-// Tells the thread's observer chain (Note [Op observer] in memory_hooks.cpp) about the op:
+// Tells the thread's observer chain (Note [Op observer] in op_observer.cpp) about the op:
 // before it runs, its tensors and end once its node and saved tensors are in place, or that
 // it failed.
 class ObserveLayer final : public DispatchLayer {
@@ -84,10 +87,14 @@ class OpCacheLayer final : public DispatchLayer {
 };
 
 // An input batched by an open vmap sends the op to its batching rule at the highest level
-// among the inputs (Note [Batched tensors] in src/vmap/batched.h); unbatched calls pass on.
+// among the inputs (Note [Batched tensors] in src/vmap/batched.h), and a random draw to its
+// draw per example (Note [Random draws in the stack] in src/ops/random.cpp); unbatched calls
+// pass on.
 class BatchingLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
+    if (call.generator() != nullptr) [[unlikely]]
+      return call.run_batched_draw();
     if (const int level = top_batch_level(call.inputs(), call.name()))
       return call.run_batching_rule(level);
     return call.next(Layer::Batching);

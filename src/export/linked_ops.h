@@ -22,6 +22,7 @@ void link_ops_linalg_spectral();
 void link_ops_losses();
 void link_ops_nn();
 void link_ops_pooling();
+void link_ops_random();
 void link_ops_reduce();
 void link_ops_reduce_extrema();
 void link_ops_reduce_stats();
@@ -50,6 +51,7 @@ inline void link_every_ops_file() {
   link_ops_losses();
   link_ops_nn();
   link_ops_pooling();
+  link_ops_random();
   link_ops_reduce();
   link_ops_reduce_extrema();
   link_ops_reduce_stats();

@@ -1,5 +1,5 @@
 // MemoryTimeline: one thread-local dispatcher is the op observer (Note [Op observer] in
-// src/autograd/memory_hooks.cpp) while any timeline on the thread records; it samples the
+// src/dispatch/op_observer.cpp) while any timeline on the thread records; it samples the
 // bytes once per event and hands the event to every recording timeline, so nested timelines
 // see the same numbers. CSV and SVG output are built from the events.
 #include <algorithm>

@@ -7,8 +7,8 @@
 #include "adjoint/error.h"
 #include "core/dispatch.h"
 #include "core/op_fields.h"
-#include "dispatch/external_op.h"
 #include "ops/common.h"
+#include "ops/no_derivative.h"
 
 namespace adjoint {
 namespace {
@@ -224,86 +224,103 @@ std::pair<Tensor, Tensor> promote(const Tensor& a, const Tensor& b, const char* 
   return {cast_to(a, dt), cast_to(b, dt)};
 }
 
-// Comparisons and logical ops call kernels directly (nothing to differentiate); under vmap
-// they batch as pointwise ops (vmap/batch_rule.h), and compile records them as calls outside
-// the stack, which export writes as their kind and operands (Note [Exporting ops]).
-Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op);
-Tensor compare(Unary kind, const Tensor& a, Scalar s);
-
-detail::ExternalExport compare_export(Binary kind, const char* op) {
-  return {"compare", {static_cast<int64_t>(kind), std::string(op)}};
+// Comparisons and logical ops: bool results, so nothing to differentiate (Note [Ops without
+// derivatives] in src/ops/no_derivative.h). They go through the stack as every op does: vmap
+// batches them pointwise, compile records them and export writes their kind.
+constexpr const char* compare_name(Binary k) {
+  switch (k) {
+    case Binary::Eq:
+      return "eq";
+    case Binary::Ne:
+      return "ne";
+    case Binary::Lt:
+      return "lt";
+    case Binary::Le:
+      return "le";
+    case Binary::Gt:
+      return "gt";
+    case Binary::Ge:
+      return "ge";
+    case Binary::And:
+      return "logical_and";
+    case Binary::Or:
+      return "logical_or";
+    default:
+      return "compare";
+  }
+}
+constexpr const char* compare_name(Unary k) {
+  switch (k) {
+    case Unary::EqScalar:
+      return "eq";
+    case Unary::NeScalar:
+      return "ne";
+    case Unary::LtScalar:
+      return "lt";
+    case Unary::LeScalar:
+      return "le";
+    case Unary::GtScalar:
+      return "gt";
+    case Unary::GeScalar:
+      return "ge";
+    default:
+      return "compare";
+  }
+}
+// The key a file holds a comparison with a number under ("lt_scalar"), apart from the
+// comparison of two tensors.
+constexpr const char* compare_scalar_key(Unary k) {
+  switch (k) {
+    case Unary::EqScalar:
+      return "eq_scalar";
+    case Unary::NeScalar:
+      return "ne_scalar";
+    case Unary::LtScalar:
+      return "lt_scalar";
+    case Unary::LeScalar:
+      return "le_scalar";
+    case Unary::GtScalar:
+      return "gt_scalar";
+    case Unary::GeScalar:
+      return "ge_scalar";
+    default:
+      return "compare_scalar";
+  }
 }
 
-detail::ExternalExport compare_scalar_export(Unary kind, Scalar s) {
-  return {"compare_scalar",
-          {static_cast<int64_t>(kind), s.kind(), s.to_double(), s.is_floating() ? 0 : s.to_int()}};
+template <Binary K>
+struct Compare : detail::NoDerivative<2> {
+  static constexpr const char* name = compare_name(K);
+  static constexpr Batching batching = Batching::Pointwise;
+  Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::binary(K, a, b); }
+};
+
+template <Unary K>
+struct CompareScalar : detail::NoDerivative<1> {
+  static constexpr const char* name = compare_name(K);
+  static constexpr const char* export_name = compare_scalar_key(K);
+  static constexpr Batching batching = Batching::Pointwise;
+  auto fields() { return std::tie(s); }
+  double s;
+  Tensor forward(const Tensor& x) const { return kernels::unary(K, x, s); }
+};
+
+struct LogicalNot : detail::NoDerivative<1> {
+  static constexpr const char* name = "logical_not";
+  static constexpr Batching batching = Batching::Pointwise;
+  Tensor forward(const Tensor& x) const { return kernels::unary(Unary::LogicalNot, x); }
+};
+
+template <Binary K>
+Tensor compare(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promote(a, b, Compare<K>::name);
+  return apply(Compare<K>{}, x, y);
 }
 
-Tensor compare(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
-  auto [x, y] = promote(a, b, op);
-  if (auto r = detail::batched_pointwise(
-          std::array<Tensor, 2>{x, y}, op,
-          [kind, op](const Tensor& p, const Tensor& q) { return compare(kind, p, q, op); },
-          [kind, op] { return compare_export(kind, op); }))
-    return *r;
-  return kernels::binary(kind, x, y);
+template <Unary K>
+Tensor compare(const Tensor& a, Scalar s) {
+  return apply(CompareScalar<K>{{}, s.to_double()}, cast_to(a, result_type(a, s)));
 }
-
-Tensor compare(Unary kind, const Tensor& a, Scalar s) {
-  const Tensor x = cast_to(a, result_type(a, s));
-  if (auto r = detail::batched_pointwise(
-          std::array<Tensor, 1>{x}, "compare",
-          [kind, s](const Tensor& p) { return compare(kind, p, s); },
-          [kind, s] { return compare_scalar_export(kind, s); }))
-    return *r;
-  return kernels::unary(kind, x, s.to_double());
-}
-
-// The factories that rebuild them from a file.
-std::shared_ptr<const detail::TracedOp> compare_from_fields(const detail::FieldList& fields,
-                                                            const detail::OpImportContext&) {
-  detail::FieldReader in(fields, "compare");
-  const auto kind = static_cast<Binary>(in.next<int64_t>());
-  const char* op = detail::intern_field_string(in.next<std::string>());
-  in.finish();
-  return std::make_shared<detail::ExternalOp>(
-      op, [kind, op](std::span<const Tensor> t) { return compare(kind, t[0], t[1], op); },
-      compare_export(kind, op), 2);
-}
-
-std::shared_ptr<const detail::TracedOp> compare_scalar_from_fields(const detail::FieldList& fields,
-                                                                   const detail::OpImportContext&) {
-  detail::FieldReader in(fields, "compare");
-  const auto kind = static_cast<Unary>(in.next<int64_t>());
-  const DType scalar_kind = in.next<DType>();
-  const double d = in.next<double>();
-  const int64_t i = in.next<int64_t>();
-  in.finish();
-  const Scalar s = scalar_kind == DType::Float64 ? Scalar(d)
-                   : scalar_kind == DType::Bool  ? Scalar(i != 0)
-                                                 : Scalar(i);
-  return std::make_shared<detail::ExternalOp>(
-      "compare", [kind, s](std::span<const Tensor> t) { return compare(kind, t[0], s); },
-      compare_scalar_export(kind, s), 1);
-}
-
-std::shared_ptr<const detail::TracedOp> logical_not_from_fields(const detail::FieldList& fields,
-                                                                const detail::OpImportContext&) {
-  detail::FieldReader(fields, "logical_not").finish();
-  return std::make_shared<detail::ExternalOp>(
-      "logical_not", [](std::span<const Tensor> t) { return logical_not(t[0]); },
-      detail::ExternalExport{"logical_not", {}}, 1);
-}
-
-struct CompareTag {};
-struct CompareScalarTag {};
-struct LogicalNotTag {};
-const bool comparisons_registered =
-    (detail::register_exported_op("compare", typeid(CompareTag), &compare_from_fields),
-     detail::register_exported_op("compare_scalar", typeid(CompareScalarTag),
-                                  &compare_scalar_from_fields),
-     detail::register_exported_op("logical_not", typeid(LogicalNotTag), &logical_not_from_fields),
-     true);
 
 }  // namespace
 
@@ -405,33 +422,24 @@ Tensor operator/(Scalar a, const Tensor& b) {
   return apply(RDivScalar{a.to_double()}, to_floating(b));
 }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare(Binary::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare(Binary::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare(Binary::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare(Binary::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare(Binary::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare(Binary::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) { return compare(Unary::EqScalar, a, b); }
-Tensor ne(const Tensor& a, Scalar b) { return compare(Unary::NeScalar, a, b); }
-Tensor lt(const Tensor& a, Scalar b) { return compare(Unary::LtScalar, a, b); }
-Tensor le(const Tensor& a, Scalar b) { return compare(Unary::LeScalar, a, b); }
-Tensor gt(const Tensor& a, Scalar b) { return compare(Unary::GtScalar, a, b); }
-Tensor ge(const Tensor& a, Scalar b) { return compare(Unary::GeScalar, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare<Binary::Eq>(a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare<Binary::Ne>(a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare<Binary::Lt>(a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare<Binary::Le>(a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare<Binary::Gt>(a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare<Binary::Ge>(a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return compare<Unary::EqScalar>(a, b); }
+Tensor ne(const Tensor& a, Scalar b) { return compare<Unary::NeScalar>(a, b); }
+Tensor lt(const Tensor& a, Scalar b) { return compare<Unary::LtScalar>(a, b); }
+Tensor le(const Tensor& a, Scalar b) { return compare<Unary::LeScalar>(a, b); }
+Tensor gt(const Tensor& a, Scalar b) { return compare<Unary::GtScalar>(a, b); }
+Tensor ge(const Tensor& a, Scalar b) { return compare<Unary::GeScalar>(a, b); }
 Tensor logical_not(const Tensor& x) {
-  if (auto r = detail::batched_pointwise(
-          std::array<Tensor, 1>{x}, "logical_not", [](const Tensor& p) { return logical_not(p); },
-          [] {
-            return detail::ExternalExport{"logical_not", {}};
-          }))
-    return *r;
-  return kernels::unary(Unary::LogicalNot, x);
+  ADJOINT_CHECK(x.defined(), Value, "logical_not", "got an undefined tensor");
+  return apply(LogicalNot{}, x);
 }
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return compare(Binary::And, a, b, "logical_and");
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return compare(Binary::Or, a, b, "logical_or");
-}
+Tensor logical_and(const Tensor& a, const Tensor& b) { return compare<Binary::And>(a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return compare<Binary::Or>(a, b); }
 
 Tensor Tensor::add(const Tensor& o) const { return adjoint::add(*this, o); }
 Tensor Tensor::sub(const Tensor& o) const { return adjoint::sub(*this, o); }

@@ -1,7 +1,7 @@
-// Factories: empty, zeros, ones, full, arange, linspace, eye, random tensors, and tensors from
-// C++ data. Factory outputs are leaves; options.requires_grad marks them. Each factory names
-// itself for the errors raised below it (a shape too large, memory the allocator cannot give,
-// a fill value the dtype cannot hold): see Note [Current op].
+// Factories: empty, zeros, ones, full, arange, linspace, eye, and tensors from C++ data (the
+// random draws are in random.cpp). Factory outputs are leaves; options.requires_grad marks them.
+// Each factory names itself for the errors raised below it (a shape too large, memory the allocator
+// cannot give, a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,7 +19,6 @@
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 #include "dispatch/external_op.h"
-#include "vmap/batched.h"
 
 namespace adjoint {
 namespace {
@@ -39,7 +38,6 @@ Tensor finish(Tensor t, const TensorOptions& o, const MakeRecipe& recipe) {
 Tensor finish(Tensor t, const TensorOptions& o) {
   return finish(std::move(t), o, [] { return detail::ExternalExport{}; });
 }
-Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 // Zeroes a fresh tensor: memset on memory, nothing on a device without it.
 void clear(const Tensor& t) {
   if (t.is_meta()) return;
@@ -212,113 +210,6 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
     kernels::fill(d, 1);
   }
   return finish(std::move(t), o, [&] { return recipe(Recipe::Eye, o, n, cols); });
-}
-
-namespace {
-// A random draw while `compile` traces: recorded, so that each replay draws again from the
-// generator as eager code would (Note [Tracing] in src/compile/trace.cpp). Export writes it as
-// its kind and arguments, the generator apart (Note [The export file]).
-enum class Draw : int64_t { Rand, Randn, Randint };
-
-detail::ExternalExport draw_export(Draw kind, const Shape& shape, TensorOptions o, int64_t low,
-                                   int64_t high) {
-  detail::FieldList f;
-  detail::put_field(f, kind);
-  detail::put_field(f, shape);
-  detail::put_field(f, o.dtype());
-  detail::put_field(f, o.requires_grad());
-  detail::put_field(f, low);
-  detail::put_field(f, high);
-  return {"random", std::move(f)};
-}
-
-Tensor trace_draw(const char* op, detail::ExternalFn draw, Generator* gen, Draw kind,
-                  const Shape& shape, TensorOptions o, int64_t low = 0, int64_t high = 0) {
-  return detail::tls_op_tracer->record_external(op, {}, std::move(draw), &gen_or_default(gen),
-                                                draw_export(kind, shape, o, low, high));
-}
-
-std::shared_ptr<const detail::TracedOp> draw_from_fields(const detail::FieldList& fields,
-                                                         const detail::OpImportContext& context) {
-  detail::FieldReader in(fields, "random");
-  Draw kind{};
-  Shape shape;
-  DType dtype{};
-  bool requires_grad = false;
-  int64_t low = 0, high = 0;
-  detail::take_field(in, kind);
-  detail::take_field(in, shape);
-  detail::take_field(in, dtype);
-  detail::take_field(in, requires_grad);
-  detail::take_field(in, low);
-  detail::take_field(in, high);
-  in.finish();
-  ADJOINT_CHECK(context.generator != nullptr, Value, "random", "a draw without its generator");
-  ADJOINT_CHECK(kind == Draw::Rand || kind == Draw::Randn || kind == Draw::Randint, Value, "random",
-                "unknown kind of draw ", static_cast<int64_t>(kind));
-  for (int64_t d : shape) ADJOINT_CHECK(d >= 0, Value, "random", "a draw of shape ", shape);
-  Generator* gen = context.generator;
-  const TensorOptions o = TensorOptions(dtype).requires_grad(requires_grad);
-  const char* name = kind == Draw::Rand ? "rand" : kind == Draw::Randn ? "randn" : "randint";
-  auto op = std::make_shared<detail::ExternalOp>(
-      name,
-      [=](std::span<const Tensor>) {
-        return kind == Draw::Rand    ? rand(shape, o, gen)
-               : kind == Draw::Randn ? randn(shape, o, gen)
-                                     : randint(low, high, shape, gen);
-      },
-      draw_export(kind, shape, o, low, high), 0, gen);
-  // The draw's shape is the file's value's (whose size import checked) before it allocates.
-  op->set_infer([shape](std::span<const detail::ValueSpec>) {
-    return std::optional<detail::OutputSpec>(detail::OutputSpec{shape, std::nullopt});
-  });
-  return op;
-}
-
-struct DrawTag {};
-const bool draws_registered =
-    (detail::register_exported_op("random", typeid(DrawTag), &draw_from_fields), true);
-}  // namespace
-
-Tensor rand(const Shape& shape, TensorOptions o, Generator* gen) {
-  OpScope scope("rand");
-  if (tls_mode.vmap_depth != 0) [[unlikely]]
-    return detail::draw_random(shape, "rand", [&](const Shape& s) { return rand(s, o, gen); });
-  if (detail::tracing()) [[unlikely]]
-    return trace_draw(
-        "rand", [=](std::span<const Tensor>) { return rand(shape, o, gen); }, gen, Draw::Rand,
-        shape, o);
-  Tensor t = make_empty(shape, o.dtype(), o.device());
-  kernels::uniform(t, 0, 1, gen_or_default(gen));
-  return finish(std::move(t), o);
-}
-
-Tensor randn(const Shape& shape, TensorOptions o, Generator* gen) {
-  OpScope scope("randn");
-  if (tls_mode.vmap_depth != 0) [[unlikely]]
-    return detail::draw_random(shape, "randn", [&](const Shape& s) { return randn(s, o, gen); });
-  if (detail::tracing()) [[unlikely]]
-    return trace_draw(
-        "randn", [=](std::span<const Tensor>) { return randn(shape, o, gen); }, gen, Draw::Randn,
-        shape, o);
-  Tensor t = make_empty(shape, o.dtype(), o.device());
-  kernels::normal(t, 0, 1, gen_or_default(gen));
-  return finish(std::move(t), o);
-}
-
-Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
-  ADJOINT_CHECK(low < high, Value, "randint", "expected low < high, got [", low, ", ", high, ")");
-  if (tls_mode.vmap_depth != 0) [[unlikely]]
-    return detail::draw_random(shape, "randint",
-                               [&](const Shape& s) { return randint(low, high, s, gen); });
-  if (detail::tracing()) [[unlikely]]
-    return trace_draw(
-        "randint", [=](std::span<const Tensor>) { return randint(low, high, shape, gen); }, gen,
-        Draw::Randint, shape, TensorOptions(DType::Int64), low, high);
-  OpScope scope("randint");
-  Tensor t = make_empty(shape, DType::Int64, default_device());
-  kernels::randint(t, low, high, gen_or_default(gen));
-  return t;
 }
 
 template <class T>

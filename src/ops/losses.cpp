@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "adjoint/error.h"
-#include "autograd/autocast.h"
 #include "backend/nn_kernels.h"
 #include "core/op_fields.h"
+#include "dispatch/autocast.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 

@@ -3,9 +3,7 @@
 // among tied extrema (as PyTorch); max/min along a dim gather at the returned index, so their
 // gradient goes to that element only. Sum, mean and the statistical reductions live in reduce*.cpp.
 #include "adjoint/error.h"
-#include "core/op_fields.h"
-#include "core/op_tracer.h"
-#include "dispatch/external_op.h"
+#include "ops/no_derivative.h"
 #include "ops/reduce_util.h"
 
 namespace adjoint {
@@ -78,72 +76,68 @@ Tensor extremum_dims(const Tensor& x, const std::vector<int64_t>& dims, bool kee
   return apply(Extremum<kMax, false>{d, keepdim}, x);
 }
 
-Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim);
-
-// How export writes an argmax or argmin (Note [Exporting ops]), and reads it back.
-detail::ExternalExport arg_extremum_export(ArgReduce kind, std::optional<int64_t> dim,
-                                           bool keepdim) {
-  detail::FieldList fields;
-  detail::put_field(fields, kind);
-  detail::put_field(fields, dim);
-  detail::put_field(fields, keepdim);
-  return {"arg_extremum", std::move(fields)};
-}
-
-std::shared_ptr<const detail::TracedOp> arg_extremum_from_fields(const detail::FieldList& fields,
-                                                                 const detail::OpImportContext&) {
-  detail::FieldReader in(fields, "arg_extremum");
-  ArgReduce kind{};
-  std::optional<int64_t> dim;
+// argmax/argmin: an int64 result, so nothing to differentiate (Note [Ops without derivatives]
+// in src/ops/no_derivative.h); through the stack, so vmap batches it, compile records it and
+// export writes it.
+template <bool kMax>
+struct ArgExtremum : detail::NoDerivative<1> {
+  static constexpr const char* name = kMax ? "argmax" : "argmin";
+  static constexpr ArgReduce kind = kMax ? ArgReduce::ArgMax : ArgReduce::ArgMin;
+  auto fields() { return std::tie(dim, keepdim); }
+  std::optional<int64_t> dim;  // normalized; none: the index into the flattened input
   bool keepdim = false;
-  detail::take_field(in, kind);
-  detail::take_field(in, dim);
-  detail::take_field(in, keepdim);
-  in.finish();
-  return std::make_shared<detail::ExternalOp>(
-      kind == ArgReduce::ArgMax ? "argmax" : "argmin",
-      [kind, dim, keepdim](std::span<const Tensor> t) {
-        return arg_extremum(kind, t[0], dim, keepdim);
-      },
-      arg_extremum_export(kind, dim, keepdim), 1);
-}
-
-struct ArgExtremumTag {};
-const bool arg_extremum_registered =
-    (detail::register_exported_op("arg_extremum", typeid(ArgExtremumTag),
-                                  &arg_extremum_from_fields),
-     true);
-
-Tensor arg_extremum(ArgReduce kind, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  const char* op = kind == ArgReduce::ArgMax ? "argmax" : "argmin";
-  ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
-  if (const int level = tls_mode.vmap_depth ? detail::top_batch_level({&x, 1}, op) : 0) {
-    // Batched: the same reduction past the batch dim (over each example's flattened values
-    // without a dim).
-    // A logical 0-d input gets a dim of one to reduce, so the batch dim is never reduced.
-    const Tensor phys =
-        x.dim() == 0 ? detail::batch_front(x, level).unsqueeze(1) : detail::batch_front(x, level);
-    Tensor r =
-        dim ? arg_extremum(kind, phys, wrap_dim(*dim, x.dim(), op) + 1, keepdim && x.dim() > 0)
-            : arg_extremum(kind, phys.reshape({phys.size(0), -1}), 1, false);
-    if (!dim && keepdim)
-      r = r.reshape(
-          detail::with_batch_size(Shape(static_cast<std::size_t>(x.dim()), 1), phys.size(0)));
-    return detail::make_batched(r, 0, level);
+  Tensor forward(const Tensor& x) const {
+    if (dim) return kernels::arg_reduce(kind, x, *dim, keepdim);
+    // The flattened input is a view of a contiguous copy, made below the stack.
+    const Tensor c = x.is_contiguous() ? x : kernels::cast(x, x.dtype());
+    const Tensor flat = make_view(c, {c.numel()}, {1}, c.impl()->offset);
+    const Tensor r = kernels::arg_reduce(kind, flat, 0, false);
+    return keepdim ? make_view(r, Shape(static_cast<std::size_t>(x.dim()), 1),
+                               Shape(static_cast<std::size_t>(x.dim()), 1), 0)
+                   : r;
   }
-  if (detail::tracing()) [[unlikely]]  // outside the stack: recorded for compile
-    return detail::tls_op_tracer->record_external(
-        op, {&x, 1},
-        [kind, dim, keepdim](std::span<const Tensor> in) {
-          return arg_extremum(kind, in[0], dim, keepdim);
-        },
-        nullptr, arg_extremum_export(kind, dim, keepdim));
-  if (dim) return kernels::arg_reduce(kind, x, wrap_dim(*dim, x.dim(), op), keepdim);
-  // No dim: the index into the flattened input (kept as all-ones dims with keepdim).
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec& x = spec_of(in, 0, name);
+    const auto rank = static_cast<int64_t>(x.shape.size());
+    if (dim) {
+      ADJOINT_CHECK(*dim >= 0 && *dim < std::max<int64_t>(rank, 1), Value, name, "dim ", *dim,
+                    " is out of range for an input of shape ", x.shape);
+      detail::OutputSpec s = reduced_spec(
+          x, rank == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{*dim}, keepdim, name);
+      s.dtype = DType::Int64;
+      return s;
+    }
+    ADJOINT_CHECK(x.shape.numel() != 0, Shape, name, "cannot reduce an empty input of shape ",
+                  x.shape);
+    return {keepdim ? Shape(static_cast<std::size_t>(rank), 1) : Shape{}, DType::Int64};
+  }
+  // Batched: the same reduction past the batch dim (over each example's flattened values
+  // without a dim). A logical 0-d input gets a dim of one to reduce, so the batch dim is never
+  // reduced.
+  Tensor vmap(const BatchArgs& b) const {
+    const int64_t rank = b.logical_dim(0);
+    const Tensor phys = rank == 0 ? b[0].unsqueeze(1) : b[0];
+    if (dim) return apply(ArgExtremum{{}, *dim + 1, keepdim && rank > 0}, phys);
+    Tensor r = apply(ArgExtremum{{}, 1, false}, phys.reshape({phys.size(0), -1}));
+    if (keepdim)
+      r = r.reshape(detail::with_batch_size(Shape(static_cast<std::size_t>(rank), 1), b.size()));
+    return r;
+  }
+};
+
+template <bool kMax>
+Tensor arg_extremum(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  const char* op = ArgExtremum<kMax>::name;
+  ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
+  if (dim) {
+    const int64_t d = wrap_dim(*dim, x.dim(), op);
+    if (x.dim() > 0)
+      ADJOINT_CHECK(x.shape()[d] != 0, Shape, op, "cannot reduce over the empty dim ", d,
+                    " of input ", describe(x));
+    return apply(ArgExtremum<kMax>{{}, d, keepdim}, x);
+  }
   ADJOINT_CHECK(x.numel() != 0, Shape, op, "cannot reduce an empty input ", describe(x));
-  Tensor flat = x.detach().reshape({x.numel()});
-  Tensor r = kernels::arg_reduce(kind, flat, 0, false);
-  return keepdim ? reshape_fresh(r, Shape(static_cast<std::size_t>(x.dim()), 1)) : r;
+  return apply(ArgExtremum<kMax>{{}, std::nullopt, keepdim}, x);
 }
 
 template <bool kMax>
@@ -152,11 +146,10 @@ std::pair<Tensor, Tensor> extremum_along(const Tensor& x, int64_t dim, bool keep
   ADJOINT_CHECK(x.defined(), Value, op, "got an undefined tensor");
   const int64_t d = wrap_dim(dim, x.dim(), op);
   if (x.dim() > 0) check_nonempty(x, {d}, op);
-  const ArgReduce kind = kMax ? ArgReduce::ArgMax : ArgReduce::ArgMin;
-  if (x.dim() == 0) return {x.clone(), arg_extremum(kind, x, d, keepdim)};
+  if (x.dim() == 0) return {x.clone(), arg_extremum<kMax>(x, d, keepdim)};
   // values = x at the index along dim, so the gradient reaches the selected element only
   // (gather's VJP scatters it there). arg_extremum and gather both batch under vmap.
-  Tensor index = arg_extremum(kind, x, d, true);
+  Tensor index = arg_extremum<kMax>(x, d, true);
   Tensor values = gather(x, d, index);
   if (!keepdim) {
     values = values.squeeze(d);
@@ -182,10 +175,10 @@ Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return extremum_dims<false>(x, dims, keepdim);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extremum(ArgReduce::ArgMax, x, dim, keepdim);
+  return arg_extremum<true>(x, dim, keepdim);
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return arg_extremum(ArgReduce::ArgMin, x, dim, keepdim);
+  return arg_extremum<false>(x, dim, keepdim);
 }
 
 Tensor Tensor::max() const { return adjoint::max(*this); }

@@ -18,13 +18,11 @@
 #include <array>
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <span>
 #include <utility>
 
 #include "adjoint/ops.h"
 #include "adjoint/tensor.h"
-#include "core/op_tracer.h"
 #include "vmap/batched.h"
 
 namespace adjoint {
@@ -164,9 +162,6 @@ inline Shape with_batch_size(Shape shape, int64_t size) {
 
 namespace adjoint::detail {
 
-/// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
-/// an input is batched, fn on the aligned physical values, wrapped; else nothing (the caller
-/// runs as usual). One test of the mode flags when no vmap is open.
 /// fn (a pointwise op of N inputs) on the inputs aligned to their largest logical rank: the
 /// physical result of the shared Pointwise rule.
 template <std::size_t N, class F>
@@ -174,29 +169,6 @@ Tensor pointwise_on_batch(const BatchArgs& b, F&& fn) {
   const int64_t rank = b.max_logical_dim();
   return [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b.aligned(I, rank)...); }
   (std::make_index_sequence<N>{});
-}
-
-/// For pointwise functions that do not go through apply<Op> (comparisons, logical ops): when
-/// an input is batched, fn on the aligned physical values, wrapped; while `compile` traces,
-/// fn run and recorded (fn must hold what it needs by value: the graph keeps it;
-/// `make_export()` says how a file holds it, Note [Exporting ops] in src/core/op_fields.h,
-/// and is called only then, so an untraced call builds nothing); else nothing (the caller runs
-/// as usual). One test of the mode flags when neither is on.
-template <std::size_t N, class F, class MakeExport>
-std::optional<Tensor> batched_pointwise(const std::array<Tensor, N>& inputs, const char* op, F fn,
-                                        MakeExport make_export) {
-  if ((tls_mode.layers & (layer_bit(Layer::Batching) | layer_bit(Layer::Trace))) == 0) [[likely]]
-    return std::nullopt;
-  if (const int level = tls_mode.vmap_depth != 0 ? top_batch_level(inputs, op) : 0)
-    return make_batched(pointwise_on_batch<N>(BatchArgs(inputs, level), fn), 0, level);
-  if (!tracing()) return std::nullopt;
-  return tls_op_tracer->record_external(
-      op, inputs,
-      [fn](std::span<const Tensor> in) {
-        return [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(in[I]...); }
-        (std::make_index_sequence<N>{});
-      },
-      nullptr, make_export());
 }
 
 }  // namespace adjoint::detail

@@ -6,8 +6,8 @@
 #include "adjoint/adjoint.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/memory_hooks.h"
-#include "autograd/op_cache.h"
 #include "core/mode_state.h"
+#include "dispatch/op_cache.h"
 
 namespace adjoint {
 namespace {

@@ -183,6 +183,45 @@ void register_where(SampleSink& sink) {
            [](const Inputs& x) { return where(x[0], x[1], 0.5); }, {cond({2, 3}), randn64({2, 3})});
 }
 
+// Comparisons and logical ops have bool results (nothing to differentiate), so each sample
+// picks between two differentiable branches with one: the registry's vmap, compile, export,
+// meta and 16-bit checks then run them, and gradcheck checks that the choice passes no
+// gradient. Draws are never tied, and the number operands stay away from the inputs.
+void register_comparisons(SampleSink& sink) {
+  using Cmp = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Cmp> tensor_forms[] = {
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
+  for (const auto& [op, cmp] : tensor_forms)
+    binary_cases(sink, op, "pick",
+                 [cmp](const Tensor& a, const Tensor& b) { return where(cmp(a, b), a, b * 2.0); });
+  using CmpNumber = Tensor (*)(const Tensor&, Scalar);
+  const std::pair<const char*, CmpNumber> number_forms[] = {
+      {"eq", [](const Tensor& a, Scalar s) { return eq(a, s); }},
+      {"ne", [](const Tensor& a, Scalar s) { return ne(a, s); }},
+      {"lt", [](const Tensor& a, Scalar s) { return lt(a, s); }},
+      {"le", [](const Tensor& a, Scalar s) { return le(a, s); }},
+      {"gt", [](const Tensor& a, Scalar s) { return gt(a, s); }},
+      {"ge", [](const Tensor& a, Scalar s) { return ge(a, s); }}};
+  for (const auto& [op, cmp] : number_forms)
+    unary_cases(
+        sink, op, "number_pick",
+        [cmp](const Tensor& x) { return where(cmp(x, 0.25), x * 3.0, -x); },
+        normal_away_from({0.25}));
+  binary_cases(
+      sink, "logical", "and_or_not",
+      [](const Tensor& a, const Tensor& b) {
+        const Tensor both = logical_and(gt(a, 0.0), gt(b, 0.0));
+        const Tensor either = logical_or(lt(a, -0.5), logical_not(lt(b, 0.5)));
+        return where(both, a * b, where(either, a - b, a + b));
+      },
+      normal_away_from({-0.5, 0, 0.5}), normal_away_from({-0.5, 0, 0.5}));
+}
+
 }  // namespace
 
 ADJOINT_REGISTER_SAMPLES(elementwise) {
@@ -191,4 +230,5 @@ ADJOINT_REGISTER_SAMPLES(elementwise) {
   register_binary(sink);
   register_number_operands(sink);
   register_where(sink);
+  register_comparisons(sink);
 }

@@ -155,4 +155,24 @@ ADJOINT_REGISTER_SAMPLES(nn) {
   sink.add("nn/dropout/eval", [](const Inputs& x) { return dropout(x[0], 0.3, false); },
            {randn64({4})});
   sink.add("nn/dropout/p1", [](const Inputs& x) { return dropout(x[0], 1.0); }, {randn64({4})});
+
+  // ---- random draws, from a generator made inside (every call draws the same values) ----
+  sink.add("random/randn/scaled",
+           [](const Inputs& x) {
+             Generator gen(7);
+             return x[0] * randn(x[0].shape(), x[0].dtype(), &gen);
+           },
+           {randn64({3, 4})});
+  sink.add("random/randint/scaled",
+           [](const Inputs& x) {
+             Generator gen(11);
+             return x[0] * randint(-2, 3, x[0].shape(), &gen).to(x[0].dtype());
+           },
+           {randn64({2, 5})});
+  sink.add("random/rand/shifted",
+           [](const Inputs& x) {
+             Generator gen(5);
+             return x[0] + rand({4}, x[0].dtype(), &gen);
+           },
+           {randn64({3, 4})});
 }

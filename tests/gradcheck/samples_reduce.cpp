@@ -217,4 +217,19 @@ ADJOINT_REGISTER_SAMPLES(reduce) {
   add(
       sink, "min", "dim_keepdim_noncontiguous",
       [](const Tensor& x) { return x.min(1, true).first; }, randn64({3, 2}).t());
+  // argmax and argmin over the flattened input (an int64 index, nothing to differentiate):
+  // the element they pick, taken with index_select, so the gradient reaches it alone.
+  auto pick = [](const Tensor& x, const Tensor& index) {
+    return index_select(x.reshape({-1}), 0, index.reshape({1}));
+  };
+  add(
+      sink, "argmax", "flat_pick", [pick](const Tensor& x) { return pick(x, argmax(x)); },
+      randn64({3, 4}));
+  add(
+      sink, "argmin", "flat_keepdim_noncontiguous",
+      [pick](const Tensor& x) { return pick(x, x.argmin(std::nullopt, true)); },
+      randn64({4, 3}).t());
+  add(
+      sink, "argmax", "dim_gather",
+      [](const Tensor& x) { return gather(x, 1, argmax(x, 1, true)); }, randn64({3, 4}));
 }

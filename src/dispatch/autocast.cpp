@@ -1,12 +1,12 @@
 // Autocast guards, the input conversions of the policies and the per-guard cast cache.
-#include "autograd/autocast.h"
+#include "dispatch/autocast.h"
 
 #include <unordered_map>
 
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
-#include "autograd/op_cache.h"
+#include "dispatch/op_cache.h"
 
 namespace adjoint {
 namespace {

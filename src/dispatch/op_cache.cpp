@@ -1,5 +1,5 @@
 // The thread-local slot behind op_cache.h (set by src/checkpoint while a region runs).
-#include "autograd/op_cache.h"
+#include "dispatch/op_cache.h"
 
 namespace adjoint::detail {
 

@@ -1,0 +1,122 @@
+// Ops without derivatives (comparisons, logical ops, argmax/argmin) and random draws pass the
+// dispatch stack as every op does (Note [Ops without derivatives] in src/ops/no_derivative.h,
+// Note [Random draws in the stack] in src/ops/random.cpp): observers see them, their results
+// carry no history, vmap batches them in its layer and compile records them as graph nodes.
+// The oracles are eager code: loops of draws from the same seed, the unbatched op per example.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "adjoint/adjoint.h"
+#include "autograd/memory_hooks.h"
+
+namespace adjoint {
+namespace {
+
+struct OpNames : detail::OpObserver {
+  std::set<std::string> seen;
+  void before_forward_op(const char* op) override { seen.insert(op); }
+};
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  return abs(a.to(DType::Float64) - b.to(DType::Float64)).max().item<double>();
+}
+
+TEST(TotalStack, ObserversSeeComparisonsArgReductionsAndDraws) {
+  const Tensor x = randn({3, 4});
+  const Tensor y = randn({3, 4});
+  OpNames names;
+  detail::set_op_observer(&names);
+  Generator gen(3);
+  (void)gt(x, y);
+  (void)le(x, 0.5);
+  (void)logical_not(eq(x, y));
+  (void)logical_or(ne(x, y), ge(x, y));
+  (void)argmax(x);
+  (void)argmin(x, 1);
+  (void)rand({2}, DType::Float32, &gen);
+  (void)randn({2}, DType::Float32, &gen);
+  (void)randint(0, 4, {2}, &gen);
+  detail::set_op_observer(nullptr);
+  for (const char* op : {"gt", "le", "eq", "logical_not", "ne", "ge", "logical_or", "argmax",
+                         "argmin", "rand", "randn", "randint"})
+    EXPECT_TRUE(names.seen.count(op)) << op << " did not pass the Observe layer";
+}
+
+TEST(TotalStack, ResultsWithoutDerivativesHaveNoHistoryOrTangent) {
+  const Tensor x = randn({5}, DType::Float64).requires_grad_(true);
+  for (const Tensor& r : {gt(x, 0.0), lt(x, x * 2.0), argmax(x), argmin(x, 0)}) {
+    EXPECT_FALSE(r.requires_grad());
+    EXPECT_EQ(r.grad_fn(), nullptr);
+  }
+  // Under forward mode the bool result has no tangent, and a value chosen with it does.
+  const Tensor t = ones({5}, DType::Float64);
+  const auto r = jvp([](const Tensor& v) { return where(gt(v, 0.0), v * 3.0, v); }, x.detach(), t);
+  const Tensor& ty = r.tangents;
+  const Tensor expected = where(gt(x.detach(), 0.0), full({5}, 3.0, DType::Float64), t);
+  EXPECT_EQ(max_diff(ty, expected), 0);
+}
+
+TEST(TotalStack, VmapDrawsOnePerExampleLikeOneDrawOfTheBatch) {
+  VmapOptions different;
+  different.randomness = Randomness::Different;
+  Generator a(17), b(17);
+  const Tensor batched = vmap([&](const Tensor& x) { return x + randn({3}, DType::Float64, &a); },
+                              {0}, {0}, different)(zeros({4, 3}, DType::Float64));
+  // The physical draw is of the batch's shape, batch in front: the same as one eager draw.
+  EXPECT_EQ(max_diff(batched, randn({4, 3}, DType::Float64, &b)), 0);
+
+  VmapOptions same;
+  same.randomness = Randomness::Same;
+  Generator c(5), d(5);
+  const Tensor shared = vmap([&](const Tensor& x) { return x + rand({3}, DType::Float64, &c); },
+                             {0}, {0}, same)(zeros({2, 3}, DType::Float64));
+  const Tensor one = rand({3}, DType::Float64, &d);
+  EXPECT_EQ(max_diff(shared, stack({one, one}, 0)), 0);
+
+  // The default refuses, naming the draw.
+  try {
+    vmap([](const Tensor& x) { return x + randint(0, 3, {3}).to(x.dtype()); })(zeros({2, 3}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("randint"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TotalStack, VmapOfComparisonsAndArgmaxMatchesTheLoop) {
+  const Tensor xs = randn({4, 3, 5}, DType::Float64);
+  auto f = [](const Tensor& x) {
+    const Tensor cmp = logical_and(gt(x, 0.0), le(x, x.mean()));
+    return where(cmp, x, zeros({}, x.dtype())) + argmax(x, 1).to(x.dtype()).unsqueeze(1) +
+           argmin(x).to(x.dtype());
+  };
+  const Tensor batched = vmap(f)(xs);
+  std::vector<Tensor> loop;
+  for (int64_t i = 0; i < 4; ++i) loop.push_back(f(xs.select(0, i)));
+  EXPECT_EQ(max_diff(batched, stack(loop, 0)), 0);
+}
+
+TEST(TotalStack, CompileRecordsThemAsNodesAndReplaysDrawsAsEagerCode) {
+  auto f = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    const Tensor noise = randn(x.shape(), x.dtype());
+    const Tensor keep = gt(x + noise, 0.0);
+    return std::vector<Tensor>{where(keep, x, noise) * argmax(x, -1, true).to(x.dtype())};
+  };
+  const Tensor x = randn({3, 6});
+  auto compiled = compile(f);
+  for (int call = 0; call < 3; ++call) {  // the trace, then replays
+    manual_seed(100 + call);
+    const Tensor expected = f({x})[0];
+    manual_seed(100 + call);
+    const Tensor got = compiled({x})[0];
+    EXPECT_EQ(max_diff(got, expected), 0) << "call " << call;
+  }
+  const std::string graph = compiled.dump(false);
+  for (const char* op : {"randn", "gt", "argmax"})
+    EXPECT_NE(graph.find(op), std::string::npos) << op << " is not a node of\n" << graph;
+}
+
+}  // namespace
+}  // namespace adjoint
