@@ -45,8 +45,8 @@ void Adam::update(std::size_t index, Tensor& param, const Tensor& grad) {
   const AdamOptions& o = options_;
   ParamState& st = state_[index];
   if (!st.exp_avg.defined()) {
-    st.exp_avg = zeros(param.shape(), param.dtype());
-    st.exp_avg_sq = zeros(param.shape(), param.dtype());
+    st.exp_avg = zeros_like(param);  // on the parameter's device, as PyTorch's state
+    st.exp_avg_sq = zeros_like(param);
   }
   st.step += 1;
   const detail::AdamStep s{.lr = lr(),

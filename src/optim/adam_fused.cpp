@@ -254,6 +254,9 @@ bool fused_applies(const Tensor& param, const Tensor& grad, const Tensor& exp_av
   // Under compile the op-by-op update is traced instead: this kernel writes raw memory, which
   // a graph cannot record (Note [In-place ops under compile] in src/compile/trace.cpp).
   if (is_grad_enabled() || tls_mode.dual_visible != 0 || ::adjoint::detail::tracing()) return false;
+  // On meta there is no memory to write: the op-by-op update runs there (the step of a memory
+  // estimate, docs/devices.md).
+  if (param.is_meta()) return false;
   const DType dt = param.dtype();
   if (dt != DType::Float32 && dt != DType::Float64) return false;
   const Tensor* all[] = {&param, &grad, &exp_avg, &exp_avg_sq};

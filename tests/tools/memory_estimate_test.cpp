@@ -4,6 +4,7 @@
 // report's advice when a run does not fit.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "adjoint/allocator.h"
@@ -110,6 +111,61 @@ TEST(MemoryEstimate, TheReportSaysWhetherItFitsAndWhatWouldMakeItFit) {
   const std::string shard = estimate_report(c, e.parameter_bytes + e.gradient_bytes);
   EXPECT_NE(shard.find("--zero"), std::string::npos) << shard;
   EXPECT_LE(e.per_rank_bytes(2, 1024), e.parameter_bytes + e.gradient_bytes);
+}
+
+// The per-module rows: each is one module's weights, gradients and state, and what its
+// forward saved and added at its peak. Oracles: the totals the rows add up to, and on CPU
+// nn::summary's saved bytes per module and the allocator's peak over each module's forward.
+TEST(MemoryEstimate, PerModuleRowsAddUpAndMatchTheCpuRun) {
+  const TrainConfig c = tiny("gpt", "fp32", false, "none");
+  const MemoryEstimate e = estimate_memory(c);
+  std::map<std::string, const ModuleMemory*> by_name;
+  int64_t parameters = 0;
+  std::size_t gradients = 0, optimizer = 0;
+  for (const ModuleMemory& m : e.modules) {
+    by_name[m.name] = &m;
+    parameters += m.count * m.parameters;
+    gradients += static_cast<std::size_t>(m.count) * m.gradient_bytes;
+    optimizer += static_cast<std::size_t>(m.count) * m.optimizer_bytes;
+  }
+  EXPECT_EQ(parameters, e.parameters);
+  EXPECT_EQ(gradients, e.gradient_bytes);
+  EXPECT_EQ(optimizer, e.optimizer_bytes);
+  // The three blocks are alike: one row of three.
+  ASSERT_TRUE(by_name.count("blocks.0-2")) << estimate_report(c, 0);
+  EXPECT_EQ(by_name["blocks.0-2"]->count, 3);
+  for (const char* name : {"wte", "wpe", "drop", "ln_f"})
+    EXPECT_TRUE(by_name.count(name)) << name << " has no row:\n" << estimate_report(c, 0);
+
+  // On CPU: the same model's forward under nn::summary, and each block's forward alone under
+  // the allocator's peak.
+  Generator gen(1);
+  std::shared_ptr<nn::LanguageModel> model = make_model(c, &gen);
+  model->train();
+  const Tensor tokens = randint(0, 256, {c.batch, c.model.context}, &gen);
+  const nn::ModelSummary s = nn::summary(*model, tokens);
+  for (const nn::ModuleSummaryRow& row : s.rows) {
+    std::string key = row.name;
+    if (key.rfind("blocks.", 0) == 0 && key.find('.', 7) == std::string::npos) key = "blocks.0-2";
+    if (row.depth == 0 || !by_name.count(key) || (key == "blocks.0-2" && row.depth != 2)) continue;
+    EXPECT_EQ(by_name[key]->saved_bytes, row.saved_bytes) << row.name;
+  }
+  std::shared_ptr<nn::Module> block;
+  for (const auto& [name, m] : model->named_modules())
+    if (name == "blocks.0") block = m;
+  ASSERT_NE(block, nullptr);
+  const Tensor x = randn({c.batch, c.model.context, c.model.d_model}, DType::Float32, &gen);
+  const std::size_t before = memory_stats().current_bytes;
+  reset_peak_memory_stats();
+  { const Tensor y = (*block)(x); }
+  const std::size_t cpu_peak = memory_stats().peak_bytes - before;
+  // The estimate sees storage at the end of each op; the allocator also sees a kernel's own
+  // temporaries while it runs, so it can only be higher, and not by more than one op's
+  // scratch.
+  EXPECT_LE(by_name["blocks.0-2"]->forward_peak_bytes, cpu_peak);
+  EXPECT_GE(by_name["blocks.0-2"]->forward_peak_bytes, cpu_peak / 2);
+  // The report prints the table.
+  EXPECT_NE(estimate_report(c, 0).find("blocks.0-2 (3x)"), std::string::npos);
 }
 
 }  // namespace
