@@ -12,6 +12,8 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "backend/kernels.h"
+#include "core/tensor_factory.h"
 
 namespace adjoint {
 namespace {
@@ -42,6 +44,12 @@ std::vector<std::size_t> inputs_requiring_grad(const std::vector<Tensor>& inputs
   return idx;
 }
 
+// Element j of a contiguous tensor set to v, by the kernel of its device (below the dispatch
+// stack: nothing records it).
+void set_element(const Tensor& t, int64_t j, double v) {
+  kernels::fill(make_view(t, {}, {}, t.impl()->offset + j), v);
+}
+
 // The elements of `t` in row-major order; an undefined tensor reads as m zeros.
 std::vector<double> values(const Tensor& t, int64_t m, const char* what) {
   if (!t.defined()) return std::vector<double>(m, 0.0);
@@ -61,14 +69,13 @@ Block numeric_block(const TensorFn& f, const std::vector<Tensor>& inputs, std::s
   Block block(m * n);
   if (n == 0) return block;
   ADJOINT_ASSERT(xs[k].is_contiguous(), "clone() should be contiguous");
-  double* p = xs[k].data_ptr<double>();
+  const std::vector<double> orig = xs[k].to_vector<double>();
   for (int64_t j = 0; j < n; ++j) {
-    const double orig = p[j];
-    p[j] = orig + eps;
+    set_element(xs[k], j, orig[j] + eps);
     std::vector<double> plus = values(f(xs), m, "the perturbed output");
-    p[j] = orig - eps;
+    set_element(xs[k], j, orig[j] - eps);
     std::vector<double> minus = values(f(xs), m, "the perturbed output");
-    p[j] = orig;
+    set_element(xs[k], j, orig[j]);
     for (int64_t r = 0; r < m; ++r) block[r * n + j] = (plus[r] - minus[r]) / (2 * eps);
   }
   return block;
@@ -88,7 +95,7 @@ std::vector<Block> vjp_blocks(const Tensor& y, const std::vector<Tensor>& inputs
   if (m == 0 || wrt.empty() || !y.requires_grad()) return blocks;
   for (int64_t r = 0; r < m; ++r) {
     Tensor e = zeros(y.shape(), y.dtype());
-    e.data_ptr<double>()[r] = 1;
+    set_element(e, r, 1);
     std::vector<Tensor> g = autograd::grad({y}, wrt, {e}, /*retain_graph=*/true,
                                            /*create_graph=*/false, /*allow_unused=*/true);
     for (std::size_t i = 0; i < wrt.size(); ++i) {
@@ -108,7 +115,7 @@ Block jvp_block(const TensorFn& f, const std::vector<Tensor>& inputs, std::size_
   Block block(m * n);
   for (int64_t j = 0; j < n; ++j) {
     Tensor tangent = zeros(inputs[k].shape(), DType::Float64);
-    tangent.data_ptr<double>()[j] = 1;
+    set_element(tangent, j, 1);
     std::vector<Tensor> xs = inputs;
     xs[k] = make_dual(inputs[k], tangent);
     std::vector<double> col = values(f(xs).tangent(), m, "the output tangent");

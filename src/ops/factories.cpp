@@ -38,11 +38,8 @@ Tensor finish(Tensor t, const TensorOptions& o, const MakeRecipe& recipe) {
 Tensor finish(Tensor t, const TensorOptions& o) {
   return finish(std::move(t), o, [] { return detail::ExternalExport{}; });
 }
-// Zeroes a fresh tensor: memset on memory, nothing on a device without it.
-void clear(const Tensor& t) {
-  if (t.is_meta()) return;
-  if (t.numel()) std::memset(t.raw_data(), 0, t.nbytes());
-}
+// Zeroes a fresh tensor, by the kernel of its device (nothing on meta).
+void clear(const Tensor& t) { kernels::fill(t, 0); }
 
 // Recipes of the factories compile's dynamic sizes can make at other sizes (a filled tensor
 // of the batch's shape, arange(T)): the factory and its arguments, read by

@@ -5,6 +5,8 @@
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "backend/kernels.h"
+#include "core/tensor_factory.h"
 
 namespace adjoint::detail {
 
@@ -69,11 +71,8 @@ void check_floating_outputs(const std::vector<Tensor>& outputs, const char* op) 
 
 Tensor one_hot_like(const Tensor& like, int64_t i) {
   Tensor t = zeros(like.shape(), like.dtype());
-  if (like.dtype() == DType::Float64) {
-    t.data_ptr<double>()[i] = 1;
-  } else {
-    t.data_ptr<float>()[i] = 1;
-  }
+  // Element i of the fresh contiguous tensor, set by the kernel of its device.
+  kernels::fill(make_view(t, {}, {}, i), 1);
   return t;
 }
 

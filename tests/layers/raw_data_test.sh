@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Which files above the kernel table read or write a tensor's memory directly (raw_data,
+# data_ptr, impl()->data()): every such file outside src/backend, each listed below with why.
+# Fails when one appears in a file that is not listed, or when a listed file has none left, so
+# the list only shrinks as the sites move behind kernels (issue 37: a device whose memory the
+# CPU cannot read, such as CUDA, needs every one of them behind its kernel table;
+# docs/devices.md).
+#   tests/layers/raw_data_test.sh REPO_ROOT
+set -euo pipefail
+cd "${1:-.}"
+
+declare -A known=(
+  [src/core/tensor_impl.cpp]="defines raw_data() and data_ptr<T>() (CPU memory only, checked)"
+  [src/ops/factories.cpp]="tensor() copies C++ data into a new tensor; linspace sets its last element"
+  [src/ops/indexing.cpp]="boolean-mask indexing counts the mask on the host"
+  [src/ops/linalg_matrix_exp.cpp]="matrix_exp chooses its Pade degree from norms read on the host"
+  [src/ops/linalg_qr.cpp]="qr's VJP checks the diagonal on the host"
+  [src/ops/print.cpp]="printing reads the values"
+  [src/optim/adam_fused.cpp]="the fused Adam step is a CPU kernel above the table"
+  [src/compile/fused_loop.cpp]="compile's fused loops are its CPU executor (not yet split from the program)"
+  [src/checkpoint/offload.cpp]="offload copies saved tensors to and from host or disk buffers"
+  [src/io/safetensors_read.cpp]="a checkpoint's bytes are read into the tensor's memory"
+  [src/io/safetensors_write.cpp]="a tensor's bytes are written to the file"
+  [src/distributed/data_parallel.cpp]="which parameters have gradients, as flags exchanged over MPI"
+  [src/distributed/ddp.cpp]="bucket counts and gradient flags exchanged over MPI"
+  [src/distributed/zero.cpp]="step flags exchanged over MPI"
+  [src/distributed/local_backend.cpp]="the one-process backend copies buffers"
+  [src/distributed/mpi/mpi_backend.cpp]="MPI reads and writes the buffers"
+)
+
+pattern='raw_data\(|data_ptr<|data_ptr\(|impl\(\)->data\(\)'
+mapfile -t found < <(grep -rlE "$pattern" src --include='*.cpp' --include='*.h' | grep -v '^src/backend/' | sort)
+if ((${#found[@]} == 0)); then
+  echo "no file reads raw data: the grep found nothing, is this the repository root?" >&2
+  exit 1
+fi
+status=0
+declare -A seen=()
+for f in "${found[@]}"; do
+  seen[$f]=1
+  [[ -n "${known[$f]:-}" ]] && continue
+  echo "NEW: $f reads or writes tensor memory above the kernel table:" >&2
+  grep -nE "$pattern" "$f" | sed 's/^/    /' >&2
+  status=1
+done
+for f in "${!known[@]}"; do
+  if [[ -z "${seen[$f]:-}" ]]; then
+    echo "GONE: $f no longer touches tensor memory; take it off the list in $0" >&2
+    status=1
+  fi
+done
+((status == 0)) && echo "tensor memory is touched above the kernels by ${#known[@]} known files"
+exit $status
