@@ -118,5 +118,22 @@ TEST(TotalStack, CompileRecordsThemAsNodesAndReplaysDrawsAsEagerCode) {
     EXPECT_NE(graph.find(op), std::string::npos) << op << " is not a node of\n" << graph;
 }
 
+// detach() inside a compiled function cuts the gradient there, as in eager code: the
+// graph's own backward must not flow through the detached use.
+TEST(TotalStack, DetachInsideCompileCutsTheGradientAsEagerCodeDoes) {
+  const Tensor x = randn({4}, DType::Float64).requires_grad_(true);
+  auto f = [](const Tensor& v) {
+    return (v.detach() * v * v.detach()).sum() + tanh(v.detach()).sum() * v.sum();
+  };
+  const Tensor eager = autograd::grad({f(x)}, {x})[0];
+  auto compiled = compile(f);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor got = autograd::grad({compiled(x)}, {x})[0];
+    EXPECT_EQ(max_diff(got, eager), 0) << "call " << call;
+  }
+  const Tensor by_transform = grad([&](const Tensor& v) { return compiled(v); })(x.detach());
+  EXPECT_EQ(max_diff(by_transform, eager), 0);
+}
+
 }  // namespace
 }  // namespace adjoint
