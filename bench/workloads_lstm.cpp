@@ -1,6 +1,8 @@
 // The `lstm` workload of ../shared/bench/README.md: a training step of a character LSTM language
 // model (Embedding(256, 128), a 2-layer nn::LSTM with hidden 512, batch_first, Linear(512, 256),
-// cross-entropy, AdamW) on [32, 64] tokens. `lstm-select` runs the same model with the time steps
+// cross-entropy, AdamW) on [32, 64] tokens, each step's gates on the fused op lstm_cell_fused.
+// `lstm-unfused` runs the same layer with the gates as a composite of ops (fused_gates off), and
+// `lstm-select` the same model with the time steps
 // taken by one select each from the input projection, the naive loop that Note [Unbinding the
 // steps] in src/nn/rnn.cpp replaces (its backward sums T full-size scatters): the measurement
 // behind that choice.
@@ -39,12 +41,17 @@ Tensor lstm_layer_select(const nn::RecurrentWeights& w, const Tensor& x) {
   return adjoint::stack(hs, 0);
 }
 
-void run(const Opts& o, Json& j, bool select_steps) {
+enum class Impl { Fused, Unfused, Select };
+
+void run(const Opts& o, Json& j, Impl impl) {
+  const bool select_steps = impl == Impl::Select;
   adjoint::Generator gen(0);
   auto embed = std::make_shared<nn::Embedding>(kVocab, kEmbed, &gen);
-  auto lstm = std::make_shared<nn::LSTM>(
-      kEmbed, kHidden,
-      nn::RecurrentOptions{.num_layers = kLayers, .batch_first = true, .gen = &gen});
+  auto lstm = std::make_shared<nn::LSTM>(kEmbed, kHidden,
+                                         nn::RecurrentOptions{.num_layers = kLayers,
+                                                              .batch_first = true,
+                                                              .fused_gates = impl == Impl::Fused,
+                                                              .gen = &gen});
   auto head = std::make_shared<nn::Linear>(kHidden, kVocab, true, &gen);
   std::vector<Tensor> params = embed->parameters();
   for (const auto* m : {static_cast<nn::Module*>(lstm.get()), static_cast<nn::Module*>(head.get())})
@@ -95,8 +102,11 @@ void run(const Opts& o, Json& j, bool select_steps) {
   report_gemm_bound(j, times.total.median(), [&] { run_step(1, false); });
   j.str("precision", o.precision);
   j.str("lstm_impl", select_steps ? "ops: per-step select of the input projection"
-                                  : "nn::LSTM: one input product per layer, halving unbind, "
-                                    "per step linear(h) + chunked gates (ops)");
+                     : impl == Impl::Fused
+                         ? "nn::LSTM: one input product per layer, halving unbind, "
+                           "per step linear(h) + lstm_cell_fused"
+                         : "nn::LSTM: one input product per layer, halving unbind, "
+                           "per step linear(h) + chunked gates (ops)");
   j.num("fwd_ms", times.fwd.median());
   j.num("bwd_ms", times.bwd.median());
   j.num("opt_ms", times.step.median());
@@ -109,10 +119,12 @@ void run(const Opts& o, Json& j, bool select_steps) {
   j.integer("peak_saved_bytes", static_cast<long long>(saved_peak));
 }
 
-void lstm(const Opts& o, Json& j) { run(o, j, false); }
-void lstm_select(const Opts& o, Json& j) { run(o, j, true); }
+void lstm(const Opts& o, Json& j) { run(o, j, Impl::Fused); }
+void lstm_unfused(const Opts& o, Json& j) { run(o, j, Impl::Unfused); }
+void lstm_select(const Opts& o, Json& j) { run(o, j, Impl::Select); }
 
 static RegisterWorkload register_lstm{"lstm", lstm, 20};
+static RegisterWorkload register_lstm_unfused{"lstm-unfused", lstm_unfused, 20};
 static RegisterWorkload register_lstm_select{"lstm-select", lstm_select, 20};
 
 }  // namespace

@@ -8,5 +8,6 @@
 #include "adjoint/distributed/functional.h"
 #include "adjoint/distributed/process_group.h"
 #include "adjoint/distributed/sampler.h"
+#include "adjoint/distributed/sync_batchnorm.h"
 #include "adjoint/distributed/work.h"
 #include "adjoint/distributed/zero.h"

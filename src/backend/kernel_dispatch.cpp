@@ -246,6 +246,13 @@ Tensor layer_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
                     layer_norm_backward(gy, x, weight, mean, rstd, normalized_dims));
 }
 
+Tensor lstm_cell(const Tensor& gates, const Tensor& c) {
+  ADJOINT_ON_DEVICE(device_of(gates, c), lstm_cell(gates, c));
+}
+Tensor lstm_cell_backward(const Tensor& grad, const Tensor& gates, const Tensor& c) {
+  ADJOINT_ON_DEVICE(device_of(grad, gates, c), lstm_cell_backward(grad, gates, c));
+}
+
 // norm
 Tensor batch_norm_moments(const Tensor& x, int64_t correction) {
   ADJOINT_ON_DEVICE(device_of(x), batch_norm_moments(x, correction));

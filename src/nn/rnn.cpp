@@ -138,7 +138,8 @@ Tensor RecurrentLayer::run_direction(const RecurrentWeights& w, const Tensor& in
         h = detail::rnn_gates(xp[t], gh, options_.nonlinearity);
         break;
       case Kind::LSTM: {
-        LSTMState s = detail::lstm_gates(xp[t], gh, c);
+        LSTMState s = options_.fused_gates ? detail::lstm_gates_fused(xp[t], gh, c)
+                                           : detail::lstm_gates(xp[t], gh, c);
         h = std::move(s.h);
         c = std::move(s.c);
         break;

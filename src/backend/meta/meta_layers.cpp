@@ -88,6 +88,16 @@ Tensor layer_norm_backward(const Tensor&, const Tensor& x, const Tensor&, const 
   return result(x.shape(), x.dtype());
 }
 
+// ---- lstm cell ----
+Tensor lstm_cell(const Tensor&, const Tensor& c) {
+  Shape out = c.shape();
+  out.insert(0, 2);
+  return result(out, c.dtype());
+}
+Tensor lstm_cell_backward(const Tensor&, const Tensor& gates, const Tensor& c) {
+  return result({gates.numel() + c.numel()}, c.dtype());
+}
+
 // ---- batch and group norm ----
 Tensor batch_norm_moments(const Tensor& x, int64_t) { return result({2, x.shape()[1]}, x.dtype()); }
 BatchNormForward batch_norm(const Tensor& x, const Tensor&, const Tensor&, double) {
