@@ -158,10 +158,11 @@ int main(int argc, char** argv) {
   }
   const bool gpt = o.workload == "gpt-tiny" || o.workload == "gpt-long";
   if (o.precision != "fp32" && o.workload != "mlp" && o.workload != "deep-mlp" && !gpt &&
-      o.workload != "lstm" && o.workload != "lstm-select" && o.workload != "cnn") {
+      o.workload != "lstm" && o.workload != "lstm-select" && o.workload != "cnn" &&
+      o.workload != "attention") {
     std::fprintf(stderr,
-                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny, gpt-long, cnn and "
-                 "lstm, not %s\n",
+                 "error: --precision bf16 applies to mlp, deep-mlp, gpt-tiny, gpt-long, cnn, "
+                 "lstm and attention, not %s\n",
                  o.workload.c_str());
     return 2;
   }

@@ -4,8 +4,10 @@
 // are not on the hot path are written with. See Note [Attention rules].
 #include "adjoint/attention_ops.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "backend/attention_kernels.h"
 #include "core/op_fields.h"
@@ -160,6 +162,55 @@ Tensor fold_key(const BatchArgs& b, std::size_t i) {
   return key.reshape({key.size(0) * key.size(1), 2});
 }
 
+// Whether `from` broadcasts to `to` without growing it.
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const std::size_t lead = to.size() - from.size();
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
+// Note [Attention shape rules]
+// What an imported graph's attention nodes must record (Note [Checking an imported graph] in
+// src/export/import.cpp), the kernels' own checks on shapes and dtypes only: q [*b, Hq, L, E],
+// k [*b, Hkv, S, E] and v [*b, Hkv, S, Ev] of one rank >= 3 and one floating dtype with Hkv
+// dividing Hq, a mask (bool or q's dtype) broadcasting to the scores [*b, Hq, L, S] without
+// growing them, and a dropout key int64 [P, 2]. The result is [*b, Hq, L, Ev] in q's dtype.
+Shape attention_output_shape(std::span<const detail::ValueSpec> in, const char* op) {
+  const detail::ValueSpec &q = spec_of(in, 0, op), &k = spec_of(in, 1, op), &v = spec_of(in, 2, op);
+  const std::size_t nd = q.shape.size();
+  bool ok = nd >= 3 && k.shape.size() == nd && v.shape.size() == nd;
+  for (std::size_t d = 0; ok && d + 3 < nd; ++d)
+    ok = k.shape[d] == q.shape[d] && v.shape[d] == q.shape[d];
+  ok = ok && k.shape[nd - 1] == q.shape[nd - 1] && v.shape[nd - 2] == k.shape[nd - 2] &&
+       v.shape[nd - 3] == k.shape[nd - 3] && k.shape[nd - 3] > 0 &&
+       q.shape[nd - 3] % k.shape[nd - 3] == 0;
+  ADJOINT_CHECK(ok, Shape, op, "q ", describe(q), ", k ", describe(k), " and v ", describe(v),
+                " do not fit q [*b, Hq, L, E], k [*b, Hkv, S, E], v [*b, Hkv, S, Ev] with Hq a "
+                "multiple of Hkv");
+  ADJOINT_CHECK(is_floating(q.dtype) && k.dtype == q.dtype && v.dtype == q.dtype, DType, op,
+                "q, k and v must share a floating dtype, got ", describe(q), ", ", describe(k),
+                ", ", describe(v));
+  if (in.size() > 3 && in[3].defined) {
+    const detail::ValueSpec& mask = in[3];
+    Shape scores = q.shape;
+    scores[nd - 1] = k.shape[nd - 2];
+    ADJOINT_CHECK((mask.dtype == DType::Bool || mask.dtype == q.dtype) && mask.shape.size() <= nd &&
+                      broadcasts_to(mask.shape, scores),
+                  Shape, op, "the mask ", describe(mask), " must be bool or of q's dtype ", q.dtype,
+                  " and broadcast to the scores ", scores);
+  }
+  if (in.size() > 4 && in[4].defined) {
+    const detail::ValueSpec& key = in[4];
+    ADJOINT_CHECK(key.dtype == DType::Int64 && key.shape.size() == 2 && key.shape[1] == 2, Shape,
+                  op, "the dropout key must be int64 [P, 2], got ", describe(key));
+  }
+  Shape out = q.shape;
+  out[nd - 1] = v.shape[nd - 1];
+  return out;
+}
+
 struct Grads {
   Tensor dq, dk, dv;
 };
@@ -180,6 +231,23 @@ struct ScaledDotProductAttentionBackward : Attrs {
   static constexpr const char* name = "scaled_dot_product_attention_backward";
   auto fields() { return std::tie(scale, causal, dropout_p); }
   static constexpr Save save = Save::Inputs;
+
+  // Inputs (g, q, k, v, out, lse, mask, key): g and out of the forward's result shape, lse
+  // [*b, Hq, L]; the result packs dq, dk and dv (Note [Attention shape rules]).
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    ADJOINT_CHECK(in.size() == 8, Value, name, "expected 8 inputs, got ", in.size());
+    const std::array<detail::ValueSpec, 5> fwd = {in[1], in[2], in[3], in[6], in[7]};
+    const Shape out = attention_output_shape(fwd, name);
+    const detail::ValueSpec &g = spec_of(in, 0, name), &o = spec_of(in, 4, name);
+    const detail::ValueSpec& lse = spec_of(in, 5, name);
+    const detail::ValueSpec& q = in[1];
+    const Shape rows(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1));
+    ADJOINT_CHECK(g.shape == out && o.shape == out && lse.shape == rows, Shape, name,
+                  "the output's gradient ", describe(g), ", the output ", describe(o),
+                  " and the log-sum-exp ", describe(lse), " must be ", out, ", ", out, " and ",
+                  rows);
+    return {Shape{q.shape.numel() + in[2].shape.numel() + in[3].shape.numel()}, q.dtype};
+  }
 
   Tensor forward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                  const Tensor& out, const Tensor& lse, const Tensor& mask,
@@ -276,6 +344,10 @@ struct ScaledDotProductAttention : Attrs {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::InputsAndOutput;
 
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    return {attention_output_shape(in, name), spec_of(in, 0, name).dtype};
+  }
+
   Tensor forward(Saver& s, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                  const Tensor& seed) const {
     kernels::AttentionForward r = kernels::attention_forward(q, k, v, mask, seed, spec());
@@ -330,15 +402,6 @@ struct ScaledDotProductAttention : Attrs {
     return apply(*this, b.with_batch(0), b.with_batch(1), b.with_batch(2), mask, fold_key(b, 4));
   }
 };
-
-// Whether `from` broadcasts to `to` without growing it.
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  const std::size_t lead = to.size() - from.size();
-  for (std::size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  return true;
-}
 
 // What both public functions start with: q, k and v of one rank >= 3 with broadcast batch dims
 // (and heads, without GQA), the mask checked, the attributes, and the dims to drop at the end.

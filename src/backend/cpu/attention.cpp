@@ -1,10 +1,11 @@
 // Fused scaled-dot-product attention on the CPU: Note [Blocked attention] for the algorithm,
 // Note [Attention work split] for the threads, Note [Attention dropout] for the random mask.
 // The block products run on the library's single-threaded float32 gemm (sgemm.h: OpenBLAS or
-// oneDNN) or on OpenBLAS's dgemm for float64; the row passes (max, the shifted exp, the
-// rescaling) on the SIMD helpers of simd_math.h. 16-bit inputs are widened to float32 at entry
-// (Note [Reduced-precision kernels]): every sum is a float32 one, and the results are rounded
-// once on the way out.
+// oneDNN), on OpenBLAS's dgemm for float64, or for bfloat16 on oneDNN's bfloat16 products where
+// bfloat16 matmuls run there (Note [bfloat16 attention blocks]); the row passes (max, the shifted
+// exp, the rescaling) on the SIMD helpers of simd_math.h. Other 16-bit inputs are widened to
+// float32 at entry (Note [Reduced-precision kernels]). Every sum is a float32 one, and the
+// results are rounded once on the way out.
 #include <cblas.h>
 
 #include <algorithm>
@@ -14,8 +15,11 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "adjoint/half.h"
 #include "adjoint/threading.h"
 #include "backend/attention_kernels.h"
+#include "backend/cpu/gemm16.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/opmath.h"
 #include "backend/cpu/row_math.h"
 #include "backend/cpu/sgemm.h"
@@ -23,6 +27,7 @@
 #include "backend/cpu/single_threaded_blas.h"
 #include "backend/device_kernels.h"
 #include "backend/kernels.h"
+#include "core/half_convert.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
 
@@ -55,17 +60,34 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 // and slower at L 128, where the diagonal blocks of a causal mask waste more.
 constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
 
-// C = op(A) op(B) + beta C on the calling thread, row-major (as sgemm in sgemm.h).
-template <class A>
-void block_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda,
-                const A* b, int64_t ldb, A beta, A* c, int64_t ldc) {
+// Note [bfloat16 attention blocks]
+// Where bfloat16 matmuls run on oneDNN (gemm16_path: a CPU that multiplies bfloat16, Note
+// [bfloat16 matmul]), bfloat16 attention keeps q, k, v and dO in bfloat16 and runs every block
+// product there too, with float32 accumulation: the scores S = Q Kᵀ and dP = dO Vᵀ from the
+// inputs as they are, and the products with P (P V, Pᵀ dO) and with dS (dS K, dSᵀ Q) from P
+// and dS rounded to bfloat16 once per block, as FlashAttention does on GPUs and as the math path
+// does under bfloat16 (its softmax output and the scores' gradient are bfloat16 tensors). The
+// online softmax, lse, D and the accumulators stay float32. Elsewhere (and for float16) the
+// inputs are widened at entry and the blocks multiply in float32. Measured in docs/attention.md
+// ("bfloat16 block products").
+// Whether bfloat16 attention runs on bfloat16 block products now (ADJOINT_GEMM16 and
+// set_gemm16_path move it with the matmuls).
+bool bf16_blocks() { return gemm16_path(DType::BFloat16) == Gemm16Path::OneDnn; }
+
+// C = op(A) op(B) + beta C on the calling thread, row-major (as sgemm in sgemm.h); C is of the
+// accumulation type A (float for bfloat16 operands).
+template <class T, class A>
+void block_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                const T* b, int64_t ldb, A beta, A* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta == A(0))
       for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, A(0));
     return;
   }
-  if constexpr (std::is_same_v<A, float>) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    gemm_bf16_onednn(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  } else if constexpr (std::is_same_v<A, float>) {
     sgemm_block(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   } else {
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
@@ -79,16 +101,17 @@ inline A max_nan(A a, A v) {
   return (v > a || v != v) ? v : a;
 }
 
-// The matrices [rows, cols] of an operand [*b, H, rows, cols] in the accumulation type A, with
-// unit column stride and a row stride BLAS accepts (a copy where the input has neither), and
-// the offset of each matrix n * H + h.
-template <class A>
+// The matrices [rows, cols] of an operand [*b, H, rows, cols] in the operand type T (the
+// accumulation type, or bfloat16 as it is: Note [bfloat16 attention blocks]), with unit column
+// stride and a row stride BLAS accepts (a copy where the input has neither), and the offset of
+// each matrix n * H + h.
+template <class T>
 struct Matrices {
   Tensor keep;  // what `data` points into
-  const A* data = nullptr;
+  const T* data = nullptr;
   int64_t ld = 1;
   std::vector<int64_t> offsets;
-  const A* operator[](int64_t i) const { return data + offsets[i]; }
+  const T* operator[](int64_t i) const { return data + offsets[i]; }
 };
 
 // Offsets of each matrix of `shape` (all dims but the last two) through `strides`.
@@ -108,17 +131,17 @@ std::vector<int64_t> matrix_offsets(const Shape& shape, const Shape& strides) {
   return out;
 }
 
-template <class A>
-Matrices<A> matrices(const Tensor& t) {
-  Tensor x = widen(t);
+template <class T>
+Matrices<T> matrices(const Tensor& t) {
+  Tensor x = std::is_same_v<T, BFloat16> ? t : widen(t);
   const int64_t nd = x.dim();
   const int64_t rows = x.shape()[nd - 2], cols = x.shape()[nd - 1];
   const bool unit_cols = cols <= 1 || x.strides()[nd - 1] == 1;
   const bool rows_apart = rows <= 1 || x.strides()[nd - 2] >= std::max<int64_t>(cols, 1);
   if (!unit_cols || !rows_apart) x = cast(x, x.dtype());
-  Matrices<A> m;
+  Matrices<T> m;
   m.keep = x;
-  if (x.numel() > 0) m.data = x.data_ptr<A>();
+  if (x.numel() > 0) m.data = x.data_ptr<T>();
   m.ld = rows <= 1 ? std::max<int64_t>(cols, 1) : x.strides()[nd - 2];
   m.offsets = matrix_offsets(x.shape(), x.strides());
   return m;
@@ -230,10 +253,11 @@ DropoutDraws dropout_draws(const Tensor& seed, double p, int64_t batch, int64_t 
   return d;
 }
 
-template <class A>
+// T: the operands' type in the block products; A: the accumulation type.
+template <class T, class A>
 struct Problem {
   int64_t batch = 0, heads_q = 0, heads_kv = 0, group = 1, L = 0, S = 0, E = 0, Ev = 0;
-  Matrices<A> q, k, v;
+  Matrices<T> q, k, v;
   MaskRows<A> mask;
   DropoutDraws drop;
   A scale = 1, keep = 1;
@@ -272,10 +296,10 @@ void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                 q.dtype(), " and broadcast to the scores ", scores);
 }
 
-template <class A>
-Problem<A> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                        const Tensor& seed, const AttentionSpec& spec) {
-  Problem<A> p;
+template <class T, class A>
+Problem<T, A> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                           const Tensor& seed, const AttentionSpec& spec) {
+  Problem<T, A> p;
   const int64_t nd = q.dim();
   p.batch = 1;
   for (int64_t d = 0; d + 3 < nd; ++d) p.batch *= q.size(d);
@@ -286,9 +310,9 @@ Problem<A> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const
   p.S = k.size(nd - 2);
   p.E = q.size(nd - 1);
   p.Ev = v.size(nd - 1);
-  p.q = matrices<A>(q);
-  p.k = matrices<A>(k);
-  p.v = matrices<A>(v);
+  p.q = matrices<T>(q);
+  p.k = matrices<T>(k);
+  p.v = matrices<T>(v);
   Shape scores = q.shape();
   scores[nd - 1] = p.S;
   p.mask = mask_rows<A>(mask, scores);
@@ -300,8 +324,9 @@ Problem<A> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const
 }
 
 // s[r * bk + c] = scale q_(i0 + r) · k_(j0 + c) + bias for r < bq, c < bk, -inf where masked.
-template <class A>
-void scores(const Problem<A>& p, int64_t nh, int64_t i0, int64_t bq, int64_t j0, int64_t bk, A* s) {
+template <class T, class A>
+void scores(const Problem<T, A>& p, int64_t nh, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+            A* s) {
   block_gemm(false, true, bq, bk, p.E, p.q[nh] + i0 * p.q.ld, p.q.ld,
              p.k[p.kv_of(nh)] + j0 * p.k.ld, p.k.ld, A(0), s, bk);
   const A neg_inf = -std::numeric_limits<A>::infinity();
@@ -351,20 +376,40 @@ void for_blocks(int64_t matrices, int64_t blocks, bool balanced, MakeScratch mak
 
 int64_t blocks_of(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
-template <class A>
+// A block of A as the block products' operand type T: the block itself when T is A, else
+// rounded into `buf` (Note [bfloat16 attention blocks]).
+template <class T, class A>
+const T* as_operand(const A* block, int64_t n, std::vector<T>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    (void)n, (void)buf;
+    return block;
+  } else {
+    detail::convert(block, buf.data(), n);
+    return buf.data();
+  }
+}
+// The size of a rounding buffer for blocks of n elements: none when T is A.
+template <class T, class A>
+std::size_t operand_buffer(int64_t n) {
+  return std::is_same_v<T, A> ? 0 : static_cast<std::size_t>(n);
+}
+
+template <class T, class A>
 struct ForwardScratch {
   std::vector<A> s, acc, m, l, z;
-  explicit ForwardScratch(const Problem<A>& p)
+  std::vector<T> st;  // s rounded to T (Note [bfloat16 attention blocks])
+  explicit ForwardScratch(const Problem<T, A>& p)
       : s(kQueryBlock * kKeyBlock),
         acc(kQueryBlock * std::max<int64_t>(p.Ev, 1)),
         m(kQueryBlock),
         l(kQueryBlock),
-        z(kKeyBlock) {}
+        z(kKeyBlock),
+        st(operand_buffer<T, A>(kQueryBlock * kKeyBlock)) {}
 };
 
 // Query block qb of matrix nh: its rows of the output (at out, row stride ldo) and lse.
-template <class A>
-void forward_block(const Problem<A>& p, int64_t nh, int64_t qb, ForwardScratch<A>& w, A* out,
+template <class T, class A>
+void forward_block(const Problem<T, A>& p, int64_t nh, int64_t qb, ForwardScratch<T, A>& w, A* out,
                    int64_t ldo, A* lse) {
   const int64_t i0 = qb * kQueryBlock, bq = std::min(kQueryBlock, p.L - i0);
   const int64_t Ev = p.Ev, n = nh / p.heads_q, h = nh % p.heads_q;
@@ -376,7 +421,7 @@ void forward_block(const Problem<A>& p, int64_t nh, int64_t qb, ForwardScratch<A
   std::fill(m, m + bq, neg_inf);
   std::fill(l, l + bq, A(0));
   const int64_t end = p.key_end(i0, bq);
-  const A* vm = p.v[p.kv_of(nh)];
+  const T* vm = p.v[p.kv_of(nh)];
   for (int64_t j0 = 0; j0 < end; j0 += kKeyBlock) {
     const int64_t bk = std::min(kKeyBlock, end - j0);
     A* s = w.s.data();
@@ -399,7 +444,8 @@ void forward_block(const Problem<A>& p, int64_t nh, int64_t qb, ForwardScratch<A
         for (int64_t c = 0; c < bk; ++c) row[c] *= z[c];
       }
     }
-    block_gemm(false, false, bq, Ev, bk, s, bk, vm + j0 * p.v.ld, p.v.ld, A(1), acc, Ev);
+    block_gemm(false, false, bq, Ev, bk, as_operand<T>(s, bq * bk, w.st), bk, vm + j0 * p.v.ld,
+               p.v.ld, A(1), acc, Ev);
   }
   for (int64_t r = 0; r < bq; ++r) {
     // A row with every key masked (m = -inf, l = 0) gives 0 with lse 0 (Note [Blocked attention]).
@@ -421,10 +467,10 @@ void forward_block(const Problem<A>& p, int64_t nh, int64_t qb, ForwardScratch<A
 // output, and the graph keeps it once (gpt-long: 2 MiB per layer less, and one copy less in
 // the forward). 16-bit results are rounded into a new contiguous tensor, as before. The meta
 // kernel (meta_layers.cpp) gives the same layouts.
-template <class A>
+template <class T, class A>
 AttentionForward forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                               const Tensor& seed, const AttentionSpec& spec) {
-  Problem<A> p = make_problem<A>(q, k, v, mask, seed, spec);
+  Problem<T, A> p = make_problem<T, A>(q, k, v, mask, seed, spec);
   const std::size_t nd = q.shape().size();
   Shape rows_first = q.shape(), lse_shape = q.shape();
   rows_first[nd - 3] = p.L;
@@ -439,8 +485,8 @@ AttentionForward forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   SingleThreadedBlas one;
   for_blocks(
       p.batch * p.heads_q, blocks_of(p.L, kQueryBlock), p.causal,
-      [&] { return ForwardScratch<A>(p); },
-      [&](ForwardScratch<A>& w, int64_t nh, int64_t qb) {
+      [&] { return ForwardScratch<T, A>(p); },
+      [&](ForwardScratch<T, A>& w, int64_t nh, int64_t qb) {
         const int64_t n = nh / p.heads_q, h = nh % p.heads_q;
         forward_block(p, nh, qb, w, op + n * p.L * ldo + h * p.Ev, ldo, lp + nh * p.L);
       });
@@ -449,33 +495,52 @@ AttentionForward forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   return {narrow_to(heads_first, q.dtype()), lse};
 }
 
-template <class A>
+template <class T, class A>
 struct BackwardScratch {
   std::vector<A> s, pd, ds, z, dk, dv, dq;
-  explicit BackwardScratch(const Problem<A>& p)
+  std::vector<T> pt, dst;         // P ∘ Z and dS scale as T (Note [bfloat16 attention blocks])
+  const T* p_operand = nullptr;   // P ∘ Z as the products take it
+  const T* ds_operand = nullptr;  // dS scale likewise
+  explicit BackwardScratch(const Problem<T, A>& p)
       : s(kQueryBlock * kKeyBlock),
         pd(kQueryBlock * kKeyBlock),
         ds(kQueryBlock * kKeyBlock),
         z(kKeyBlock),
         dk(kKeyBlock * std::max<int64_t>(p.E, 1)),
         dv(kKeyBlock * std::max<int64_t>(p.Ev, 1)),
-        dq(kQueryBlock * std::max<int64_t>(p.E, 1)) {}
+        dq(kQueryBlock * std::max<int64_t>(p.E, 1)),
+        pt(operand_buffer<T, A>(kQueryBlock * kKeyBlock)),
+        dst(operand_buffer<T, A>(kQueryBlock * kKeyBlock)) {}
 };
 
 // The tensors of the backward besides the problem: dO's matrices, lse and D = rowsum(dO ∘ O).
-template <class A>
+template <class T, class A>
 struct Cotangent {
-  Matrices<A> dout;
+  Matrices<T> dout;
   const A* lse = nullptr;
   std::vector<A> delta;
 };
 
+// rowsum(a ∘ b) of one row in double, bfloat16 read as float.
+template <class T>
+double row_dot(const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j)
+      s += static_cast<double>(static_cast<float>(a[j])) * static_cast<float>(b[j]);
+    return s;
+  } else {
+    return dot_double(a, b, n);
+  }
+}
+
 // One block's probabilities and score gradients: w.s = P, w.pd = P ∘ Z (dropout's multipliers;
 // P itself without dropout) and w.ds = dS scale, for query rows [i0, i0 + bq) and keys
-// [j0, j0 + bk) of matrix nh.
-template <class A>
-void block_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, int64_t i0, int64_t bq,
-                     int64_t j0, int64_t bk, BackwardScratch<A>& w) {
+// [j0, j0 + bk) of matrix nh, and w.p_operand and w.ds_operand pointing at P ∘ Z and dS scale as
+// the products take them.
+template <class T, class A>
+void block_gradients(const Problem<T, A>& p, const Cotangent<T, A>& g, int64_t nh, int64_t i0,
+                     int64_t bq, int64_t j0, int64_t bk, BackwardScratch<T, A>& w) {
   A* s = w.s.data();
   A* ds = w.ds.data();
   scores(p, nh, i0, bq, j0, bk, s);
@@ -502,15 +567,17 @@ void block_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, int
       for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - d) * scale;
     }
   }
+  w.p_operand = as_operand<T>(p.drop.on ? w.pd.data() : s, bq * bk, w.pt);
+  w.ds_operand = as_operand<T>(ds, bq * bk, w.dst);
 }
 
 // dV += (P Z)ᵀ dO and dK += dSᵀ Q for one block (w as block_gradients left it).
-template <class A>
-void add_key_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, int64_t i0,
-                       int64_t bq, int64_t bk, BackwardScratch<A>& w, A* dk, A* dv) {
-  block_gemm(true, false, bk, p.Ev, bq, p.drop.on ? w.pd.data() : w.s.data(), bk,
-             g.dout[nh] + i0 * g.dout.ld, g.dout.ld, A(1), dv, p.Ev);
-  block_gemm(true, false, bk, p.E, bq, w.ds.data(), bk, p.q[nh] + i0 * p.q.ld, p.q.ld, A(1), dk,
+template <class T, class A>
+void add_key_gradients(const Problem<T, A>& p, const Cotangent<T, A>& g, int64_t nh, int64_t i0,
+                       int64_t bq, int64_t bk, BackwardScratch<T, A>& w, A* dk, A* dv) {
+  block_gemm(true, false, bk, p.Ev, bq, w.p_operand, bk, g.dout[nh] + i0 * g.dout.ld, g.dout.ld,
+             A(1), dv, p.Ev);
+  block_gemm(true, false, bk, p.E, bq, w.ds_operand, bk, p.q[nh] + i0 * p.q.ld, p.q.ld, A(1), dk,
              p.E);
 }
 
@@ -522,11 +589,11 @@ void add_key_gradients(const Problem<A>& p, const Cotangent<A>& g, int64_t nh, i
 // each block's P and dS twice. Both passes use the same key blocks and add into each gradient
 // row in the same order (dQ over key blocks ascending, dK and dV over query heads, then query
 // blocks ascending), with products of the same shapes, so either way gives the same bits.
-template <class A>
+template <class T, class A>
 Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& out, const Tensor& lse, const Tensor& mask, const Tensor& seed,
                      const AttentionSpec& spec) {
-  Problem<A> p = make_problem<A>(q, k, v, mask, seed, spec);
+  Problem<T, A> p = make_problem<T, A>(q, k, v, mask, seed, spec);
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
   Tensor packed = make_empty({nq + nk + nv}, dtype_of_v<A>);
   if (packed.numel() == 0) return narrow_to(packed, q.dtype());
@@ -534,8 +601,8 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   A* dk = dq + nq;
   A* dv = dk + nk;
   const int64_t heads = p.batch * p.heads_q, kv_heads = p.batch * p.heads_kv;
-  Cotangent<A> g;
-  g.dout = matrices<A>(dout);
+  Cotangent<T, A> g;
+  g.dout = matrices<T>(dout);
   const Tensor lse_c = lse.is_contiguous() ? lse : cast(lse, lse.dtype());
   ADJOINT_CHECK(lse_c.dtype() == dtype_of_v<A> && lse_c.numel() == heads * p.L, Shape, kOp,
                 "the saved log-sum-exp ", describe(lse), " does not fit q ", describe(q));
@@ -543,13 +610,13 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   // D = rowsum(dO ∘ O), one per query row.
   g.delta.resize(static_cast<std::size_t>(heads * p.L));
   {
-    const Matrices<A> o = matrices<A>(out);
+    const Matrices<T> o = matrices<T>(out);
     parallel_for(heads * p.L, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.Ev, 1)),
                  [&](int64_t r0, int64_t r1) {
                    for (int64_t r = r0; r < r1; ++r) {
                      const int64_t nh = r / p.L, i = r % p.L;
                      g.delta[r] = static_cast<A>(
-                         dot_double(g.dout[nh] + i * g.dout.ld, o[nh] + i * o.ld, p.Ev));
+                         row_dot(g.dout[nh] + i * g.dout.ld, o[nh] + i * o.ld, p.Ev));
                    }
                  });
   }
@@ -557,14 +624,14 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   const int64_t key_blocks = blocks_of(p.S, kKeyBlock), query_blocks = blocks_of(p.L, kQueryBlock);
   // Key block kb of key/value head nkv: its dK and dV rows, and (with `dq_out`) dS K added into
   // dQ's rows of every query head of its group.
-  auto key_block = [&](BackwardScratch<A>& w, int64_t nkv, int64_t kb, A* dq_out) {
+  auto key_block = [&](BackwardScratch<T, A>& w, int64_t nkv, int64_t kb, A* dq_out) {
     const int64_t j0 = kb * kKeyBlock, bk = std::min(kKeyBlock, p.S - j0);
     A* dk_acc = w.dk.data();
     A* dv_acc = w.dv.data();
     std::fill(dk_acc, dk_acc + bk * p.E, A(0));
     std::fill(dv_acc, dv_acc + bk * p.Ev, A(0));
     const int64_t n = nkv / p.heads_kv, kvh = nkv % p.heads_kv;
-    const A* km = p.k[nkv] + j0 * p.k.ld;
+    const T* km = p.k[nkv] + j0 * p.k.ld;
     for (int64_t hh = 0; hh < p.group; ++hh) {
       const int64_t nh = n * p.heads_q + kvh * p.group + hh;
       for (int64_t i0 = p.first_query_block(j0) * kQueryBlock; i0 < p.L; i0 += kQueryBlock) {
@@ -572,7 +639,7 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
         block_gradients(p, g, nh, i0, bq, j0, bk, w);
         add_key_gradients(p, g, nh, i0, bq, bk, w, dk_acc, dv_acc);
         if (dq_out)
-          block_gemm(false, false, bq, p.E, bk, w.ds.data(), bk, km, p.k.ld, A(1),
+          block_gemm(false, false, bq, p.E, bk, w.ds_operand, bk, km, p.k.ld, A(1),
                      dq_out + (nh * p.L + i0) * p.E, p.E);
       }
     }
@@ -582,7 +649,7 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   if (kv_heads >= 2 * static_cast<int64_t>(get_num_threads())) {
     std::fill(dq, dq + nq, A(0));
     parallel_for(kv_heads, 1, [&](int64_t t0, int64_t t1) {
-      BackwardScratch<A> w(p);
+      BackwardScratch<T, A> w(p);
       for (int64_t nkv = t0; nkv < t1; ++nkv)
         for (int64_t kb = 0; kb < key_blocks; ++kb) key_block(w, nkv, kb, dq);
     });
@@ -590,21 +657,21 @@ Tensor backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const
   }
   // dK and dV by key blocks of each key/value head, over the query heads of its group.
   for_blocks(
-      kv_heads, key_blocks, p.causal, [&] { return BackwardScratch<A>(p); },
-      [&](BackwardScratch<A>& w, int64_t nkv, int64_t kb) { key_block(w, nkv, kb, nullptr); });
+      kv_heads, key_blocks, p.causal, [&] { return BackwardScratch<T, A>(p); },
+      [&](BackwardScratch<T, A>& w, int64_t nkv, int64_t kb) { key_block(w, nkv, kb, nullptr); });
   // dQ by query blocks, over the same key blocks as above.
   for_blocks(
-      heads, query_blocks, p.causal, [&] { return BackwardScratch<A>(p); },
-      [&](BackwardScratch<A>& w, int64_t nh, int64_t qb) {
+      heads, query_blocks, p.causal, [&] { return BackwardScratch<T, A>(p); },
+      [&](BackwardScratch<T, A>& w, int64_t nh, int64_t qb) {
         const int64_t i0 = qb * kQueryBlock, bq = std::min(kQueryBlock, p.L - i0);
         A* dq_acc = w.dq.data();
         std::fill(dq_acc, dq_acc + bq * p.E, A(0));
         const int64_t end = p.key_end(i0, bq);
-        const A* km = p.k[p.kv_of(nh)];
+        const T* km = p.k[p.kv_of(nh)];
         for (int64_t j0 = 0; j0 < end; j0 += kKeyBlock) {
           const int64_t bk = std::min(kKeyBlock, p.S - j0);
           block_gradients(p, g, nh, i0, bq, j0, bk, w);
-          block_gemm(false, false, bq, p.E, bk, w.ds.data(), bk, km + j0 * p.k.ld, p.k.ld, A(1),
+          block_gemm(false, false, bq, p.E, bk, w.ds_operand, bk, km + j0 * p.k.ld, p.k.ld, A(1),
                      dq_acc, p.E);
         }
         std::memcpy(dq + (nh * p.L + i0) * p.E, dq_acc, sizeof(A) * bq * p.E);
@@ -618,8 +685,10 @@ AttentionForward cpu::attention_forward(const Tensor& q, const Tensor& k, const 
                                         const Tensor& mask, const Tensor& seed,
                                         const AttentionSpec& spec) {
   check_shapes(q, k, v, mask);
-  if (q.dtype() == DType::Float64) return forward_impl<double>(q, k, v, mask, seed, spec);
-  return forward_impl<float>(q, k, v, mask, seed, spec);  // float32, and 16-bit widened
+  if (q.dtype() == DType::Float64) return forward_impl<double, double>(q, k, v, mask, seed, spec);
+  if (q.dtype() == DType::BFloat16 && bf16_blocks())
+    return forward_impl<BFloat16, float>(q, k, v, mask, seed, spec);
+  return forward_impl<float, float>(q, k, v, mask, seed, spec);  // float32, and 16-bit widened
 }
 
 Tensor cpu::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -634,8 +703,10 @@ Tensor cpu::attention_backward(const Tensor& dout, const Tensor& q, const Tensor
   const Tensor g = dout.dtype() == q.dtype() ? dout : cast(dout, q.dtype());
   const Tensor o = out.dtype() == q.dtype() ? out : cast(out, q.dtype());
   if (q.dtype() == DType::Float64)
-    return backward_impl<double>(g, q, k, v, o, lse, mask, seed, spec);
-  return backward_impl<float>(g, q, k, v, o, lse, mask, seed, spec);
+    return backward_impl<double, double>(g, q, k, v, o, lse, mask, seed, spec);
+  if (q.dtype() == DType::BFloat16 && bf16_blocks())
+    return backward_impl<BFloat16, float>(g, q, k, v, o, lse, mask, seed, spec);
+  return backward_impl<float, float>(g, q, k, v, o, lse, mask, seed, spec);
 }
 
 Tensor cpu::attention_dropout_scale(const Tensor& seed, const Shape& scores, double p,
