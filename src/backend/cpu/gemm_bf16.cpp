@@ -33,7 +33,9 @@ bool onednn_isa_has_bf16() {
 }
 
 // One primitive per product shape, layout and beta, kept per thread: creating one costs tens of
-// microseconds (oneDNN's own cache still hashes the whole descriptor).
+// microseconds (oneDNN's own cache still hashes the whole descriptor). Its three memory objects
+// are kept with it and pointed at each call's data: the fused attention kernel makes many
+// small products of a few shapes, where building them anew each call showed.
 using PrimitiveKey =
     std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
@@ -43,13 +45,17 @@ void gemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat
   using dims = dnnl::memory::dims;
   onednn_one_thread_here();
   thread_local dnnl::stream stream(onednn_engine());
-  thread_local std::map<PrimitiveKey, dnnl::matmul> cache;
-  const dnnl::memory::desc a_md(dims{m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
-  const dnnl::memory::desc b_md(dims{k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
-  const dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
+  struct Cached {
+    dnnl::matmul primitive;
+    dnnl::memory a, b, c;
+  };
+  thread_local std::map<PrimitiveKey, Cached> cache;
   const PrimitiveKey key{m, n, k, lda, ldb, ldc, ta, tb, beta != 0};
   auto it = cache.find(key);
   if (it == cache.end()) {
+    const dnnl::memory::desc a_md(dims{m, k}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
+    const dnnl::memory::desc b_md(dims{k, n}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
+    const dnnl::memory::desc c_md(dims{m, n}, dt::f32, dims{ldc, 1});
     if (cache.size() >= 256) cache.clear();  // bound the memory a shape-changing workload holds
     dnnl::primitive_attr attr;
     if (beta != 0) {
@@ -60,12 +66,18 @@ void gemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr,
                                           onednn_engine());
-    it = cache.emplace(key, dnnl::matmul(pd)).first;
+    it = cache
+             .emplace(key, Cached{dnnl::matmul(pd),
+                                  dnnl::memory(a_md, onednn_engine(), DNNL_MEMORY_NONE),
+                                  dnnl::memory(b_md, onednn_engine(), DNNL_MEMORY_NONE),
+                                  dnnl::memory(c_md, onednn_engine(), DNNL_MEMORY_NONE)})
+             .first;
   }
-  dnnl::memory am(a_md, onednn_engine(), const_cast<BFloat16*>(a));
-  dnnl::memory bm(b_md, onednn_engine(), const_cast<BFloat16*>(b));
-  dnnl::memory cm(c_md, onednn_engine(), c);
-  it->second.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  Cached& p = it->second;
+  p.a.set_data_handle(const_cast<BFloat16*>(a));
+  p.b.set_data_handle(const_cast<BFloat16*>(b));
+  p.c.set_data_handle(c);
+  p.primitive.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
   stream.wait();
 }
 #endif
