@@ -10,6 +10,7 @@
 #include "backend/linalg_kernels.h"
 #include "backend/nn_kernels.h"
 #include "backend/norm_kernels.h"
+#include "backend/optim_kernels.h"
 #include "backend/pool_kernels.h"
 
 // Note [The kernel table]
@@ -34,6 +35,7 @@ namespace cpu {
 #include "backend/kernel_lists/linalg.inc"
 #include "backend/kernel_lists/nn.inc"
 #include "backend/kernel_lists/norm.inc"
+#include "backend/kernel_lists/optim.inc"
 #include "backend/kernel_lists/pool.inc"
 }  // namespace cpu
 
@@ -44,6 +46,7 @@ namespace meta {
 #include "backend/kernel_lists/linalg.inc"
 #include "backend/kernel_lists/nn.inc"
 #include "backend/kernel_lists/norm.inc"
+#include "backend/kernel_lists/optim.inc"
 #include "backend/kernel_lists/pool.inc"
 }  // namespace meta
 

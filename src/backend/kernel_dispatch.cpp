@@ -66,6 +66,12 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   ADJOINT_ON_DEVICE(device_of(dst, src), copy_into(dst, src));
 }
 void fill(const Tensor& dst, Scalar value) { ADJOINT_ON_DEVICE(device_of(dst), fill(dst, value)); }
+void copy_to_host(const Tensor& x, void* dst) {
+  ADJOINT_ON_DEVICE(device_of(x), copy_to_host(x, dst));
+}
+void copy_from_host(const Tensor& x, const void* src) {
+  ADJOINT_ON_DEVICE(device_of(x), copy_from_host(x, src));
+}
 Tensor reduce(Reduce kind, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   ADJOINT_ON_DEVICE(device_of(x), reduce(kind, x, dims, keepdim));
 }
@@ -268,6 +274,14 @@ Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
 GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
                             const Tensor& bias, double eps) {
   ADJOINT_ON_DEVICE(device_of(x, weight, bias), group_norm(x, groups, weight, bias, eps));
+}
+
+// optim
+bool adam_step_exact(Device device) { ADJOINT_ON_DEVICE(device.type(), adam_step_exact(device)); }
+void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+               const Tensor& exp_avg_sq, const AdamScalars& s) {
+  ADJOINT_ON_DEVICE(device_of(param, grad, exp_avg, exp_avg_sq),
+                    adam_step(param, grad, exp_avg, exp_avg_sq, s));
 }
 
 // pool

@@ -15,6 +15,7 @@
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "backend/host_transfer.h"
 
 namespace adjoint {
 namespace detail {
@@ -101,17 +102,20 @@ std::any pack_to_disk(const std::shared_ptr<detail::SpillFile>& file,
   rec->shape = c.shape();
   rec->dtype = c.dtype();
   rec->offset = file->end;
-  const char* p = static_cast<const char*>(c.raw_data());
+  // The bytes come through the device's host transfer, chunk by chunk (Note [Host transfers]).
   std::size_t done = 0;
-  while (done < rec->nbytes) {
-    const ssize_t w =
-        ::pwrite(file->fd, p + done, rec->nbytes - done, static_cast<off_t>(rec->offset + done));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail_io(file->dir, "cannot write " + std::to_string(rec->nbytes) + " bytes", errno);
+  adjoint::detail::stream_to_host(c, [&](const char* p, std::size_t n) {
+    for (std::size_t put = 0; put < n;) {
+      const ssize_t w =
+          ::pwrite(file->fd, p + put, n - put, static_cast<off_t>(rec->offset + done + put));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail_io(file->dir, "cannot write " + std::to_string(rec->nbytes) + " bytes", errno);
+      }
+      put += static_cast<std::size_t>(w);
     }
-    done += static_cast<std::size_t>(w);
-  }
+    done += n;
+  });
   // The next record starts on a page boundary, so each can be mapped on its own.
   const std::size_t page = page_size();
   file->end = (rec->offset + rec->nbytes + page - 1) / page * page;
@@ -128,7 +132,12 @@ Tensor unpack_from_disk(const std::any& packed) {
                      static_cast<off_t>(rec->offset));
   if (map == MAP_FAILED)
     fail_io(rec->file->dir, "cannot map " + std::to_string(rec->nbytes) + " bytes back", errno);
-  std::memcpy(out.raw_data(), map, rec->nbytes);
+  try {
+    kernels::copy_from_host(out, map);
+  } catch (...) {
+    ::munmap(map, rec->nbytes);
+    throw;
+  }
   ::munmap(map, rec->nbytes);
   return out;
 }

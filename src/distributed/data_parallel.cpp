@@ -5,6 +5,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "backend/host_transfer.h"
 
 namespace adjoint::dist {
 
@@ -40,10 +41,12 @@ void average_gradients(const std::vector<Tensor>& params, ProcessGroup* group,
   const int64_t n = static_cast<int64_t>(params.size());
   // Which parameters have a gradient on some rank: those get one everywhere (zeros where this
   // rank had none), the others keep none on every rank.
-  Tensor has = zeros({n}, DType::Int64);
-  for (int64_t i = 0; i < n; ++i)
-    if (params[i].grad().defined()) has.data_ptr<int64_t>()[i] = 1;
-  pg.all_reduce(has, ReduceOp::Max);
+  std::vector<int64_t> flags(static_cast<std::size_t>(n), 0);
+  for (int64_t i = 0; i < n; ++i) flags[i] = params[i].grad().defined() ? 1 : 0;
+  Tensor has_on_some = tensor(flags);
+  pg.all_reduce(has_on_some, ReduceOp::Max);
+  const std::vector<int64_t> has =
+      adjoint::detail::host_values<int64_t>(has_on_some, "dist.average_gradients");
 
   struct Bucket {
     std::vector<int64_t> members;
@@ -68,7 +71,7 @@ void average_gradients(const std::vector<Tensor>& params, ProcessGroup* group,
   std::vector<int64_t> current;
   int64_t current_bytes = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (!has.data_ptr<int64_t>()[i]) continue;
+    if (!has[i]) continue;
     const Tensor& p = params[i];
     ADJOINT_CHECK(is_floating(p.dtype()), DType, "dist.average_gradients", "parameter ", i, " ",
                   describe(p), " is not floating point");

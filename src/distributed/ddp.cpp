@@ -15,6 +15,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "backend/host_transfer.h"
 #include "distributed/call_tag.h"
 
 namespace adjoint::dist {
@@ -130,11 +131,11 @@ DistributedDataParallel::DistributedDataParallel(std::vector<std::pair<std::stri
   // The same number of parameters everywhere (their shapes are checked by the broadcast).
   Tensor count = tensor(std::vector<int64_t>{static_cast<int64_t>(params_.size())});
   Tensor counts = group_.all_gather(count);
+  const std::vector<int64_t> per_rank = adjoint::detail::host_values<int64_t>(counts, kOp);
   for (int r = 0; r < group_.world_size(); ++r)
-    ADJOINT_CHECK(counts.data_ptr<int64_t>()[r] == count.data_ptr<int64_t>()[0], Value, kOp,
-                  "rank ", r, " has ", counts.data_ptr<int64_t>()[r],
-                  " parameters that require grad, this rank (", group_.rank(), ") has ",
-                  params_.size(), ": every rank must wrap the same model");
+    ADJOINT_CHECK(per_rank[r] == static_cast<int64_t>(params_.size()), Value, kOp, "rank ", r,
+                  " has ", per_rank[r], " parameters that require grad, this rank (", group_.rank(),
+                  ") has ", params_.size(), ": every rank must wrap the same model");
   if (options.broadcast_at_start) {
     broadcast_tensors(all, 0, &group_);
     broadcast_tensors(buffers, 0, &group_);
@@ -353,8 +354,7 @@ void DistributedDataParallel::finish_backward() {
 
   // Parameters no gradient reached in this run: their .grad as it stands, or zeros.
   const int64_t n = static_cast<int64_t>(params_.size());
-  Tensor had_grad = zeros({n}, DType::Int64);
-  auto* had = had_grad.data_ptr<int64_t>();
+  std::vector<int64_t> had(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     had[i] = ready_[i] || params_[i].grad().defined();
     if (ready_[i]) continue;
@@ -365,6 +365,7 @@ void DistributedDataParallel::finish_backward() {
   ADJOINT_ASSERT(next_launch_ == buckets_.size(), "every bucket launched at the end of backward");
   // How many ranks had a gradient for each parameter: every rank decides the same from it
   // (an error raised on one rank only would leave the others' collectives out of step).
+  Tensor had_grad = tensor(had);
   Work counting = group_.all_reduce_async(had_grad, ReduceOp::Sum);
 
   // Every launched collective is waited for, even after one failed.
@@ -386,6 +387,7 @@ void DistributedDataParallel::finish_backward() {
     abandon_run();
     std::rethrow_exception(failed);
   }
+  had = adjoint::detail::host_values<int64_t>(had_grad, kOp);  // summed over the ranks
   for (Bucket& b : buckets_) stats_.comm_ms += ms(b.work.elapsed());
   if (options_.zero_stage == 2) {
     for (Bucket& b : buckets_) {

@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "backend/host_transfer.h"
 #include "distributed/call_tag.h"
 
 namespace adjoint::dist {
@@ -189,12 +190,10 @@ bool ZeroOptimizer::update(optim::GradScaler* scaler) {
   if (scaler) {
     stepped = scaler->step(*inner_);
     // Every rank must agree, or some would all-gather while others do not.
-    Tensor flags = full({2}, 0.0, DType::Int64);
-    flags.data_ptr<int64_t>()[0] = stepped ? 1 : 0;
-    flags.data_ptr<int64_t>()[1] = stepped ? 0 : 1;
+    Tensor flags = tensor(std::vector<int64_t>{stepped ? 1 : 0, stepped ? 0 : 1});
     group_.all_reduce(flags, ReduceOp::Max);
-    ADJOINT_CHECK(flags.data_ptr<int64_t>()[0] == 0 || flags.data_ptr<int64_t>()[1] == 0, Value,
-                  kOp,
+    const std::vector<int64_t> any = adjoint::detail::host_values<int64_t>(flags, kOp);
+    ADJOINT_CHECK(any[0] == 0 || any[1] == 0, Value, kOp,
                   "the ranks disagree on skipping this step (some saw an Inf or NaN gradient in "
                   "their shard, others not): construct the GradScaler with combine_found_inf = "
                   "dist::found_inf_on_any_rank(group)");

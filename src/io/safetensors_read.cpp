@@ -16,6 +16,7 @@
 #include "adjoint/error.h"
 #include "adjoint/io/safetensors.h"
 #include "adjoint/ops.h"
+#include "backend/host_transfer.h"
 #include "io/safetensors_format.h"
 
 namespace adjoint::io {
@@ -223,13 +224,17 @@ Tensor read_tensor(File& file, const TensorInfo& info, uint64_t data_start) {
   Tensor t = empty(info.shape, info.dtype.loads_as);
   const uint64_t nbytes = info.end - info.begin;
   if (nbytes == 0) return t;
-  // Every file dtype adjoint loads is its own dtype: the bytes go straight into the storage.
-  file.read(data_start + info.begin, t.raw_data(), nbytes);
-  if (t.dtype() == DType::Bool) {
+  // Every file dtype adjoint loads is its own dtype: the bytes go into the tensor as they are,
+  // through the device's host transfer in chunks (Note [Host transfers]).
+  uint64_t at = data_start + info.begin;
+  const bool is_bool = t.dtype() == DType::Bool;
+  adjoint::detail::stream_from_host(t, [&](char* bytes, std::size_t n) {
+    file.read(at, bytes, n);
+    at += n;
     // Any non-zero byte is true; a bool object must hold exactly 0 or 1.
-    auto* bytes = static_cast<unsigned char*>(t.raw_data());
-    for (uint64_t i = 0; i < nbytes; ++i) bytes[i] = bytes[i] != 0;
-  }
+    if (is_bool)
+      for (std::size_t i = 0; i < n; ++i) bytes[i] = bytes[i] != 0;
+  });
   return t;
 }
 

@@ -18,6 +18,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/io/safetensors.h"
 #include "adjoint/ops.h"
+#include "backend/host_transfer.h"
 #include "io/safetensors_format.h"
 
 namespace adjoint::io {
@@ -167,7 +168,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   file.write(length, sizeof length);
   file.write(text.data(), text.size());
   for (std::size_t i : layout)
-    if (entries[i].nbytes > 0) file.write(entries[i].data.raw_data(), entries[i].nbytes);
+    if (entries[i].nbytes > 0)
+      adjoint::detail::stream_to_host(entries[i].data,
+                             [&](const char* bytes, std::size_t n) { file.write(bytes, n); });
   file.commit();
 }
 

@@ -4,13 +4,13 @@
 // cannot give, a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "backend/host_transfer.h"
 #include "backend/kernels.h"
 #include "core/dispatch.h"
 #include "core/op_fields.h"
@@ -187,11 +187,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   Tensor t = make_empty({steps}, o.dtype(), o.device());
   double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
   kernels::arange(t, start, step);
-  if (steps > 1 && !t.is_meta()) {  // hit `end` exactly, as torch.linspace does
-    dispatch_floating(o.dtype(), "linspace", [&]<class T>() {
-      t.data_ptr<T>()[steps - 1] = static_cast<T>(static_cast<opmath_t<T>>(end));
-    });
-  }
+  if (steps > 1) kernels::fill(make_view(t, {}, {}, steps - 1), end);  // `end` exactly, as torch
   return finish(std::move(t), o, [&] { return recipe(Recipe::Linspace, o, start, end, steps); });
 }
 
@@ -216,19 +212,18 @@ Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape, TensorOpti
   for (int64_t d : s) ADJOINT_CHECK(d >= 0, Value, "tensor", "negative dimension in shape ", s);
   ADJOINT_CHECK(s.numel() == static_cast<int64_t>(data.size()), Shape, "tensor", "shape ", s,
                 " needs ", s.numel(), " elements but ", data.size(), " were given");
+  // Staged on the CPU, then handed to the device (Note [Host transfers]); data given to meta
+  // keeps its shape and dtype only, as PyTorch's meta device does.
   Tensor src = make_empty(s, dtype_of_v<T>);
-  if (!data.empty()) {
-    if constexpr (std::is_same_v<T, bool>) {
-      bool* p = src.data_ptr<bool>();
-      for (std::size_t i = 0; i < data.size(); ++i) p[i] = data[i];
-    } else {
-      std::memcpy(src.raw_data(), data.data(), data.size() * sizeof(T));
-    }
+  if constexpr (std::is_same_v<T, bool>) {
+    const std::vector<uint8_t> bytes(data.begin(), data.end());  // std::vector<bool> packs bits
+    detail::write_host_values<uint8_t>(src, bytes, "tensor");
+  } else {
+    detail::write_host_values<T>(src, data, "tensor");
   }
   Tensor t = src;
   if (o.dtype() != dtype_of_v<T>) t = kernels::cast(src, o.dtype());
-  // Data given to a device without memory keeps its shape and dtype only, as PyTorch's meta.
-  if (!o.device().is_cpu()) t = make_empty(t.shape(), t.dtype(), o.device());
+  if (!o.device().is_cpu()) t = kernels::to_device(t, o.device());
   return finish(std::move(t), o);
 }
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, TensorOptions);

@@ -3,8 +3,10 @@
 // Indices are int64 tensors, saved for backward through the Saver so in-place changes to them
 // are caught; they never receive a gradient.
 #include <algorithm>
+#include <vector>
 
 #include "adjoint/error.h"
+#include "backend/host_transfer.h"
 #include "core/op_fields.h"
 #include "core/op_scope.h"
 #include "core/op_tracer.h"
@@ -170,13 +172,14 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
                 describe(x));
   const int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
   Tensor mask = make_empty({rows, cols}, DType::Bool);
-  bool* m = mask.data_ptr<bool>();
+  std::vector<uint8_t> m(static_cast<std::size_t>(mask.numel()));
   // One pass over the mask's elements, not rows x cols nested loops: a [2^40, 0] input has
   // no elements but 2^40 rows, and the outer loop alone would spin for hours.
   for (int64_t k = 0, n = mask.numel(); k < n; ++k) {
     const int64_t i = k / cols, j = k % cols;
     m[k] = lower ? j - i <= diagonal : j - i >= diagonal;
   }
+  detail::write_host_values<uint8_t>(mask, m, op);
   detail::note_constant(mask);
   // A constant of C++ values: made on CPU, then given to x's device (on meta, its shape).
   if (!x.device().is_cpu()) mask = mask.to(x.device());
@@ -270,10 +273,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Shape shape = indices.shape();
   shape.push_back(num_classes);
   Tensor out = make_empty(shape, DType::Int64);
-  kernels::fill(out, 0);
-  int64_t* o = out.data_ptr<int64_t>();
+  std::vector<int64_t> o(static_cast<std::size_t>(out.numel()), 0);
   for (std::size_t i = 0; i < idx.size(); ++i)
-    o[static_cast<int64_t>(i) * num_classes + idx[i]] = 1;
+    o[i * static_cast<std::size_t>(num_classes) + static_cast<std::size_t>(idx[i])] = 1;
+  detail::write_host_values<int64_t>(out, o, "one_hot");
   return out;
 }
 

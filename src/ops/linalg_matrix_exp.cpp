@@ -10,6 +10,7 @@
 
 #include "ops/linalg_util.h"
 
+#include "backend/host_transfer.h"
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
 #include "core/op_fields.h"
@@ -47,8 +48,8 @@ std::vector<int> squarings(const Tensor& a) {
       kernels::reduce(Reduce::Sum, kernels::unary(kernels::Unary::Abs, a), {-2}, /*keepdim=*/false);
   const Tensor norms = kernels::cast(
       kernels::reduce(Reduce::Max, col_sums, {-1}, /*keepdim=*/false), DType::Float64);
-  const double* p = norms.data_ptr<double>();
-  std::vector<int> s(static_cast<std::size_t>(norms.numel()), 0);
+  const std::vector<double> p = detail::host_values<double>(norms, "matrix_exp");
+  std::vector<int> s(p.size(), 0);
   for (std::size_t i = 0; i < s.size(); ++i)
     // Bounded by float64's exponent range: a finite norm needs at most about 1030.
     if (std::isfinite(p[i]) && p[i] > kTheta13)
@@ -62,9 +63,10 @@ Tensor per_matrix(const Tensor& a, DType dtype, F f) {
   Shape shape = linalg_detail::batch_of(a);
   shape.push_back(1);
   shape.push_back(1);
-  Tensor t = make_empty(shape, DType::Float64);
-  double* p = t.data_ptr<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = f(static_cast<std::size_t>(i));
+  Tensor t = make_empty(shape, DType::Float64, a.device());
+  std::vector<double> p(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = f(i);
+  detail::write_host_values<double>(t, p, "matrix_exp");
   return dtype == DType::Float64 ? t : kernels::cast(t, dtype);
 }
 

@@ -5,6 +5,7 @@
 
 #include "ops/linalg_util.h"
 
+#include "backend/host_transfer.h"
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
 #include "core/op_fields.h"
@@ -83,7 +84,7 @@ struct CheckFullRank {
     const Tensor d = kernels::cast(
         kernels::unary(kernels::Unary::Abs, make_view(r, shape, strides, r.storage_offset())),
         DType::Float64);
-    const double* v = d.data_ptr<double>();
+    const std::vector<double> v = detail::host_values<double>(d, name);
     const double eps = dtype_eps(r.dtype());
     const int64_t m = a_shape[a_shape.size() - 2], n = a_shape.back();
     const double scale = static_cast<double>(std::max(m, n)) * eps;

@@ -1,12 +1,15 @@
 // operator<< for tensors: values (summarised past 1000 elements, like PyTorch), then shape,
 // dtype and grad_fn or requires_grad.
+#include <cstring>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "adjoint/autograd.h"
 #include "adjoint/tensor_impl.h"
+#include "backend/host_transfer.h"
 #include "core/dispatch.h"
 
 namespace adjoint {
@@ -15,13 +18,19 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;
 constexpr int64_t kEdgeItems = 3;
 
-// Reads elements by row-major index straight from the tensor's memory (strides included), so
-// that a summarised print touches only the elements it shows: a [1, 2^40] expanded tensor has
-// one element in memory, and copying all 2^40 out first would not fit. int64 stays exact (a
-// round trip through double would round values beyond 2^53).
+// Reads elements by row-major index through the device's host transfer (Note [Host transfers]
+// in backend/host_transfer.h). A summarised print copies out only the elements it shows: a
+// [1, 2^40] expanded tensor has one element in memory, and copying all 2^40 out first would
+// not fit; a whole one is copied in one transfer. int64 stays exact (a round trip through
+// double would round values beyond 2^53).
 class Values {
  public:
-  explicit Values(const Tensor& t) : t_(t), base_(static_cast<const char*>(t.raw_data())) {}
+  Values(const Tensor& t, bool summarize) : t_(t) {
+    if (!summarize) {
+      whole_.resize(t.nbytes());
+      kernels::copy_to_host(t, whole_.data());
+    }
+  }
 
   double real(int64_t flat) const {
     return dispatch_all(t_.dtype(), "print", [&]<class T>() {
@@ -43,17 +52,17 @@ class Values {
  private:
   template <class T>
   T at(int64_t flat) const {
-    int64_t offset = 0;
-    for (int64_t d = t_.dim() - 1; d >= 0; --d) {
-      const int64_t n = t_.shape()[d];
-      offset += (flat % n) * t_.strides()[d];
-      flat /= n;
+    if (whole_.empty()) {
+      using Host = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+      return static_cast<T>(detail::host_value<Host>(t_, flat, "print"));
     }
-    return reinterpret_cast<const T*>(base_)[offset];
+    T v;
+    std::memcpy(&v, whole_.data() + flat * sizeof(T), sizeof(T));
+    return v;
   }
 
   const Tensor& t_;
-  const char* base_;
+  std::vector<char> whole_;  // all values, row-major, when the print shows them all
 };
 
 void print_value(std::ostream& os, const Values& vals, int64_t i, DType dt) {
@@ -101,14 +110,15 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     if (auto fn = t.grad_fn()) os << ", grad_fn=" << fn->name();
     return os << ')';
   }
-  const Values vals(t);
+  const bool summarize = t.numel() > kSummarizeAbove;
+  const Values vals(t, summarize);
   os << "tensor(";
   if (t.dim() == 0) {
     print_value(os, vals, 0, t.dtype());
   } else if (t.numel() == 0) {
     os << "[]";  // as PyTorch; walking the rows of a [2^40, 0] tensor would never end
   } else {
-    print_dim(os, t, vals, 0, 0, 7, t.numel() > kSummarizeAbove);
+    print_dim(os, t, vals, 0, 0, 7, summarize);
   }
   os << ", shape=" << t.shape() << ", dtype=" << t.dtype();
   if (auto fn = t.grad_fn()) {

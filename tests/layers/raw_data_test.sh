@@ -11,21 +11,11 @@ cd "${1:-.}"
 
 declare -A known=(
   [src/core/tensor_impl.cpp]="defines raw_data() and data_ptr<T>() (CPU memory only, checked)"
-  [src/ops/factories.cpp]="tensor() copies C++ data into a new tensor; linspace sets its last element"
-  [src/ops/indexing.cpp]="boolean-mask indexing counts the mask on the host"
-  [src/ops/linalg_matrix_exp.cpp]="matrix_exp chooses its Pade degree from norms read on the host"
-  [src/ops/linalg_qr.cpp]="qr's VJP checks the diagonal on the host"
-  [src/ops/print.cpp]="printing reads the values"
-  [src/optim/adam_fused.cpp]="the fused Adam step is a CPU kernel above the table"
   [src/compile/fused_loop.cpp]="compile's fused loops are its CPU executor (not yet split from the program)"
-  [src/checkpoint/offload.cpp]="offload copies saved tensors to and from host or disk buffers"
-  [src/io/safetensors_read.cpp]="a checkpoint's bytes are read into the tensor's memory"
-  [src/io/safetensors_write.cpp]="a tensor's bytes are written to the file"
-  [src/distributed/data_parallel.cpp]="which parameters have gradients, as flags exchanged over MPI"
-  [src/distributed/ddp.cpp]="bucket counts and gradient flags exchanged over MPI"
-  [src/distributed/zero.cpp]="step flags exchanged over MPI"
+  # Communication backends: like the kernel table, each is one device's implementation (a CUDA
+  # build brings NCCL's, which reads device memory itself).
   [src/distributed/local_backend.cpp]="the one-process backend copies buffers"
-  [src/distributed/mpi/mpi_backend.cpp]="MPI reads and writes the buffers"
+  [src/distributed/mpi/mpi_backend.cpp]="MPI reads and writes host buffers"
 )
 
 pattern='raw_data\(|data_ptr<|data_ptr\(|impl\(\)->data\(\)'

@@ -83,6 +83,9 @@ Tensor to_device(const Tensor& x, Device device) {
 Tensor cast(const Tensor& x, DType dtype) { return result(x.shape(), dtype); }
 void copy_into(const Tensor&, const Tensor&) {}
 void fill(const Tensor&, Scalar) {}
+// A meta tensor has no values to hand over: the error names the current op.
+void copy_to_host(const Tensor& x, void*) { detail::check_has_data(*x.impl()); }
+void copy_from_host(const Tensor& x, const void*) { detail::check_has_data(*x.impl()); }
 
 Tensor reduce(Reduce k, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const char* op = reduce_name(k);
