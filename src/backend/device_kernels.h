@@ -2,10 +2,12 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 
 #include "adjoint/tensor_impl.h"
 #include "backend/attention_kernels.h"
 #include "backend/conv_kernels.h"
+#include "backend/fused_program.h"
 #include "backend/kernels.h"
 #include "backend/linalg_kernels.h"
 #include "backend/nn_kernels.h"
@@ -32,6 +34,7 @@ namespace cpu {
 #include "backend/kernel_lists/attention.inc"
 #include "backend/kernel_lists/conv.inc"
 #include "backend/kernel_lists/core.inc"
+#include "backend/kernel_lists/fused.inc"
 #include "backend/kernel_lists/linalg.inc"
 #include "backend/kernel_lists/nn.inc"
 #include "backend/kernel_lists/norm.inc"
@@ -43,6 +46,7 @@ namespace meta {
 #include "backend/kernel_lists/attention.inc"
 #include "backend/kernel_lists/conv.inc"
 #include "backend/kernel_lists/core.inc"
+#include "backend/kernel_lists/fused.inc"
 #include "backend/kernel_lists/linalg.inc"
 #include "backend/kernel_lists/nn.inc"
 #include "backend/kernel_lists/norm.inc"
@@ -55,7 +59,13 @@ namespace meta {
 namespace adjoint::detail {
 /// The device of a call whose tensors' devices differ: the one device apart from 0-d CPU
 /// tensors, or a Device error naming the current op and the two devices.
-DeviceType resolve_devices(std::initializer_list<const Tensor*> tensors);
+DeviceType resolve_devices(std::span<const Tensor* const> tensors);
+inline DeviceType resolve_devices(std::initializer_list<const Tensor*> tensors) {
+  return resolve_devices(std::span<const Tensor* const>(tensors.begin(), tensors.size()));
+}
+/// The device of a call on any number of tensors, by the same rules (a kernel whose tensors
+/// come as a span: a fused program's inputs).
+DeviceType device_of_all(std::span<const Tensor> tensors);
 [[noreturn]] void throw_no_backend(DeviceType device);
 
 inline Device device_of_defined(const Tensor& t) { return t.impl()->storage->device(); }

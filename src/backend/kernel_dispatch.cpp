@@ -9,7 +9,7 @@
 
 namespace adjoint::detail {
 
-DeviceType resolve_devices(std::initializer_list<const Tensor*> tensors) {
+DeviceType resolve_devices(std::span<const Tensor* const> tensors) {
   const Tensor* chosen = nullptr;
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
@@ -24,6 +24,22 @@ DeviceType resolve_devices(std::initializer_list<const Tensor*> tensors) {
     }
   }
   return chosen ? device_of_defined(*chosen).type() : DeviceType::CPU;
+}
+
+DeviceType device_of_all(std::span<const Tensor> tensors) {
+  const Tensor* first = nullptr;
+  bool one_device = true;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (first == nullptr) first = &t;
+    one_device = one_device && device_of_defined(t) == device_of_defined(*first);
+  }
+  if (first == nullptr) return DeviceType::CPU;
+  if (one_device) return device_of_defined(*first).type();
+  std::vector<const Tensor*> pointers;
+  pointers.reserve(tensors.size());
+  for (const Tensor& t : tensors) pointers.push_back(&t);
+  return resolve_devices(pointers);
 }
 
 void throw_no_backend(DeviceType device) {
@@ -274,6 +290,17 @@ Tensor batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weig
 GroupNormForward group_norm(const Tensor& x, int64_t groups, const Tensor& weight,
                             const Tensor& bias, double eps) {
   ADJOINT_ON_DEVICE(device_of(x, weight, bias), group_norm(x, groups, weight, bias, eps));
+}
+
+// fused
+std::shared_ptr<const PreparedFusedProgram> prepare_fused_program(Device device,
+                                                                  const FusedProgram& program) {
+  ADJOINT_ON_DEVICE(device.type(), prepare_fused_program(device, program));
+}
+std::vector<Tensor> run_fused_program(const FusedProgram& program,
+                                      const PreparedFusedProgram* prepared,
+                                      std::span<const Tensor> inputs) {
+  ADJOINT_ON_DEVICE(detail::device_of_all(inputs), run_fused_program(program, prepared, inputs));
 }
 
 // optim

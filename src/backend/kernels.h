@@ -93,6 +93,13 @@ void unary_block(Unary kind, const T* in, T* out, int64_t n, double a = 0, doubl
 template <class T>
 void binary_block(Binary kind, const T* x, const T* y, T* out, int64_t n);
 
+/// A multiply (MulScalar) or add (AddScalar) by a constant that a kernel applies to each result
+/// before storing it (its epilogue) or to its first operand as it loads it (its prologue): one
+/// correctly rounded operation, so the bits are those of unary(MulScalar or AddScalar) run as
+/// a pass of its own. Compile's fused loop merges such passes into their neighbours this way:
+/// a simple pass costs its stores (Note [Epilogues] in src/compile/merge_scalar_steps.cpp).
+enum class ScalarStep { None, MulScalar, AddScalar };
+
 enum class Reduce { Sum, Prod, Max, Min };
 enum class ArgReduce { ArgMax, ArgMin };
 

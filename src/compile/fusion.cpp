@@ -206,7 +206,8 @@ GraphNode make_fused(Graph& g, const std::vector<int>& members, const std::vecto
   return fused;
 }
 
-/// A sum, max or min that ends a group (Note [Sums that end a fused loop] in fused_loop.cpp).
+/// A sum, max or min that ends a group (Note [Sums that end a fused loop] in
+/// src/backend/cpu/fused_program.cpp).
 struct EndingReduction {
   int node = -1;  ///< the reduction node, or -1 for none
   /// It is all that reads the group from outside, so the fused node takes its place: it runs

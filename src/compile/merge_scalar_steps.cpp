@@ -1,6 +1,7 @@
 // A fused loop's multiplies and adds by constants merged into their neighbours' passes.
 #include <algorithm>
 
+#include "backend/cpu/simd_math.h"  // which steps the CPU's executor's vectorised kernels take
 #include "compile/fused_loop.h"
 
 namespace adjoint::detail {

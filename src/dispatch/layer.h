@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "adjoint/tensor.h"
+#include "backend/fused_program.h"
 #include "backend/kernels.h"
 #include "core/mode_state.h"
 #include "core/op_fields.h"
@@ -57,35 +58,7 @@ constexpr uint8_t layers_for(AutocastPolicy policy) {
                                           : static_cast<uint8_t>(0xff);
 }
 
-/// How a pointwise op computes each element, for compile's fusion (src/compile/fusion.cpp):
-/// one unary kind with its scalar parameters, or one binary kind whose operands broadcast, on
-/// one floating dtype. An op struct that is pointwise says so with a member
-/// `PointwiseKernel fusion() const`, beside its forward.
-struct PointwiseKernel {
-  bool is_binary = false;
-  kernels::Unary unary = kernels::Unary::Neg;
-  kernels::Binary binary = kernels::Binary::Add;
-  double a = 0, b = 0;
-  /// where(cond, x, y): cond (a bool input, read as 0 or 1) picks x where it is not zero.
-  bool is_where = false;
-  /// A cast between floating dtypes of one opmath dtype (float32 and the 16-bit floats): the
-  /// value is copied, and the rounding every 16-bit result gets in a fused loop does the rest.
-  bool is_cast = false;
-  static PointwiseKernel of(kernels::Unary k, double a = 0, double b = 0) {
-    return {false, k, kernels::Binary::Add, a, b};
-  }
-  static PointwiseKernel of(kernels::Binary k) { return {true, kernels::Unary::Neg, k, 0, 0}; }
-  static PointwiseKernel where() {
-    PointwiseKernel k;
-    k.is_where = true;
-    return k;
-  }
-  static PointwiseKernel cast() {
-    PointwiseKernel k;
-    k.is_cast = true;
-    return k;
-  }
-};
+using kernels::PointwiseKernel;  // (backend/fused_program.h)
 
 /// A reduction an op computes, for compile's fusion to end a pointwise group with it (an op
 /// says so with `ReductionKernel reduction() const`, or with

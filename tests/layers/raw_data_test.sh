@@ -11,7 +11,6 @@ cd "${1:-.}"
 
 declare -A known=(
   [src/core/tensor_impl.cpp]="defines raw_data() and data_ptr<T>() (CPU memory only, checked)"
-  [src/compile/fused_loop.cpp]="compile's fused loops are its CPU executor (not yet split from the program)"
   # Communication backends: like the kernel table, each is one device's implementation (a CUDA
   # build brings NCCL's, which reads device memory itself).
   [src/distributed/local_backend.cpp]="the one-process backend copies buffers"

@@ -210,7 +210,7 @@ void run_leading_sum(int64_t rows, int64_t cols, const T* x, double* out) {
 // order into one double. A single serial double sum waits 4 cycles on each add: a full sum of
 // 4M floats took 3.4 ms, the chunks 0.4 ms. One output's chunks run on all threads and are
 // added in chunk order, so the result is the same for any thread count; compile's fused loop
-// sums its values in the same chunks (fused_loop.cpp), so compiled and eager sums agree bit
+// sums its values in the same chunks (cpu/fused_program.cpp), so compiled and eager sums agree bit
 // for bit. A sum over leading dims (a bias gradient: [rows, cols] over rows) adds each column
 // in one double per chunk of kSumChunkRows rows, in row order, and then the chunks' sums in
 // order: the chunks run on all threads, each over whole rows (contiguous memory), and compile's

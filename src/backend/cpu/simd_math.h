@@ -28,13 +28,6 @@ bool simd_unary_handles(Unary kind, double a);
 bool simd_unary(Unary kind, const float* in, float* out, int64_t n, double a = 0, double b = 0);
 bool simd_unary(Unary kind, const double* in, double* out, int64_t n, double a = 0, double b = 0);
 
-/// A multiply (MulScalar) or add (AddScalar) by a constant that a kernel applies to each result
-/// before storing it (its epilogue) or to its first operand as it loads it (its prologue): one
-/// correctly rounded operation, so the bits are those of unary(MulScalar or AddScalar) run as
-/// a pass of its own. Compile's fused loop merges such passes into their neighbours this way:
-/// a simple pass costs its stores (Note [Epilogues] in src/compile/merge_scalar_steps.cpp).
-enum class ScalarStep { None, MulScalar, AddScalar };
-
 /// A vectorised kernel of one kind: out[i] = kind(in[i]) with the kind's parameters already
 /// rounded to T (as simd_unary rounds them), or out[i] = kind(pa(a[i]), pb(b[i])) with the
 /// prologues pa and pb by the constants `pa` and `pb`; then its epilogue by `e`. Constants of
