@@ -3,6 +3,7 @@
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "autograd/graph_task.h"
 #include "autograd/view_tracking.h"
 #include "core/mode_state.h"
@@ -58,7 +59,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
       m.grad = std::move(g);
     } else {
       NoGradGuard no_grad;
-      m.grad = g.detach().clone();
+      m.grad = detail::detach_alias(g).clone();
     }
   } else if (create_graph || m.grad.requires_grad()) {
     m.grad = m.grad + g;

@@ -38,6 +38,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
 #include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
 #include "core/tensor_factory.h"
@@ -214,7 +215,10 @@ NonFinite count_non_finite(const Tensor& t) {
   const OpObserverPause unobserved;
   const OpCacheScope unlogged(nullptr);
   // An expanded gradient (sum's backward) is read over its unique elements only.
-  for (double v : unique_elements(t.detach()).to(DType::Float64).contiguous().to_vector<double>()) {
+  for (double v : unique_elements(detail::detach_alias(t))
+                      .to(DType::Float64)
+                      .contiguous()
+                      .to_vector<double>()) {
     r.nan += std::isnan(v);
     r.inf += std::isinf(v);
   }

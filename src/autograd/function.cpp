@@ -208,7 +208,7 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
   for (Tensor& out : outputs) {
     ADJOINT_CHECK(out.defined(), Value, name, "forward returned an undefined tensor");
     for (const Tensor& in : inputs)
-      if (out.is_same(in)) out = out.detach();
+      if (out.is_same(in)) out = detail::detach_alias(out);
   }
   bool any_requires_grad = false;
   st.needs_input_grad.clear();

@@ -12,6 +12,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "backend/kernels.h"
 #include "core/tensor_factory.h"
 
@@ -64,7 +65,7 @@ Block numeric_block(const TensorFn& f, const std::vector<Tensor>& inputs, std::s
                     double eps) {
   NoGradGuard no_grad;
   std::vector<Tensor> xs;
-  for (const Tensor& x : inputs) xs.push_back(x.defined() ? x.detach().clone() : x);
+  for (const Tensor& x : inputs) xs.push_back(x.defined() ? detail::detach_alias(x).clone() : x);
   const int64_t n = xs[k].numel();
   Block block(m * n);
   if (n == 0) return block;
@@ -221,7 +222,7 @@ GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inpu
       std::vector<Tensor> ys(xs.begin(), xs.end() - 1), wrt;
       const Tensor& v = xs.back();
       for (std::size_t c : checked) {
-        if (!ys[c].requires_grad()) ys[c] = ys[c].detach().requires_grad_(true);
+        if (!ys[c].requires_grad()) ys[c] = detail::detach_alias(ys[c]).requires_grad_(true);
         wrt.push_back(ys[c]);
       }
       Tensor y = f(ys);

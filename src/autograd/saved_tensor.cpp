@@ -106,7 +106,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
     if (!is_output && requires_grad_) edge_ = autograd::gradient_edge(t);
     unpack_ = hooks.unpack;
     // The hook sees a tensor without history, as PyTorch's pack hooks do for outputs.
-    packed_ = hooks.pack(is_output ? detail::alias_without_history(t) : t.detach());
+    packed_ = hooks.pack(is_output ? detail::alias_without_history(t) : detail::detach_alias(t));
   } else {
     data_ = is_output ? detail::alias_without_history(t) : t;
     // Only a kept caller's handle can close a cycle (Note [Stale saves and reference cycles]).

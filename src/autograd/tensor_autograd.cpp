@@ -1,4 +1,5 @@
-// The autograd methods of Tensor: requires_grad, .grad, hooks, retain_grad, detach, backward.
+// The autograd methods of Tensor: requires_grad, .grad, hooks, retain_grad, backward
+// (detach() is an op: src/ops/detach.cpp).
 #include <atomic>
 
 #include "adjoint/autograd.h"
@@ -7,9 +8,9 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
 #include "autograd/view_tracking.h"
 #include "core/op_tracer.h"
-#include "vmap/batched.h"
 
 namespace adjoint {
 namespace {
@@ -30,7 +31,7 @@ std::function<Tensor(const Tensor&)> retain_grad_hook(const Tensor& t) {
       AutogradMeta& mm = impl->meta();
       if (!mm.grad.defined()) {
         NoGradGuard no_grad;
-        mm.grad = g.detach().clone();
+        mm.grad = detail::detach_alias(g).clone();
       } else {
         mm.grad = mm.grad + g;
       }
@@ -110,7 +111,7 @@ void Tensor::zero_grad(bool set_to_none) const {
     m->grad = Tensor();
   } else {
     NoGradGuard no_grad;
-    m->grad = m->grad.detach();
+    m->grad = detail::detach_alias(m->grad);
     m->grad.zero_();
   }
 }
@@ -191,21 +192,6 @@ HookHandle Tensor::register_post_accumulate_grad_hook(
                 defined() ? describe(*this) : std::string("an undefined tensor"),
                 defined() && grad_fn() ? " with a grad_fn" : "");
   return add_leaf_hook(*this, &AutogradMeta::post_accumulate_hooks, std::move(hook));
-}
-
-Tensor Tensor::detach() const {
-  ADJOINT_CHECK(defined(), Value, "detach", "called on an undefined tensor");
-  const TensorImpl& src = *impl();
-  if (src.batched) [[unlikely]] {
-    // Inside vmap: the same example-wise value, detached at every level below too.
-    const detail::BatchedValue& b = *src.batched;
-    return detail::make_batched(b.value.detach(), b.bdim, b.level);
-  }
-  auto out =
-      detail::make_pooled<TensorImpl>(src.storage, src.shape, src.strides, src.offset, src.dtype);
-  out->is_view = true;
-  out->inference = src.inference;
-  return Tensor(std::move(out));
 }
 
 void Tensor::set_data(const Tensor& data) const {

@@ -17,7 +17,7 @@ struct Alias {
   static constexpr const char* name = "alias";
   static constexpr Save save = Save::None;
   static constexpr Batching batching = Batching::Pointwise;
-  Tensor forward(const Tensor& x) const { return x.detach(); }
+  Tensor forward(const Tensor& x) const { return detail::detach_alias(x); }
   Tensor vjp(const Ctx&, const Tensor& gy) const { return gy; }  // d/dx x = 1
   Tensor jvp(const Ctx&, const Tensor& tx) const { return tx; }
 };
@@ -83,7 +83,7 @@ bool graph_reaches_outside(const std::vector<Tensor>& outputs,
 }
 
 Tensor detach_keep_tangents(const Tensor& t) {
-  Tensor d = t.detach();
+  Tensor d = detail::detach_alias(t);
   copy_tangents(t, d, tls_mode.dual_visible);
   return d;
 }

@@ -34,6 +34,7 @@
 #include "adjoint/nn/container.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
 #include "autograd/memory_hooks.h"
 #include "autograd/op_cost.h"
 #include "autograd/saved_tensor.h"
@@ -140,11 +141,11 @@ SequentialProfile profile_layers(const std::vector<CheckpointLayer>& layers, con
   const detail::RngReplay restore(detail::RngSnapshot::capture(generators));
   const EnableGradGuard grad;
   const bool input_is_leaf = !input.grad_fn();
-  Tensor x = input.detach();
+  Tensor x = detail::detach_alias(input);
   bool x_requires_grad = input.requires_grad();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     // A fresh leaf each time, so the stand-in gathers no .grad and its graph stays its own.
-    const Tensor xi = x_requires_grad ? x.detach().requires_grad_(true) : x;
+    const Tensor xi = x_requires_grad ? detail::detach_alias(x).requires_grad_(true) : x;
     const std::size_t input_id = ids.id(xi.impl()->storage);
     if (i == 0 && input_is_leaf) excluded.insert(input_id);  // the user's data or leaf
     LayerProfile lp;
@@ -166,7 +167,7 @@ SequentialProfile profile_layers(const std::vector<CheckpointLayer>& layers, con
     lp.input = input_id;
     p.layers.push_back(std::move(lp));
     x_requires_grad = y.requires_grad();
-    x = y.detach();  // the graph (and with it what the layer saved) goes
+    x = detail::detach_alias(y);  // the graph (and with it what the layer saved) goes
   }
   // Leave the excluded storages out, now that all of them are known.
   for (LayerProfile& lp : p.layers) {

@@ -9,6 +9,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "autograd/transform_support.h"
 
 namespace adjoint {
@@ -117,13 +118,13 @@ struct Loop {
     const uint64_t first_seq = detail::next_sequence_nr();
     State xin, pin, wrt;
     for (const Tensor& t : x) {
-      Tensor v = t.detach();
+      Tensor v = detail::detach_alias(t);
       if (is_floating(v.dtype())) v.requires_grad_(true);
       xin.push_back(v);
       if (v.requires_grad()) wrt.push_back(v);
     }
     for (std::size_t j = 0; j < params.size(); ++j) {
-      Tensor p = params[j].detach();
+      Tensor p = detail::detach_alias(params[j]);
       if (param_needs[j]) {
         p.requires_grad_(true);
         wrt.push_back(p);
@@ -223,9 +224,9 @@ std::vector<Tensor> checkpoint_loop(const LoopStep& step, const std::vector<Tens
   loop->step = step;
   loop->steps = steps;
   loop->free_slots = snapshots - 1;
-  for (const Tensor& t : initial) loop->initial.push_back(t.detach());
+  for (const Tensor& t : initial) loop->initial.push_back(detail::detach_alias(t));
   for (const Tensor& p : params) {
-    loop->params.push_back(p.detach());
+    loop->params.push_back(detail::detach_alias(p));
     loop->param_needs.push_back(p.requires_grad());
   }
 

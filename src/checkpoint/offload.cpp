@@ -15,6 +15,7 @@
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
 #include "backend/host_transfer.h"
 
 namespace adjoint {
@@ -155,7 +156,7 @@ std::any pack_bfloat16(const std::set<const StorageImpl*>& keep, const Tensor& t
     return t.unsqueeze(-1).expand(shape);
   }
   if (t.dtype() != DType::Float32 || kept(keep, t)) return t;
-  return t.detach().to(DType::BFloat16);
+  return detail::detach_alias(t).to(DType::BFloat16);
 }
 
 Tensor unpack_bfloat16(const std::any& packed) {

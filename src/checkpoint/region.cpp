@@ -232,7 +232,8 @@ std::optional<KeptOpResult> Region::before_op(const char* op) {
     cursor_ = logged.end;  // the ops nested in its forward do not run either
     checkpoint_counters().replayed_ops++;
     KeptOpResult r = it->second.result;
-    r.output = r.output.detach();  // apply<Op> attaches the recomputed node to this handle
+    r.output =
+        detail::detach_alias(r.output);  // apply<Op> attaches the recomputed node to this handle
     return r;
   }
   ++cursor_;
@@ -254,9 +255,9 @@ bool Region::after_op(const char* op, const Tensor& output) {
 void Region::keep_op(KeptOpResult result) {
   Kept k{std::move(result), 0, {}};
   // No history: the region must not own nodes of the graph that owns it.
-  k.result.output = k.result.output.detach();
+  k.result.output = detail::detach_alias(k.result.output);
   for (Tensor& e : k.result.extras)
-    if (e.defined()) e = e.detach();
+    if (e.defined()) e = detail::detach_alias(e);
   k.version = k.result.output.version();
   CheckpointCounters& c = checkpoint_counters();
   auto count = [&](const Tensor& t) {

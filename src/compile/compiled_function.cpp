@@ -11,6 +11,7 @@
 #include "adjoint/generator.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "autograd/forward_ad.h"
 #include "compile/dynamic_family.h"
 #include "compile/run_plan.h"
@@ -117,7 +118,7 @@ Tensor stand_in(const Tensor& x) {
     t = all_examples(x);
     while (t.dim() > x.dim()) t = adjoint::select(t, 0, 0);
   }
-  Tensor s = t.detach();
+  Tensor s = detail::detach_alias(t);
   if (x.requires_grad()) s.requires_grad_(true);
   return s;
 }

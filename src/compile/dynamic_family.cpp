@@ -8,6 +8,7 @@
 
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "compile/trace.h"
 
 namespace adjoint::detail {
@@ -32,7 +33,7 @@ std::vector<Tensor> probe_inputs(const std::vector<Tensor>& stand_ins, const Dyn
       for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r) % x.size(d);
       x = index_select(x, d, tensor(rows));
     }
-    x = x.contiguous().detach();
+    x = detail::detach_alias(x.contiguous());
     if (stand_ins[i].requires_grad()) x.requires_grad_(true);
     out.push_back(x);
   }

@@ -249,7 +249,7 @@ std::vector<Tensor> results_of(const Graph& g, const std::vector<Tensor>& env) {
     Tensor out = id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor();
     if (k < g.output_detached.size() && g.output_detached[k] && out.defined() &&
         out.requires_grad())
-      out = out.detach();
+      out = detail::detach_alias(out);
     outs.push_back(std::move(out));
   }
   return outs;

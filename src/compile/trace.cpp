@@ -10,6 +10,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
+#include "autograd/apply.h"
 #include "core/op_tracer.h"
 #include "dispatch/external_op.h"
 
@@ -477,7 +478,7 @@ class Tracer final : public OpTracer {
   // before they write (check_inplace in src/ops/inplace.cpp).
   Tensor leaf_alias(const Tensor& x) const {
     Pause pause;
-    Tensor alias = x.detach();
+    Tensor alias = detail::detach_alias(x);
     if (is_grad_enabled() && x.requires_grad()) alias.requires_grad_(true);
     return alias;
   }

@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
 #include "autograd/saved_tensor.h"
 #include "debug/graph_walk.h"
 #include "debug/recorder.h"
@@ -72,7 +73,7 @@ GraphView build_view(const std::vector<Tensor>& outputs, const GraphOptions& opt
       Tensor leaf(acc->leaf());
       v.shape = shape_text(leaf);
       v.dtype = adjoint::to_string(leaf.dtype());
-      v.value = leaf.detach();
+      v.value = detail::detach_alias(leaf);
       if (options.show_grads && leaf.grad().defined()) v.grad = leaf.grad();
     } else {
       v.op = forward_name(v.backward_name);
@@ -103,7 +104,7 @@ GraphView build_view(const std::vector<Tensor>& outputs, const GraphOptions& opt
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     ViewNode& v = view.nodes[index.at(autograd::gradient_edge(outputs[i]).node.get())];
     if (v.output < 0) v.output = static_cast<int>(i);
-    if (!v.value.defined()) v.value = outputs[i].detach();
+    if (!v.value.defined()) v.value = detail::detach_alias(outputs[i]);
     v.shape = shape_text(outputs[i]);
     v.dtype = adjoint::to_string(outputs[i].dtype());
   }

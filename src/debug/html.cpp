@@ -10,6 +10,7 @@
 #include "adjoint/io/text_file.h"
 #include "adjoint/ops.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
 #include "autograd/saved_tensor.h"
 #include "debug/graph_view.h"
 #include "debug/graph_walk.h"
@@ -127,7 +128,7 @@ void write_html(const std::vector<Tensor>& outputs, const std::string& path, Gra
       std::vector<Tensor> leaves, seeds;
       for (Node* n : nodes)
         if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) leaves.emplace_back(acc->leaf());
-      for (const Tensor& o : outputs) seeds.push_back(ones_like(o.detach()));
+      for (const Tensor& o : outputs) seeds.push_back(ones_like(detail::detach_alias(o)));
       if (!leaves.empty())
         autograd::grad(outputs, leaves, seeds, /*retain_graph=*/true, /*create_graph=*/false,
                        /*allow_unused=*/true);

@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "autograd/accumulate_grad.h"
+#include "autograd/apply.h"
 #include "debug/graph_walk.h"
 #include "debug/recorder.h"
 
@@ -18,7 +19,7 @@ namespace {
 Tensor quiet_copy(const Tensor& t) {
   const detail::OpObserverPause quiet;
   NoGradGuard no_grad;
-  return t.detach().clone();
+  return detail::detach_alias(t).clone();
 }
 
 class Observer final : public detail::OpObserver {

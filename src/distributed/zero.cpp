@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "backend/host_transfer.h"
 #include "distributed/call_tag.h"
 
@@ -160,11 +161,11 @@ void ZeroOptimizer::refresh_shards() {
   const int64_t rank = group_.rank();
   for (std::size_t b = 0; b < shard_.size(); ++b) {
     const int64_t chunk = shard_[b].numel();
-    for_each_piece(ddp_, b, rank * chunk, chunk,
-                   [&](int64_t i, int64_t from, int64_t to, int64_t n) {
-                     Tensor(shard_[b]).narrow(0, to, n).copy_(
-                         ddp_.parameters()[i].detach().reshape({-1}).narrow(0, from, n));
-                   });
+    for_each_piece(
+        ddp_, b, rank * chunk, chunk, [&](int64_t i, int64_t from, int64_t to, int64_t n) {
+          Tensor(shard_[b]).narrow(0, to, n).copy_(
+              adjoint::detail::detach_alias(ddp_.parameters()[i]).reshape({-1}).narrow(0, from, n));
+        });
   }
 }
 
@@ -216,7 +217,8 @@ std::function<bool(bool)> found_inf_on_any_rank(ProcessGroup& group) {
 void ZeroOptimizer::all_gather_parameters() {
   NoGradGuard no_grad;
   std::vector<Work> pending;
-  for (const Tensor& s : shard_) pending.push_back(group_.all_gather_async(s.detach()));
+  for (const Tensor& s : shard_)
+    pending.push_back(group_.all_gather_async(adjoint::detail::detach_alias(s)));
   for (std::size_t b = 0; b < shard_.size(); ++b) {
     const Tensor full_bucket = pending[b].result();
     for (int64_t i : ddp_.buckets()[b]) {

@@ -7,6 +7,7 @@
 #include "adjoint/error.h"
 #include "adjoint/generator.h"
 #include "adjoint/io/safetensors.h"
+#include "autograd/apply.h"
 #include "compile/dynamic_family.h"
 #include "compile/graph.h"
 #include "export/format.h"
@@ -142,7 +143,7 @@ void export_function(const CompiledFunction& f, const std::string& path) {
                   " of shape ", x.shape(), " as a strided view (strides ", x.strides(),
                   "), and a file holds contiguous tensors: make it contiguous before the "
                   "function reads it");
-    return x.detach();
+    return detail::detach_alias(x);
   };
   io::NamedTensors tensors;
   for (std::size_t i = 0; i < t->graph.captures.size(); ++i)

@@ -12,6 +12,7 @@
 #include "adjoint/generator.h"
 #include "adjoint/io/safetensors.h"
 #include "adjoint/ops.h"  // contiguous_strides
+#include "autograd/apply.h"
 #include "compile/dynamic_sizes.h"
 #include "compile/passes.h"
 #include "compile/run_plan.h"
@@ -274,7 +275,7 @@ Graph graph_from_json(const json& j, const io::SafetensorsFile& file, const std:
                path, "a saved ", t.dtype(), " tensor stands for a ", v.dtype, " value");
         if (t.dtype() != v.dtype) {
           const bool grad = t.requires_grad();
-          t = t.detach().to(v.dtype);
+          t = detail::detach_alias(t).to(v.dtype);
           if (grad) t.requires_grad_(true);
         }
         break;

@@ -9,6 +9,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/anomaly.h"
+#include "autograd/apply.h"
 
 namespace adjoint::nn {
 namespace {
@@ -25,7 +26,7 @@ void convert_in_place(const Tensor& t, DType dtype) {
   Tensor converted;
   {
     NoGradGuard no_grad;
-    converted = t.detach().to(dtype);
+    converted = detail::detach_alias(t).to(dtype);
   }
   t.set_data(converted);
 }
@@ -37,7 +38,7 @@ void move_in_place(const Tensor& t, Device device, bool empty) {
   Tensor moved;
   {
     NoGradGuard no_grad;
-    moved = empty ? t.to_empty(device) : t.detach().to(device);
+    moved = empty ? t.to_empty(device) : detail::detach_alias(t).to(device);
   }
   t.set_data(moved);
 }
@@ -94,8 +95,9 @@ Tensor Module::register_parameter(std::string name, Tensor tensor, bool requires
                 " is an undefined tensor");
   ADJOINT_CHECK(tensor.is_floating_point(), DType, op, "parameter '", name, "' of ", type_name_,
                 " must be floating point, got ", describe(tensor));
-  ADJOINT_CHECK(tensor.is_leaf(), Value, op, "parameter '", name, "' of ", type_name_,
-                " must be a leaf tensor (it has a grad_fn); register t.detach() instead");
+  ADJOINT_CHECK(
+      tensor.is_leaf(), Value, op, "parameter '", name, "' of ", type_name_,
+      " must be a leaf tensor (it has a grad_fn); register detail::detach_alias(t) instead");
   tensor.requires_grad_(requires_grad);
   parameters_.push_back({std::move(name), tensor});
   return tensor;

@@ -11,6 +11,7 @@
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 #include "autograd/memory_hooks.h"
 #include "core/op_tracer.h"
 
@@ -134,7 +135,7 @@ void Optimizer::step_with(const std::vector<Tensor>& grads) {
     if (uses_master(i)) {
       // The update runs in float32 on the master copy; the parameter gets it rounded once.
       Tensor& master = master_[i];
-      if (!master.defined()) master = p.detach().to(DType::Float32);
+      if (!master.defined()) master = detail::detach_alias(p).to(DType::Float32);
       update(i, master, g.to(DType::Float32));
       p.copy_(master);
       continue;

@@ -6,6 +6,7 @@
 
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "autograd/apply.h"
 
 namespace adjoint::optim {
 
@@ -46,7 +47,7 @@ void SGD::update(std::size_t index, Tensor& param, const Tensor& grad) {
   if (o.momentum != 0) {
     Tensor& buf = momentum_buf_[index];
     if (!buf.defined()) {
-      buf = d.detach().clone();  // first step: the buffer is the gradient itself
+      buf = detail::detach_alias(d).clone();  // first step: the buffer is the gradient itself
     } else {
       buf.mul_(o.momentum);
       buf.add_(d, 1 - o.dampening);

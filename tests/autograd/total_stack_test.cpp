@@ -135,5 +135,60 @@ TEST(TotalStack, DetachInsideCompileCutsTheGradientAsEagerCodeDoes) {
   EXPECT_EQ(max_diff(by_transform, eager), 0);
 }
 
+// detach() is an op of the stack (Note [detach is an op]): observers see it, compile records it
+// as a node, vmap detaches every level, and its result shares memory and versions with its
+// input while autograd gives it neither a node nor a tangent, and no view history.
+TEST(TotalStack, DetachIsAnOpOfTheStack) {
+  const Tensor x = randn({3, 4}, DType::Float64).requires_grad_(true);
+  OpNames names;
+  detail::set_op_observer(&names);
+  Tensor d = x.detach();
+  detail::set_op_observer(nullptr);
+  EXPECT_TRUE(names.seen.count("detach"));
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.grad_fn(), nullptr);
+  EXPECT_EQ(d.data_ptr<double>(), x.data_ptr<double>());
+  // An in-place change through the alias is seen by x (the same memory and version counter)
+  // and gives x no history.
+  const uint64_t before = x.version();
+  d.mul_(2.0);
+  EXPECT_GT(x.version(), before);
+  EXPECT_EQ(x.grad_fn(), nullptr);
+  EXPECT_EQ(max_diff(x, d), 0);
+
+  // Forward mode: the tangent stops at detach, as PyTorch's.
+  const Tensor t = ones({3, 4}, DType::Float64);
+  const auto r = jvp([](const Tensor& v) { return v * v.detach(); }, d, t);
+  EXPECT_EQ(max_diff(r.tangents, d), 0);  // d/dv (v * c) = c
+
+  // vmap: the loop of the unbatched op is the oracle, and grad through a vmapped detach is cut.
+  const Tensor xs = randn({5, 3}, DType::Float64);
+  const Tensor batched = vmap([](const Tensor& v) { return v.detach() * v; })(xs);
+  for (int64_t i = 0; i < 5; ++i) {
+    const Tensor xi = xs.select(0, i);
+    EXPECT_EQ(max_diff(batched.select(0, i), xi.detach() * xi), 0) << i;
+  }
+  const Tensor g = grad([](const Tensor& v) {
+    return vmap([](const Tensor& e) { return (e.detach() * e).sum(); })(v).sum();
+  })(xs);
+  EXPECT_EQ(max_diff(g, xs), 0);  // d/dv (c v) = c
+
+  // compile records it as a node of the graph, and its replays cut the gradient as eager.
+  auto f = [](const Tensor& v) { return (v.detach() * v).sum(); };
+  auto compiled = compile(f);
+  const Tensor leaf = randn({6}, DType::Float64).requires_grad_(true);
+  for (int call = 0; call < 2; ++call) {
+    const Tensor got = autograd::grad({compiled(leaf)}, {leaf})[0];
+    EXPECT_EQ(max_diff(got, leaf.detach()), 0) << "call " << call;
+  }
+  const std::string graph = compiled.dump(false);
+  EXPECT_NE(graph.find("= detach("), std::string::npos) << graph;
+
+  // On meta: the same shape and dtype, no memory.
+  const Tensor m = empty({2, 7}, TensorOptions(DType::Float64).device(kMeta)).detach();
+  EXPECT_EQ(m.device(), kMeta);
+  EXPECT_EQ(m.shape(), (Shape{2, 7}));
+}
+
 }  // namespace
 }  // namespace adjoint

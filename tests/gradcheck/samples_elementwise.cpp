@@ -222,6 +222,19 @@ void register_comparisons(SampleSink& sink) {
       normal_away_from({-0.5, 0, 0.5}), normal_away_from({-0.5, 0, 0.5}));
 }
 
+// detach() passes no gradient: its value is used only where the true derivative is zero (a
+// sign, a branch's choice), so finite differences agree with the gradient it cuts, and the
+// registry's vmap, compile, export, meta and 16-bit checks run the op (Note [detach is an op]).
+void register_detach(SampleSink& sink) {
+  unary_cases(
+      sink, "detach", "sign_and_choice",
+      [](const Tensor& x) {
+        const Tensor s = x.detach();
+        return where(gt(s, 0.0), sin(x), x * 2.0) + x * sign(s);
+      },
+      normal_away_from({0}));
+}
+
 }  // namespace
 
 ADJOINT_REGISTER_SAMPLES(elementwise) {
@@ -231,4 +244,5 @@ ADJOINT_REGISTER_SAMPLES(elementwise) {
   register_number_operands(sink);
   register_where(sink);
   register_comparisons(sink);
+  register_detach(sink);
 }
