@@ -44,21 +44,40 @@ Tensor to_matrix(const Tensor& x) {
   return x.dim() == 2 ? x : x.reshape({leading_rows(x.shape()), x.shape().back()});
 }
 
+// Note [Products promote inside the op]
+// matmul, linear and dot take their operands in the caller's dtypes and promote inside the op
+// (PyTorch's rules; bool refused): the forward casts by the kernel, the VJPs and JVPs compute
+// with the saved operands through the public functions, which promote again, and the engine
+// casts each gradient back to its input's dtype. So the Autocast layer, the top of the stack,
+// sees the caller's dtypes (a bfloat16 activation beside a float32 weight goes to bfloat16,
+// not through float32), and no public function converts for autocast itself. One exception:
+// matmul promotes an operand whose batch dims broadcast before expanding it, so that its
+// gradient is summed over them in the product's dtype (autocast then sees that dtype).
+
+/// The dtype a product of these operands computes in, or a DType error naming the op.
+DType product_dtype(const detail::ValueSpec& a, const detail::ValueSpec& b, const char* op) {
+  const DType dt = promote_types(a.dtype, b.dtype);
+  ADJOINT_CHECK(dt != DType::Bool, DType, op, "bool operands are not supported: lhs ", describe(a),
+                " vs rhs ", describe(b));
+  return dt;
+}
+
+/// x in the product's dtype, for a kernel (never recorded: the op's forward).
+Tensor in_dtype(const Tensor& x, DType dt) {
+  return !x.defined() || x.dtype() == dt ? x : kernels::cast(x, dt);
+}
+
 // Batched product of equal-rank (>= 2) operands with equal batch dims; the public matmul
 // promotes 1-d operands and broadcasts batch dims before applying it.
-/// What the public functions hand a product op: operands of one dtype, not bool (they cast to
-/// the common one).
-void check_same_dtype(const detail::ValueSpec& a, const detail::ValueSpec& b, const char* op) {
-  ADJOINT_CHECK(a.dtype == b.dtype && a.dtype != DType::Bool, DType, op,
-                "operands of one non-bool dtype expected: lhs ", describe(a), " vs rhs ",
-                describe(b));
-}
 
 struct MatMul {
   static constexpr const char* name = "matmul";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
-  Tensor forward(const Tensor& a, const Tensor& b) const { return kernels::matmul(a, b); }
+  Tensor forward(const Tensor& a, const Tensor& b) const {
+    const DType dt = promote_types(a.dtype(), b.dtype());
+    return kernels::matmul(in_dtype(a, dt), in_dtype(b, dt));
+  }
   // matmul() hands it [..., m, k] @ [..., k, n] with one batch shape (expanded to it).
   detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
     const detail::ValueSpec &a = spec_of(in, 0, name), &b = spec_of(in, 1, name);
@@ -73,8 +92,7 @@ struct MatMul {
     for (std::size_t i = 0; i + 2 < na; ++i)
       ADJOINT_CHECK(a.shape[i] == b.shape[i], Shape, name, "batch dimensions differ: lhs ",
                     describe(a), " vs rhs ", describe(b));
-    check_same_dtype(a, b, name);
-    return {out, a.dtype};
+    return {out, product_dtype(a, b, name)};
   }
   // C = A B: dA = dC Bᵀ, dB = Aᵀ dC
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
@@ -111,7 +129,8 @@ struct Dot {
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
   Tensor forward(const Tensor& a, const Tensor& b) const {
-    Tensor r = kernels::matmul(as_row(a), as_column(b));
+    const DType dt = promote_types(a.dtype(), b.dtype());
+    Tensor r = kernels::matmul(as_row(in_dtype(a, dt)), as_column(in_dtype(b, dt)));
     return reshape_fresh(r, {});
   }
   detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
@@ -119,8 +138,7 @@ struct Dot {
     ADJOINT_CHECK(a.shape.size() == 1 && b.shape.size() == 1 && a.shape[0] == b.shape[0], Shape,
                   name, "two 1-d tensors of one size expected: lhs ", describe(a), " vs rhs ",
                   describe(b));
-    check_same_dtype(a, b, name);
-    return {Shape{}, a.dtype};
+    return {Shape{}, product_dtype(a, b, name)};
   }
   // d(a · b) = b · da + a · db
   std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
@@ -150,25 +168,27 @@ struct Linear {
   static constexpr const char* name = "linear";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
   static constexpr Save save = Save::Inputs;
-  // linear()'s checks, on the operands it hands the op (cast to one dtype).
+  // linear()'s checks, on the operands it hands the op (in the caller's dtypes).
   detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
     const detail::ValueSpec &x = spec_of(in, 0, name), &w = spec_of(in, 1, name);
     ADJOINT_CHECK(x.shape.size() >= 1 && w.shape.size() == 2 && x.shape.back() == w.shape[1], Shape,
                   name, "input [..., in] and weight [out, in] expected: input ", describe(x),
                   " vs weight ", describe(w));
-    check_same_dtype(x, w, name);
+    DType dt = product_dtype(x, w, name);
     if (in.size() > 2 && in[2].defined) {
       const detail::ValueSpec& b = in[2];
       ADJOINT_CHECK(b.shape == Shape{w.shape[0]}, Shape, name, "bias must have shape [", w.shape[0],
                     "]: bias ", describe(b), " vs weight ", describe(w));
-      check_same_dtype(x, b, name);
+      dt = promote_types(dt, b.dtype);
     }
     Shape out = x.shape;
     out.back() = w.shape[0];
-    return {out, x.dtype};
+    return {out, dt};
   }
   Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    Tensor r = kernels::linear(as_matrix(x), w, b);
+    DType dt = promote_types(x.dtype(), w.dtype());
+    if (b.defined()) dt = promote_types(dt, b.dtype());
+    Tensor r = kernels::linear(as_matrix(in_dtype(x, dt)), in_dtype(w, dt), in_dtype(b, dt));
     Shape out = x.shape();
     out.back() = w.shape()[0];
     return reshape_fresh(r, out);
@@ -206,7 +226,8 @@ struct Linear {
     Tensor t;
     if (tx.defined()) t = linear(tx, c.input(1), tb);
     if (tw.defined()) t = tx.defined() ? t + linear(c.input(0), tw) : linear(c.input(0), tw, tb);
-    return t.defined() ? t : tb.expand(c.output().shape());  // only the bias has a tangent
+    if (t.defined()) return t;
+    return cast_to(tb.expand(c.output().shape()), c.output().dtype());  // only the bias's
   }
   // Batching: x's batch dim is one more leading dim; batched weights (an ensemble) become a
   // batched matmul.
@@ -240,8 +261,8 @@ Tensor dot_impl(const Tensor& a, const Tensor& b, const char* op) {
                 describe(a), " vs rhs ", describe(b));
   ADJOINT_CHECK(a.shape()[0] == b.shape()[0], Shape, op, "sizes differ: lhs ", describe(a),
                 " vs rhs ", describe(b));
-  DType dt = common_dtype(a, b, op);
-  return apply(Dot{}, cast_to(a, dt), cast_to(b, dt));
+  (void)common_dtype(a, b, op);  // (its error names the function called)
+  return apply(Dot{}, a, b);
 }
 
 Shape drop_last(const Shape& s, std::size_t n) {
@@ -259,21 +280,9 @@ bool broadcastable(const Shape& a, const Shape& b) {
   return true;
 }
 
-// The public functions as callables, for autocast_call (they are overloaded by default
-// arguments, so not addressable directly). matmul, linear and dot promote their operands
-// before apply<Op>, so they apply their op's autocast policy at entry instead, on the
-// caller's dtypes; inside, autocast is off and apply<Op> converts nothing again.
-constexpr auto matmul_fn = [](const Tensor& a, const Tensor& b) { return matmul(a, b); };
-constexpr auto linear_fn = [](const Tensor& x, const Tensor& w, const Tensor& b) {
-  return linear(x, w, b);
-};
-constexpr auto dot_fn = [](const Tensor& a, const Tensor& b) { return dot(a, b); };
-
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(detail::autocast_policy<MatMul>(), matmul_fn, a_in, b_in);
   check_operands(a_in, b_in, "matmul");
   ADJOINT_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, Shape, "matmul",
                 "both operands need at least 1 dimension: lhs ", describe(a_in), " vs rhs ",
@@ -283,8 +292,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const int64_t k_b = b_in.dim() == 1 ? b_in.shape()[0] : b_in.shape()[b_in.dim() - 2];
   ADJOINT_CHECK(k_a == k_b, Shape, "matmul", "inner dimensions differ: lhs ", describe(a_in),
                 " vs rhs ", describe(b_in));
-  DType dt = common_dtype(a_in, b_in, "matmul");
-  Tensor a = cast_to(a_in, dt), b = cast_to(b_in, dt);
+  const DType dt = common_dtype(a_in, b_in, "matmul");  // (MatMul promotes: Note [Products...])
+  Tensor a = a_in, b = b_in;
   const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
   if (a_vec) a = a.unsqueeze(0);   // [k] -> [1, k]
   if (b_vec) b = b.unsqueeze(-1);  // [k] -> [k, 1]
@@ -307,7 +316,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     sa.push_back(k_a);
     sb.push_back(k_a);
     sb.push_back(b.shape().back());
-    out = apply(MatMul{}, a.expand(sa), b.expand(sb));
+    // An operand that broadcasts is promoted before it is expanded, so that its gradient is
+    // summed over the broadcast dims in the product's dtype, not after a cast back to its own.
+    auto expanded = [dt](const Tensor& x, const Shape& shape) {
+      return x.shape() == shape ? x : cast_to(x, dt).expand(shape);
+    };
+    out = apply(MatMul{}, expanded(a, sa), expanded(b, sb));
   }
   if (a_vec) out = out.squeeze(-2);
   if (b_vec) out = out.squeeze(-1);
@@ -315,8 +329,6 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
-  if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(detail::autocast_policy<Linear>(), linear_fn, x_in, w_in, b_in);
   check_operands(x_in, w_in, "linear");
   ADJOINT_CHECK(x_in.dim() >= 1, Shape, "linear", "input needs at least 1 dimension: input ",
                 describe(x_in), " vs weight ", describe(w_in));
@@ -324,20 +336,15 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in) {
                 describe(x_in), " vs weight ", describe(w_in));
   ADJOINT_CHECK(x_in.shape().back() == w_in.shape()[1], Shape, "linear",
                 "in features differ: input ", describe(x_in), " vs weight ", describe(w_in));
-  DType dt = common_dtype(x_in, w_in, "linear");
-  if (b_in.defined()) {
+  (void)common_dtype(x_in, w_in, "linear");  // (Linear promotes: Note [Products promote...])
+  if (b_in.defined())
     ADJOINT_CHECK(b_in.dim() == 1 && b_in.shape()[0] == w_in.shape()[0], Shape, "linear",
                   "bias must have shape [", w_in.shape()[0], "]: bias ", describe(b_in),
                   " vs weight ", describe(w_in));
-    dt = promote_types(dt, b_in.dtype());
-  }
-  Tensor b = b_in.defined() ? cast_to(b_in, dt) : Tensor();
-  return apply(Linear{}, cast_to(x_in, dt), cast_to(w_in, dt), b);
+  return apply(Linear{}, x_in, w_in, b_in);
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
-  if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(detail::autocast_policy<Dot>(), dot_fn, a, b);
   check_operands(a, b, "dot");
   return dot_impl(a, b, "dot");
 }
