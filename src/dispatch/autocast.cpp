@@ -86,19 +86,25 @@ std::size_t autocast_cache_size() { return tls_autocast.cache.size(); }
 
 namespace detail {
 
-Tensor autocast_input(const Tensor& x, AutocastPolicy policy) {
-  if (!x.defined() || tls_mode.autocast == 0) return x;
-  const DType d = x.dtype();
+DType autocast_target(DType d, AutocastPolicy policy) {
+  if (tls_mode.autocast == 0) return d;
   switch (policy) {
     case AutocastPolicy::Lower:
       // float64 stays float64, as in PyTorch: autocast is for float32 programs.
-      return d == DType::Float32 ? cast_cached(x, low_dtype(tls_mode.autocast)) : x;
+      return d == DType::Float32 ? low_dtype(tls_mode.autocast) : d;
     case AutocastPolicy::Float32:
-      return is_reduced_float(d) ? x.to(DType::Float32) : x;
+      return is_reduced_float(d) ? DType::Float32 : d;
     case AutocastPolicy::Follow:
       break;
   }
-  return x;
+  return d;
+}
+
+Tensor autocast_input(const Tensor& x, AutocastPolicy policy) {
+  if (!x.defined() || tls_mode.autocast == 0) return x;
+  const DType to = autocast_target(x.dtype(), policy);
+  if (to == x.dtype()) return x;
+  return policy == AutocastPolicy::Lower ? cast_cached(x, to) : x.to(to);
 }
 
 }  // namespace detail

@@ -8,9 +8,6 @@
 // inside an enabled Autocast guard; otherwise it costs nothing.
 #pragma once
 
-#include <array>
-#include <tuple>
-
 #include "adjoint/autocast.h"
 #include "adjoint/tensor.h"
 #include "core/mode_state.h"
@@ -35,23 +32,19 @@ constexpr AutocastPolicy autocast_policy() {
 
 /// x converted as `policy` asks under the current autocast state (tls_mode.autocast != 0).
 Tensor autocast_input(const Tensor& x, AutocastPolicy policy);
+/// The dtype autocast_input gives a tensor of dtype `d` (d itself while autocast is off): for
+/// a public function whose checks must see what its op will see below the Autocast layer (the
+/// convolutions check that input and weight share a dtype).
+DType autocast_target(DType d, AutocastPolicy policy);
 
-/// For composite functions (the losses): their inputs converted to float32 when autocast is
-/// on, unchanged otherwise.
+/// For composite functions (the losses, made of ops that follow their inputs, so no one op
+/// carries the policy): their inputs converted to float32 when autocast is on, unchanged
+/// otherwise.
 inline Tensor autocast_to_float32(const Tensor& x) {
   if (tls_mode.autocast == 0) [[likely]]
     return x;
   return autocast_input(x, AutocastPolicy::Float32);
 }
-
-class AutocastStateScope;
-
-/// Runs f on xs converted by `policy`, with autocast off inside. For public functions that
-/// promote their operands before apply<Op> (matmul, linear, dot): autocast must see the
-/// caller's dtypes, not the promoted ones (a bfloat16 activation beside a float32 weight would
-/// otherwise go to float32 and back).
-template <class F, class... Ts>
-Tensor autocast_call(AutocastPolicy policy, F&& f, const Ts&... xs);
 
 /// Sets the thread's autocast state for a scope (backward turns it off; a checkpointed region
 /// recomputes under the state its first run had).
@@ -67,13 +60,6 @@ class AutocastStateScope {
  private:
   uint8_t prev_;
 };
-
-template <class F, class... Ts>
-Tensor autocast_call(AutocastPolicy policy, F&& f, const Ts&... xs) {
-  const std::array<Tensor, sizeof...(Ts)> converted{autocast_input(xs, policy)...};
-  AutocastStateScope off(0);
-  return std::apply(f, converted);
-}
 
 }  // namespace detail
 }  // namespace adjoint

@@ -1,7 +1,8 @@
 // The public convolutions (adjoint/conv.h): PyTorch's argument forms checked and turned into the
 // geometry of conv.cpp's ops (padding "same" and "valid" into per-side padding, a transposed
 // convolution into the geometry of the convolution it is the adjoint of), unbatched inputs
-// given a batch of one, and autocast's policy applied on the caller's dtypes. The shape rule
+// given a batch of one; autocast's policy is the Autocast layer's, and the dtype checks here see
+// the dtypes it will give the op (autocast_target). The shape rule
 // that ops and imported graphs share (conv_output_shape) is here too.
 #include "adjoint/conv.h"
 
@@ -15,6 +16,14 @@ namespace detail {
 ValueSpec spec_of_tensor(const Tensor& t) {
   if (!t.defined()) return ValueSpec{Shape{}, DType::Float32, false};
   return ValueSpec{t.shape(), t.dtype(), true};
+}
+
+/// t as the convolution op will see it below the Autocast layer (its dtype lowered where an
+/// autocast guard is on).
+static ValueSpec spec_below_autocast(const Tensor& t) {
+  ValueSpec v = spec_of_tensor(t);
+  if (v.defined) v.dtype = autocast_target(v.dtype, AutocastPolicy::Lower);
+  return v;
 }
 
 Shape conv_output_shape(const ValueSpec& x, const ValueSpec& w, const ValueSpec* bias,
@@ -133,8 +142,9 @@ Tensor convolution_nd(const Tensor& x, const Tensor& w, const Tensor& b, const C
   check_ranks(x, w, d, op);
   const ConvAttrs a = conv_attrs(w, d, stride, padding, dilation, groups, op);
   const Tensor xb = batched_input(x, d);
-  const detail::ValueSpec bs = detail::spec_of_tensor(b);
-  detail::conv_output_shape(detail::spec_of_tensor(xb), detail::spec_of_tensor(w), &bs, a, op);
+  const detail::ValueSpec bs = detail::spec_below_autocast(b);
+  detail::conv_output_shape(detail::spec_below_autocast(xb), detail::spec_below_autocast(w), &bs, a,
+                            op);
   const Tensor y = detail::apply_convolution(a, xb, w, b);
   return x.dim() == static_cast<int64_t>(d) + 1 ? y.squeeze(0) : y;
 }
@@ -151,7 +161,9 @@ Tensor conv_transpose_nd(const Tensor& x, const Tensor& w, const Tensor& b, cons
   a.groups = groups;
   ADJOINT_CHECK(groups >= 1, Value, op, "groups must be positive, got ", groups);
   const Tensor xb = batched_input(x, d);
-  ADJOINT_CHECK(is_floating(xb.dtype()) && xb.dtype() == w.dtype(), DType, op,
+  const DType xd = detail::autocast_target(xb.dtype(), AutocastPolicy::Lower),
+              wd = detail::autocast_target(w.dtype(), AutocastPolicy::Lower);
+  ADJOINT_CHECK(is_floating(xd) && xd == wd, DType, op,
                 "input and weight must be one floating dtype: input ", describe(x), " vs weight ",
                 describe(w));
   ADJOINT_CHECK(w.shape()[0] == xb.shape()[1] && w.shape()[0] % groups == 0, Shape, op,
@@ -181,69 +193,39 @@ Tensor conv_transpose_nd(const Tensor& x, const Tensor& w, const Tensor& b, cons
   if (b.defined()) {
     ADJOINT_CHECK(b.dim() == 1 && b.shape()[0] == c_out, Shape, op, "bias must have shape [", c_out,
                   "]: bias ", describe(b), " vs weight ", describe(w));
-    ADJOINT_CHECK(b.dtype() == xb.dtype(), DType, op, "bias must have the input's dtype: bias ",
-                  describe(b), " vs input ", describe(x));
+    ADJOINT_CHECK(detail::autocast_target(b.dtype(), AutocastPolicy::Lower) == xd, DType, op,
+                  "bias must have the input's dtype: bias ", describe(b), " vs input ",
+                  describe(x));
   }
   const Tensor y = detail::apply_conv_transpose(a, out_size, xb, w, b);
   return x.dim() == static_cast<int64_t>(d) + 1 ? y.squeeze(0) : y;
-}
-
-// Autocast sees the caller's dtypes (Note in linalg.cpp: the public function converts first).
-template <std::size_t D>
-Tensor conv_entry(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
-                  const ConvPadding& padding, const ConvArg& dilation, int64_t groups,
-                  const char* op) {
-  if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(
-        AutocastPolicy::Lower,
-        [&](const Tensor& x2, const Tensor& w2, const Tensor& b2) {
-          return convolution_nd(x2, w2, b2, stride, padding, dilation, groups, D, op);
-        },
-        x, w, b);
-  return convolution_nd(x, w, b, stride, padding, dilation, groups, D, op);
-}
-
-template <std::size_t D>
-Tensor conv_transpose_entry(const Tensor& x, const Tensor& w, const Tensor& b,
-                            const ConvArg& stride, const ConvArg& padding,
-                            const ConvArg& output_padding, int64_t groups, const ConvArg& dilation,
-                            const char* op) {
-  if (tls_mode.autocast != 0) [[unlikely]]
-    return detail::autocast_call(
-        AutocastPolicy::Lower,
-        [&](const Tensor& x2, const Tensor& w2, const Tensor& b2) {
-          return conv_transpose_nd(x2, w2, b2, stride, padding, output_padding, groups, dilation, D,
-                                   op);
-        },
-        x, w, b);
-  return conv_transpose_nd(x, w, b, stride, padding, output_padding, groups, dilation, D, op);
 }
 
 }  // namespace
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
               const ConvPadding& padding, const ConvArg& dilation, int64_t groups) {
-  return conv_entry<1>(x, w, b, stride, padding, dilation, groups, "conv1d");
+  return convolution_nd(x, w, b, stride, padding, dilation, groups, 1, "conv1d");
 }
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
               const ConvPadding& padding, const ConvArg& dilation, int64_t groups) {
-  return conv_entry<2>(x, w, b, stride, padding, dilation, groups, "conv2d");
+  return convolution_nd(x, w, b, stride, padding, dilation, groups, 2, "conv2d");
 }
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
               const ConvPadding& padding, const ConvArg& dilation, int64_t groups) {
-  return conv_entry<3>(x, w, b, stride, padding, dilation, groups, "conv3d");
+  return convolution_nd(x, w, b, stride, padding, dilation, groups, 3, "conv3d");
 }
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
                         const ConvArg& padding, const ConvArg& output_padding, int64_t groups,
                         const ConvArg& dilation) {
-  return conv_transpose_entry<1>(x, w, b, stride, padding, output_padding, groups, dilation,
-                                 "conv_transpose1d");
+  return conv_transpose_nd(x, w, b, stride, padding, output_padding, groups, dilation, 1,
+                           "conv_transpose1d");
 }
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvArg& stride,
                         const ConvArg& padding, const ConvArg& output_padding, int64_t groups,
                         const ConvArg& dilation) {
-  return conv_transpose_entry<2>(x, w, b, stride, padding, output_padding, groups, dilation,
-                                 "conv_transpose2d");
+  return conv_transpose_nd(x, w, b, stride, padding, output_padding, groups, dilation, 2,
+                           "conv_transpose2d");
 }
 
 }  // namespace adjoint

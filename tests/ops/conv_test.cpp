@@ -352,3 +352,29 @@ TEST(ConvErrors, NameTheOpShapesAndDtypes) {
 }
 
 }  // namespace
+
+// The Autocast layer converts a convolution's operands (Note [Products promote inside the op]
+// in src/ops/linalg.cpp): a bfloat16 input beside float32 parameters is accepted under autocast
+// and equals the casts written out, bit for bit, while without autocast the same call is the
+// dtype error it always was.
+TEST(ConvAutocast, ABfloat16InputBesideFloat32ParametersIsLoweredByTheLayer) {
+  Generator gen(9);
+  const DType bf16 = DType::BFloat16;
+  const Tensor x = randn({2, 4, 5, 5}, {}, &gen).to(bf16), w = randn({6, 2, 3, 3}, {}, &gen);
+  const Tensor b = randn({6}, {}, &gen);
+  const Tensor wt = randn({4, 3, 3, 3}, {}, &gen);
+  Tensor y, yt;
+  {
+    Autocast ac(bf16);
+    y = conv2d(x, w, b, 1, "same", 1, 2);
+    yt = conv_transpose2d(x, wt, b, 2, 1, 1, 2);
+  }
+  ASSERT_EQ(y.dtype(), bf16);
+  ASSERT_EQ(yt.dtype(), bf16);
+  EXPECT_EQ(values(y), values(conv2d(x, w.to(bf16), b.to(bf16), 1, "same", 1, 2)));
+  EXPECT_EQ(values(yt), values(conv_transpose2d(x, wt.to(bf16), b.to(bf16), 2, 1, 1, 2)));
+  expect_error([&] { conv2d(x, w, b, 1, "same", 1, 2); }, ErrorKind::DType,
+               {"[conv2d]", "bfloat16", "float32"});
+  expect_error([&] { conv_transpose2d(x, wt, b, 2, 1, 1, 2); }, ErrorKind::DType,
+               {"[conv_transpose2d]", "bfloat16", "float32"});
+}
