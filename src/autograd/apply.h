@@ -329,66 +329,62 @@ constexpr bool differentiable_op() {
 /// `saver` receives what the forward saved.
 template <class Op, class Inputs, class RunJvp, class Below>
 Tensor autograd_step(Op& op, const Inputs& inputs, Saver& saver, RunJvp& run_jvp, Below&& below) {
-  if constexpr (!differentiable_op<Op>()) {
-    return below();  // no node, no tangent, no view tracking (Note [detach is an op])
-  } else {
-    bool any_requires_grad = false, any_tangent = false;
-    for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
-    const bool record = any_requires_grad && tls_mode.grad_enabled;
-    const uint8_t anomaly = tls_mode.anomaly;  // Note [Anomaly mode]: read once, beside grad mode
-    if (tls_mode.dual_visible != 0)
-      for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
+  bool any_requires_grad = false, any_tangent = false;
+  for (const Tensor& x : inputs) any_requires_grad |= requires_grad(x);
+  const bool record = any_requires_grad && tls_mode.grad_enabled;
+  const uint8_t anomaly = tls_mode.anomaly;  // Note [Anomaly mode]: read once, beside grad mode
+  if (tls_mode.dual_visible != 0)
+    for (const Tensor& x : inputs) any_tangent |= has_visible_tangent(x);
 
-    Tensor out = below();
+  Tensor out = below();
 
-    // A view op's output views its input's base (Note [Views and in-place ops]).
-    if (out.impl()->is_view && !inputs.empty()) [[unlikely]] {
-      const Tensor& x = inputs[0];
-      if (x.defined() && x.impl() != out.impl() && x.impl()->storage == out.impl()->storage)
-        track_view(out, x);
-    }
-
-    if (anomaly & kAnomalyCheckForward) [[unlikely]]
-      check_forward_output(Op::name, inputs.data(), inputs.size(), out);
-
-    std::shared_ptr<OpNode<Op>> node;
-    if (record && is_floating(out.dtype())) {
-      node = detail::make_pooled<OpNode<Op>>(op);
-      const std::size_t n = inputs.size();
-      auto& edges = node->mutable_next_edges();
-      edges.resize(n);
-      node->info_.resize(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        const Tensor& x = inputs[i];
-        if (!x.defined()) continue;
-        if (requires_grad(x)) edges[i] = autograd::gradient_edge(x);
-        node->info_[i] = InputInfo{x.shape(), x.dtype()};
-      }
-      node->update_topological_nr();
-      set_history(out, node, 0);
-      if (anomaly != 0) [[unlikely]]
-        note_creation(*node, Op::name);
-      constexpr auto save = static_cast<uint8_t>(Op::save);
-      if (save & static_cast<uint8_t>(Save::Inputs)) {
-        node->saved_inputs_.reserve(n);
-        for (const Tensor& x : inputs) node->saved_inputs_.emplace_back(x, false);
-      }
-      for (const Tensor& e : saver.tensors) node->saved_extras_.emplace_back(e, false);
-    }
-
-    if (any_tangent && is_floating(out.dtype()))
-      propagate_tangents<jvp_takes_undefined<Op>>(inputs, out, saver.tensors.data(),
-                                                  [&](const Ctx& c, const auto& t) {
-                                                    Tensor r = run_jvp(c, t);
-                                                    check_tangent(out, r, Op::name);
-                                                    return r;
-                                                  });
-    // The output is saved after its tangents exist, so forward-over-reverse sees them in
-    // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
-    if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
-      node->saved_output_ = SavedTensor(out, true);
-    return out;
+  // A view op's output views its input's base (Note [Views and in-place ops]).
+  if (out.impl()->is_view && !inputs.empty()) [[unlikely]] {
+    const Tensor& x = inputs[0];
+    if (x.defined() && x.impl() != out.impl() && x.impl()->storage == out.impl()->storage)
+      track_view(out, x);
   }
+
+  if (anomaly & kAnomalyCheckForward) [[unlikely]]
+    check_forward_output(Op::name, inputs.data(), inputs.size(), out);
+
+  std::shared_ptr<OpNode<Op>> node;
+  if (record && is_floating(out.dtype())) {
+    node = detail::make_pooled<OpNode<Op>>(op);
+    const std::size_t n = inputs.size();
+    auto& edges = node->mutable_next_edges();
+    edges.resize(n);
+    node->info_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Tensor& x = inputs[i];
+      if (!x.defined()) continue;
+      if (requires_grad(x)) edges[i] = autograd::gradient_edge(x);
+      node->info_[i] = InputInfo{x.shape(), x.dtype()};
+    }
+    node->update_topological_nr();
+    set_history(out, node, 0);
+    if (anomaly != 0) [[unlikely]]
+      note_creation(*node, Op::name);
+    constexpr auto save = static_cast<uint8_t>(Op::save);
+    if (save & static_cast<uint8_t>(Save::Inputs)) {
+      node->saved_inputs_.reserve(n);
+      for (const Tensor& x : inputs) node->saved_inputs_.emplace_back(x, false);
+    }
+    for (const Tensor& e : saver.tensors) node->saved_extras_.emplace_back(e, false);
+  }
+
+  if (any_tangent && is_floating(out.dtype()))
+    propagate_tangents<jvp_takes_undefined<Op>>(inputs, out, saver.tensors.data(),
+                                                [&](const Ctx& c, const auto& t) {
+                                                  Tensor r = run_jvp(c, t);
+                                                  check_tangent(out, r, Op::name);
+                                                  return r;
+                                                });
+  // The output is saved after its tangents exist, so forward-over-reverse sees them in
+  // backward. See Note [Tangents of saved outputs] in saved_tensor.cpp.
+  if (node && (static_cast<uint8_t>(Op::save) & static_cast<uint8_t>(Save::Output)))
+    node->saved_output_ = SavedTensor(out, true);
+  return out;
 }
 
 /// Whether Op is a random draw: it names the generator it advances and draws per example
@@ -633,7 +629,12 @@ class TypedOpCall final : public OpCall {
     }
   }
   Tensor run_autograd() override {
-    return autograd_step(op_, inputs_, saver_, run_jvp_, [this] { return next(Layer::Autograd); });
+    if constexpr (!differentiable_op<Op>()) {
+      return next(Layer::Autograd);  // no node, no tangent, no view (Note [detach is an op])
+    } else {
+      return autograd_step(op_, inputs_, saver_, run_jvp_,
+                           [this] { return next(Layer::Autograd); });
+    }
   }
   std::any op() const override { return std::any(op_); }
   void set_op(const std::any& op) override { op_ = std::any_cast<const Op&>(op); }
@@ -665,7 +666,11 @@ Tensor apply_core(Op& op, const Inputs& inputs, RunForward&& run_forward, RunJvp
   }
   // The eager path: Autograd with the kernel right below it.
   Saver saver;
-  return autograd_step(op, inputs, saver, run_jvp, [&] { return run_forward(saver, inputs); });
+  if constexpr (!differentiable_op<Op>()) {
+    return run_forward(saver, inputs);  // Note [detach is an op]
+  } else {
+    return autograd_step(op, inputs, saver, run_jvp, [&] { return run_forward(saver, inputs); });
+  }
 }
 
 template <class Op, std::size_t... I>

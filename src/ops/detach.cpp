@@ -12,8 +12,8 @@ namespace adjoint {
 // as a node of the graph (its replay makes the alias again), observers and profiles list it,
 // meta runs it, and vmap sends it to its batching rule, which detaches the physical value (so
 // every level below is detached too, as PyTorch's detach under vmap). Autograd neither records
-// a node nor pushes a tangent for it (`differentiable = false`; autograd_step in
-// src/autograd/apply.h returns the result as it comes), and tracks no view: the alias shares
+// a node nor pushes a tangent for it (`differentiable = false`: apply_core and the Autograd
+// layer in src/autograd/apply.h skip autograd_step), and tracks no view: the alias shares
 // its base's memory and version counter, but an in-place op on it gives the base no history.
 // Code that is not an op (the engine, checkpointing, the tracer, the optimizers' state) calls
 // detail::detach_alias, the forward, directly.
