@@ -69,7 +69,6 @@ Tensor in_dtype(const Tensor& x, DType dt) {
 
 // Batched product of equal-rank (>= 2) operands with equal batch dims; the public matmul
 // promotes 1-d operands and broadcasts batch dims before applying it.
-
 struct MatMul {
   static constexpr const char* name = "matmul";
   static constexpr AutocastPolicy autocast = AutocastPolicy::Lower;
