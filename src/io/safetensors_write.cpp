@@ -169,8 +169,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   file.write(text.data(), text.size());
   for (std::size_t i : layout)
     if (entries[i].nbytes > 0)
-      adjoint::detail::stream_to_host(entries[i].data,
-                             [&](const char* bytes, std::size_t n) { file.write(bytes, n); });
+      adjoint::detail::stream_to_host(
+          entries[i].data, [&](const char* bytes, std::size_t n) { file.write(bytes, n); });
   file.commit();
 }
 
