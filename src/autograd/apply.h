@@ -396,6 +396,13 @@ constexpr bool op_draws = requires(const Op& op, Op& m, Generator* g) {
   m.set_generator(g);
 };
 
+/// Whether Op is a factory: it makes a constant from its attributes alone, and says how
+/// (Note [Factories in the stack] in src/ops/factories.cpp).
+template <class Op>
+constexpr bool op_makes_constant = requires(const Op& op) {
+  { op.constant_recipe() } -> std::same_as<ExternalExport>;
+};
+
 template <class T>
 struct is_std_array : std::false_type {};
 template <class T, std::size_t N>
@@ -626,6 +633,14 @@ class TypedOpCall final : public OpCall {
       return op_.vmap_draw();
     } else {
       throw_no_batching_rule(Op::name);
+    }
+  }
+  bool makes_constant() const override { return op_makes_constant<Op>; }
+  ExternalExport constant_recipe() const override {
+    if constexpr (op_makes_constant<Op>) {
+      return op_.constant_recipe();
+    } else {
+      return {};
     }
   }
   Tensor run_autograd() override {

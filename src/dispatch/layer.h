@@ -17,6 +17,7 @@
 #include "backend/kernels.h"
 #include "core/mode_state.h"
 #include "core/op_fields.h"
+#include "core/op_tracer.h"
 #include "dispatch/autocast.h"
 
 namespace adjoint::detail {
@@ -158,6 +159,11 @@ class OpCall {
   /// A random draw under an open vmap: one value per example or one for all, by each level's
   /// randomness option.
   virtual Tensor run_batched_draw() = 0;
+  /// Whether the op is a factory, whose result the Trace layer marks a constant of the graph
+  /// instead of recording a node (Note [Factories in the stack] in src/ops/factories.cpp).
+  virtual bool makes_constant() const = 0;
+  /// A factory's recipe for compile's dynamic sizes (OpTracer::constant_made); no key: none.
+  virtual ExternalExport constant_recipe() const = 0;
   /// A copy of the op struct (its attributes, and members its forward set).
   virtual std::any op() const = 0;
   /// Replaces the op struct with a copy made by op() (a kept result's).

@@ -27,10 +27,16 @@ class AutocastLayer final : public DispatchLayer {
 // the tensors the tracer hands on. A call with a batched input is not recorded: its batching
 // rule's calls on the physical values come back through the stack and are. Nor is a random
 // draw under an open vmap: the Batching layer draws it per example, and that physical draw
-// comes back through the stack with vmap off, and is.
+// comes back through the stack with vmap off, and is. A factory's result is a constant of the
+// graph, not a node (Note [Factories in the stack] in src/ops/factories.cpp).
 class TraceLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
+    if (call.makes_constant()) {
+      Tensor t = call.next(Layer::Trace);
+      tls_op_tracer->constant_made(t, call.constant_recipe());
+      return t;
+    }
     for (const Tensor& x : call.inputs())
       if (batch_level(x) != 0) return call.next(Layer::Trace);
     if (tls_mode.vmap_depth != 0 && call.generator() != nullptr) return call.next(Layer::Trace);

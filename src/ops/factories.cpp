@@ -1,5 +1,6 @@
 // Factories: empty, zeros, ones, full, arange, linspace, eye, and tensors from C++ data (the
-// random draws are in random.cpp). Factory outputs are leaves; options.requires_grad marks them.
+// random draws are in random.cpp), as op structs with no inputs that pass the dispatch stack
+// (Note [Factories in the stack]). Factory outputs are leaves; options.requires_grad marks them.
 // Each factory names itself for the errors raised below it (a shape too large, memory the allocator
 // cannot give, a fill value the dtype cannot hold): see Note [Current op].
 #include <cmath>
@@ -19,27 +20,11 @@
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
 #include "dispatch/external_op.h"
+#include "ops/no_derivative.h"
 
 namespace adjoint {
 namespace {
 using detail::OpScope;
-
-// Every factory's last step. While `compile` traces, the tensor is a constant of the graph
-// (its values come from C++ values alone), with the factory's recipe when it gives one; the
-// random ones are recorded as draws instead.
-// `recipe` is called only while tracing: eager factories build no field lists.
-template <class MakeRecipe>
-Tensor finish(Tensor t, const TensorOptions& o, const MakeRecipe& recipe) {
-  if (o.requires_grad()) t.requires_grad_(true);
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->constant_made(t, recipe());
-  return t;
-}
-Tensor finish(Tensor t, const TensorOptions& o) {
-  return finish(std::move(t), o, [] { return detail::ExternalExport{}; });
-}
-// Zeroes a fresh tensor, by the kernel of its device (nothing on meta).
-void clear(const Tensor& t) { kernels::fill(t, 0); }
 
 // Recipes of the factories compile's dynamic sizes can make at other sizes (a filled tensor
 // of the batch's shape, arange(T)): the factory and its arguments, read by
@@ -62,12 +47,138 @@ detail::ExternalExport full_recipe(const Shape& shape, Scalar value, const Tenso
                 value.is_floating() ? int64_t{0} : value.to_int());
 }
 
-// full() under the caller's OpScope.
-Tensor filled(const Shape& shape, Scalar value, const TensorOptions& o) {
-  Tensor t = make_empty(shape, o.dtype(), o.device());
-  kernels::fill(t, value);
-  return finish(std::move(t), o, [&] { return full_recipe(shape, value, o); });
-}
+// Note [Factories in the stack]
+// A factory is an op struct with no inputs, applied through the dispatch stack as a random draw
+// is (Note [Random draws in the stack] in random.cpp), so that each layer handles it in its own
+// file and nothing here asks which transform is open:
+// - Trace: instead of recording a node, the layer marks the result a constant of the graph,
+//   with the recipe the struct gives (`constant_recipe()`, none for values from C++ data), from
+//   which compile's dynamic sizes make it again at other sizes.
+// - Observe: profiles, memory timelines and FLOP counts see each factory.
+// - Batching: a factory has no batched input, so under vmap it makes one value for all examples,
+//   as eager code does; the ops that combine it with batched values broadcast it.
+// - Autograd: nothing to do (`differentiable = false`); options.requires_grad makes the result
+//   a leaf.
+// - Kernel: on meta, fill and arange write nothing; the result has its shape and dtype.
+// The public functions check their arguments before apply, so a bad argument is the same named
+// error whichever layers are on.
+struct Factory : detail::NoDerivative<0> {
+  static constexpr bool differentiable = false;
+  // Never a node of a graph (the Trace layer keeps a constant), so never in a file either.
+  static constexpr bool exportable = false;
+};
+
+// The options a factory was called with, the default device resolved when it is called.
+struct Made {
+  DType dtype = kDefaultFloat;
+  Device device = kCPU;
+  bool requires_grad = false;
+  Made() = default;
+  explicit Made(const TensorOptions& o)
+      : dtype(o.dtype()), device(o.device()), requires_grad(o.requires_grad()) {}
+  TensorOptions options() const { return TensorOptions(dtype).requires_grad(requires_grad); }
+  Tensor empty(const Shape& shape) const { return make_empty(shape, dtype, device); }
+  Tensor leaf(Tensor t) const {
+    if (requires_grad) t.requires_grad_(true);
+    return t;
+  }
+};
+
+enum class FillKind { Full, Zeros, Ones, ScalarTensor };
+
+// full, zeros, ones and scalar_tensor: one op under each public name, for errors and profiles.
+template <FillKind K>
+struct Fill : Factory {
+  static constexpr const char* name = K == FillKind::Full    ? "full"
+                                      : K == FillKind::Zeros ? "zeros"
+                                      : K == FillKind::Ones  ? "ones"
+                                                             : "scalar_tensor";
+  Shape shape;
+  Scalar value;
+  Made made;
+  Tensor forward() const {
+    Tensor t = made.empty(shape);
+    kernels::fill(t, value);  // a value the dtype cannot hold is an error naming this op
+    return made.leaf(std::move(t));
+  }
+  detail::ExternalExport constant_recipe() const {
+    return full_recipe(shape, value, made.options());
+  }
+};
+
+struct Empty : Factory {
+  static constexpr const char* name = "empty";
+  Shape shape;
+  Made made;
+  Tensor forward() const { return made.leaf(made.empty(shape)); }
+  detail::ExternalExport constant_recipe() const { return {}; }  // its values are not known
+};
+
+struct Arange : Factory {
+  static constexpr const char* name = "arange";
+  double start = 0, end = 0, step = 0;
+  int64_t count = 0;  // the public function's check of the range computed it
+  Made made;
+  Tensor forward() const {
+    Tensor t = made.empty({count});
+    kernels::arange(t, start, step);
+    return made.leaf(std::move(t));
+  }
+  detail::ExternalExport constant_recipe() const {
+    return recipe(Recipe::Arange, made.options(), start, end, step);
+  }
+};
+
+struct Linspace : Factory {
+  static constexpr const char* name = "linspace";
+  double start = 0, end = 0;
+  int64_t steps = 0;
+  Made made;
+  Tensor forward() const {
+    Tensor t = made.empty({steps});
+    const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
+    kernels::arange(t, start, step);
+    if (steps > 1) kernels::fill(make_view(t, {}, {}, steps - 1), end);  // `end` exactly, as torch
+    return made.leaf(std::move(t));
+  }
+  detail::ExternalExport constant_recipe() const {
+    return recipe(Recipe::Linspace, made.options(), start, end, steps);
+  }
+};
+
+struct Eye : Factory {
+  static constexpr const char* name = "eye";
+  int64_t rows = 0, cols = 0;
+  Made made;
+  Tensor forward() const {
+    Tensor t = made.empty({rows, cols});
+    kernels::fill(t, 0);
+    for (int64_t i = 0; i < std::min(rows, cols); ++i)
+      kernels::fill(make_view(t, {}, {}, i * cols + i), 1);
+    return made.leaf(std::move(t));
+  }
+  detail::ExternalExport constant_recipe() const {
+    return recipe(Recipe::Eye, made.options(), rows, cols);
+  }
+};
+
+enum class GivenKind { Data, Blob };
+
+// tensor(data) and from_blob: values the caller gave, already in a CPU tensor (staged from the
+// C++ data, or the caller's memory wrapped), converted to the dtype and device asked for.
+template <GivenKind K>
+struct Given : Factory {
+  static constexpr const char* name = K == GivenKind::Data ? "tensor" : "from_blob";
+  Tensor values;
+  Made made;
+  Tensor forward() const {
+    Tensor t = values;
+    if (t.dtype() != made.dtype) t = kernels::cast(t, made.dtype);
+    if (t.device() != made.device) t = kernels::to_device(t, made.device);
+    return made.leaf(std::move(t));
+  }
+  detail::ExternalExport constant_recipe() const { return {}; }  // values from C++ alone
+};
 }  // namespace
 
 namespace detail {
@@ -121,30 +232,21 @@ Tensor constant_from_recipe(const FieldList& fields) {
 
 }  // namespace detail
 
-Tensor empty(const Shape& shape, TensorOptions o) {
-  OpScope scope("empty");
-  return finish(make_empty(shape, o.dtype(), o.device()), o);
-}
+Tensor empty(const Shape& shape, TensorOptions o) { return apply(Empty{{}, shape, Made(o)}); }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions o) {
-  OpScope scope("full");
-  return filled(shape, value, o);
+  return apply(Fill<FillKind::Full>{{}, shape, value, Made(o)});
 }
 
 Tensor zeros(const Shape& shape, TensorOptions o) {
-  OpScope scope("zeros");
-  Tensor t = make_empty(shape, o.dtype(), o.device());
-  clear(t);
-  return finish(std::move(t), o, [&] { return full_recipe(shape, 0, o); });
+  return apply(Fill<FillKind::Zeros>{{}, shape, 0, Made(o)});
 }
 
 Tensor ones(const Shape& shape, TensorOptions o) {
-  OpScope scope("ones");
-  return filled(shape, 1, o);
+  return apply(Fill<FillKind::Ones>{{}, shape, 1, Made(o)});
 }
 Tensor scalar_tensor(Scalar value, TensorOptions o) {
-  OpScope scope("scalar_tensor");
-  return filled(Shape{}, value, o);
+  return apply(Fill<FillKind::ScalarTensor>{{}, Shape{}, value, Made(o)});
 }
 namespace {
 // The *_like factories make their tensor on t's device, as PyTorch's do.
@@ -174,9 +276,7 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
                   "the values of [", start, ", ", end, ") with step ", step,
                   " do not fit in an int64 tensor");
   }
-  Tensor t = make_empty({static_cast<int64_t>(n)}, o.dtype(), o.device());
-  kernels::arange(t, start, step);
-  return finish(std::move(t), o, [&] { return recipe(Recipe::Arange, o, start, end, step); });
+  return apply(Arange{{}, start, end, step, static_cast<int64_t>(n), Made(o)});
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
@@ -184,11 +284,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   ADJOINT_CHECK(steps >= 0, Value, "linspace", "number of steps must be non-negative, got ", steps);
   ADJOINT_CHECK(is_floating(o.dtype()), DType, "linspace", "expected a floating dtype, got ",
                 o.dtype());
-  Tensor t = make_empty({steps}, o.dtype(), o.device());
-  double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
-  kernels::arange(t, start, step);
-  if (steps > 1) kernels::fill(make_view(t, {}, {}, steps - 1), end);  // `end` exactly, as torch
-  return finish(std::move(t), o, [&] { return recipe(Recipe::Linspace, o, start, end, steps); });
+  return apply(Linspace{{}, start, end, steps, Made(o)});
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
@@ -196,13 +292,7 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
   int64_t cols = m.value_or(n);
   ADJOINT_CHECK(n >= 0 && cols >= 0, Value, "eye", "sizes must be non-negative, got ", n, " x ",
                 cols);
-  Tensor t = make_empty({n, cols}, o.dtype(), o.device());
-  clear(t);
-  for (int64_t i = 0; i < std::min(n, cols); ++i) {
-    Tensor d = make_view(t, {}, {}, i * cols + i);
-    kernels::fill(d, 1);
-  }
-  return finish(std::move(t), o, [&] { return recipe(Recipe::Eye, o, n, cols); });
+  return apply(Eye{{}, n, cols, Made(o)});
 }
 
 template <class T>
@@ -221,10 +311,7 @@ Tensor tensor(const std::vector<T>& data, std::optional<Shape> shape, TensorOpti
   } else {
     detail::write_host_values<T>(src, data, "tensor");
   }
-  Tensor t = src;
-  if (o.dtype() != dtype_of_v<T>) t = kernels::cast(src, o.dtype());
-  if (!o.device().is_cpu()) t = kernels::to_device(t, o.device());
-  return finish(std::move(t), o);
+  return apply(Given<GivenKind::Data>{{}, std::move(src), Made(o)});
 }
 template Tensor tensor<bool>(const std::vector<bool>&, std::optional<Shape>, TensorOptions);
 template Tensor tensor<int64_t>(const std::vector<int64_t>&, std::optional<Shape>, TensorOptions);
@@ -257,6 +344,9 @@ void release_nothing(void*, void*) {}
 Tensor from_blob(void* data, const Shape& shape, const Shape& strides,
                  std::function<void(void*)> deleter, TensorOptions o) {
   OpScope scope("from_blob");
+  // The memory is where the caller put it: a default device (a DeviceGuard) does not move it,
+  // as libtorch's from_blob stays on the CPU unless told otherwise.
+  if (!o.has_device()) o = o.device(kCPU);
   ADJOINT_CHECK(o.device().is_cpu(), Device, "from_blob",
                 "caller memory is CPU memory; got device ", o.device());
   ADJOINT_CHECK(strides.size() == shape.size(), Shape, "from_blob", "shape ", shape, " has ",
@@ -286,7 +376,7 @@ Tensor from_blob(void* data, const Shape& shape, const Shape& strides,
     storage = std::make_shared<StorageImpl>(data, nbytes, &release_nothing, nullptr);
   }
   Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, strides, 0, o.dtype()));
-  return finish(std::move(t), o);
+  return apply(Given<GivenKind::Blob>{{}, std::move(t), Made(o)});
 }
 
 Tensor from_blob(void* data, const Shape& shape, TensorOptions o) {

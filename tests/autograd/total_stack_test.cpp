@@ -1,7 +1,9 @@
-// Ops without derivatives (comparisons, logical ops, argmax/argmin) and random draws pass the
-// dispatch stack as every op does (Note [Ops without derivatives] in src/ops/no_derivative.h,
-// Note [Random draws in the stack] in src/ops/random.cpp): observers see them, their results
-// carry no history, vmap batches them in its layer and compile records them as graph nodes.
+// Ops without derivatives (comparisons, logical ops, argmax/argmin), random draws and factories
+// pass the dispatch stack as every op does (Note [Ops without derivatives] in
+// src/ops/no_derivative.h, Note [Random draws in the stack] in src/ops/random.cpp, Note
+// [Factories in the stack] in src/ops/factories.cpp): observers see them, their results carry
+// no history, vmap batches them in its layer and compile records them as graph nodes (draws)
+// or constants (factories).
 // The oracles are eager code: loops of draws from the same seed, the unbatched op per example.
 #include <gtest/gtest.h>
 
@@ -188,6 +190,89 @@ TEST(TotalStack, DetachIsAnOpOfTheStack) {
   const Tensor m = empty({2, 7}, TensorOptions(DType::Float64).device(kMeta)).detach();
   EXPECT_EQ(m.device(), kMeta);
   EXPECT_EQ(m.shape(), (Shape{2, 7}));
+}
+
+// Factories are op structs of the stack too (Note [Factories in the stack] in
+// src/ops/factories.cpp): observers see each one under its public name.
+TEST(TotalStack, ObserversSeeFactories) {
+  OpNames names;
+  detail::set_op_observer(&names);
+  (void)zeros({2, 3});
+  (void)ones({2});
+  (void)full({2}, 1.5);
+  (void)empty({4});
+  (void)arange(5);
+  (void)linspace(0.0, 1.0, 4);
+  (void)eye(3);
+  (void)tensor({1.0, 2.0});
+  detail::set_op_observer(nullptr);
+  for (const char* op : {"zeros", "ones", "full", "empty", "arange", "linspace", "eye", "tensor"})
+    EXPECT_TRUE(names.seen.count(op)) << op << " did not pass the Observe layer";
+}
+
+// Under compile a factory is a constant of the graph, not a node: replays give the eager values
+// for new inputs without remaking it, and its gradient-free values stay out of the backward.
+TEST(TotalStack, CompileKeepsFactoriesAsConstants) {
+  auto f = [](const Tensor& x) {
+    return (x * arange(4, DType::Float64) + eye(4, std::nullopt, DType::Float64).sum({0}) +
+            full({4}, 0.5, DType::Float64) * ones({4}, DType::Float64))
+        .sum();
+  };
+  auto compiled = compile(f);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = randn({4}, DType::Float64).requires_grad_(true);
+    const Tensor got = compiled(x);
+    EXPECT_EQ(max_diff(got, f(x.detach())), 0) << "call " << call;
+    const Tensor g = autograd::grad({got}, {x})[0];
+    EXPECT_EQ(max_diff(g, arange(4, DType::Float64)), 0) << "call " << call;
+  }
+  EXPECT_EQ(compiled.stats().traces, 1);
+  const std::string graph = compiled.dump(false);
+  size_t constants = 0;
+  for (size_t at = graph.find("= constant"); at != std::string::npos;
+       at = graph.find("= constant", at + 1))
+    ++constants;
+  EXPECT_EQ(constants, 4u) << graph;  // arange, eye, full and ones
+  for (const char* op : {"= arange(", "= eye(", "= full(", "= ones("})
+    EXPECT_EQ(graph.find(op), std::string::npos) << op << " is a node of\n" << graph;
+}
+
+// vmap: a factory has no batched input, so it makes one value that broadcasts against the
+// examples, as the loop of the unbatched function does.
+TEST(TotalStack, VmapOfFactoriesMatchesTheLoop) {
+  const Tensor xs = randn({3, 5}, DType::Float64);
+  auto f = [](const Tensor& x) {
+    return x * arange(5, DType::Float64) + zeros_like(x) + full(x.shape(), 2.0, x.dtype());
+  };
+  const Tensor batched = vmap(f)(xs);
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(max_diff(batched.select(0, i), f(xs.select(0, i))), 0) << i;
+}
+
+// On meta a factory gives the shape and dtype and writes nothing; from_blob wraps CPU memory
+// whatever the default device, and a bad argument is an error naming the factory.
+TEST(TotalStack, FactoriesOnMetaFromBlobAndErrors) {
+  {
+    DeviceGuard meta(kMeta);
+    const Tensor z = zeros({1 << 20, 1 << 10});  // 4 GiB if it were allocated
+    EXPECT_EQ(z.device(), kMeta);
+    EXPECT_EQ(z.shape(), (Shape{1 << 20, 1 << 10}));
+    const Tensor a = arange(7);
+    EXPECT_EQ(a.device(), kMeta);
+    EXPECT_EQ(a.dtype(), DType::Int64);
+    std::vector<float> data{1, 2, 3};
+    const Tensor wrapped = from_blob(data.data(), {3}, DType::Float32);
+    EXPECT_EQ(wrapped.device(), kCPU);
+    EXPECT_EQ(wrapped.data_ptr<float>(), data.data());
+  }
+  std::vector<float> data{1, 2};
+  EXPECT_THROW(from_blob(data.data(), {2}, TensorOptions(DType::Float32).device(kMeta)), Error);
+  try {
+    (void)full({2}, 300, DType::Int8);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("full"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -199,17 +199,19 @@ TEST(Profiler, ChromeTraceIsTraceEventJsonOfTheSameEvents) {
 }
 
 TEST(Profiler, AnOpThatThrowsLeavesNoEventAndProfilersNest) {
+  // The inputs are made before the profilers start: factories are ops they see too.
+  const Tensor a = ones({2, 3}), b = ones({4});
   Profiler outer;
   {
     Profiler inner;
-    EXPECT_THROW(matmul(ones({2, 3}), ones({2, 3})), Error);
-    Tensor y = exp(ones({4}));
+    EXPECT_THROW(matmul(a, a), Error);
+    Tensor y = exp(b);
     inner.stop();
     ASSERT_EQ(inner.events().size(), 1u);
     EXPECT_EQ(inner.events()[0].name, "exp");
     EXPECT_EQ(inner.events()[0].depth, 0);  // not inside the op that threw
   }
-  Tensor z = sin(ones({4}));
+  Tensor z = sin(b);
   outer.stop();
   const auto fwd = count_by_name(outer.events(), false);
   EXPECT_EQ(fwd.count("matmul"), 0u);
@@ -221,10 +223,11 @@ TEST(Profiler, StoppedOrDestroyedBelowALaterObserverKeepsTheChainSound) {
   // A profiler destroyed while a memory timeline made after it still records stays in the
   // thread's observer chain, passing events on, instead of leaving the timeline pointing at
   // freed memory (this test crashes under ASan otherwise).
+  const Tensor x = ones({3});  // made before any observer starts: factories are ops too
   auto prof = std::make_unique<Profiler>();
   MemoryTimeline timeline;
   prof.reset();
-  Tensor y = exp(ones({3}));
+  Tensor y = exp(x);
   timeline.stop();
   std::size_t forward = 0;
   for (const MemoryEvent& e : timeline.events()) forward += e.phase == MemoryPhase::Forward;
@@ -236,14 +239,14 @@ TEST(Profiler, StoppedOrDestroyedBelowALaterObserverKeepsTheChainSound) {
     Profiler above;
     first.reset();  // stops below the profiler: stays linked
     MemoryTimeline again;
-    Tensor z = sin(ones({3}));
+    Tensor z = sin(x);
     above.stop();
     again.stop();
     ASSERT_EQ(above.events().size(), 1u);
     EXPECT_EQ(above.events()[0].name, "sin");
   }
   Profiler last;
-  Tensor w = cos(ones({3}));
+  Tensor w = cos(x);
   last.stop();
   EXPECT_EQ(last.events().size(), 1u);
 }

@@ -24,7 +24,6 @@ declare -A known=(
   [src/autograd/view_tracking.cpp]="views of batched tensors keep their base's batch dim"
   [src/core/generator.cpp]="the tracer learns of generators made or reseeded inside the function"
   [src/core/storage.cpp]="the tracer learns of storage made inside the function"
-  [src/ops/factories.cpp]="factories mark the constants of a traced function"
   [src/ops/inplace.cpp]="the in-place lane chooses the out-of-place path itself"
 )
 

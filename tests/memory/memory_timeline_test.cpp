@@ -51,29 +51,33 @@ TEST(MemoryTimeline, OneEventPerOpWithTheExpectedBytes) {
   g.loss.backward();
   timeline.stop();
 
+  // backward() seeds the loss's gradient with ones_like: a factory the timeline sees too,
+  // as its allocation is real (PyTorch's profiler shows it as aten::ones_like).
   const std::vector<MemoryEvent>& ev = timeline.events();
-  EXPECT_EQ(ops_of(ev),
-            (std::vector<std::string>{"exp", "sin", "mul", "sum", "SumBackward", "MulBackward",
-                                      "SinBackward", "ExpBackward", "AccumulateGrad"}));
-  ASSERT_EQ(ev.size(), 9u);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(ev[i].phase, MemoryPhase::Forward);
-  for (int i = 4; i < 9; ++i) EXPECT_EQ(ev[i].phase, MemoryPhase::Backward);
+  EXPECT_EQ(ops_of(ev), (std::vector<std::string>{"exp", "sin", "mul", "sum", "ones", "SumBackward",
+                                                  "MulBackward", "SinBackward", "ExpBackward",
+                                                  "AccumulateGrad"}));
+  ASSERT_EQ(ev.size(), 10u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ev[i].phase, MemoryPhase::Forward);
+  for (int i = 5; i < 10; ++i) EXPECT_EQ(ev[i].phase, MemoryPhase::Backward);
 
-  const std::size_t saved[] = {kF32, kF32, 3 * kF32, 3 * kF32, 3 * kF32, kF32, kF32, 0, 0};
-  for (int i = 0; i < 9; ++i) EXPECT_EQ(ev[i].saved_bytes, saved[i]) << ev[i].op;
+  const std::size_t saved[] = {kF32,     kF32, 3 * kF32, 3 * kF32, 3 * kF32,
+                               3 * kF32, kF32, kF32,     0,        0};
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(ev[i].saved_bytes, saved[i]) << ev[i].op;
   // Each event's peak covers the event itself and what happened since the one before.
   EXPECT_EQ(ev[2].saved_peak_bytes, 3 * kF32);
-  EXPECT_EQ(ev[5].saved_peak_bytes, 3 * kF32);  // MulBackward started from 3 * kF32
-  EXPECT_EQ(ev[6].saved_peak_bytes, kF32);
+  EXPECT_EQ(ev[6].saved_peak_bytes, 3 * kF32);  // MulBackward started from 3 * kF32
+  EXPECT_EQ(ev[7].saved_peak_bytes, kF32);
 
   // Storage: each forward op adds its output (the graph's tensors stay referenced).
   EXPECT_EQ(ev[0].storage_bytes, s0 + kF32);
   EXPECT_EQ(ev[1].storage_bytes, s0 + 2 * kF32);
   EXPECT_EQ(ev[2].storage_bytes, s0 + 3 * kF32);
   EXPECT_EQ(ev[3].storage_bytes, s0 + 3 * kF32 + kScalar);
+  EXPECT_EQ(ev[4].storage_bytes, s0 + 3 * kF32 + 2 * kScalar);  // the seed
   // After backward: the forward's tensors plus x.grad, and nothing else left over.
   EXPECT_EQ(memory_stats().current_bytes, s0 + 4 * kF32 + kScalar);
-  EXPECT_GE(ev[8].storage_bytes, s0 + 4 * kF32 + kScalar);
+  EXPECT_GE(ev[9].storage_bytes, s0 + 4 * kF32 + kScalar);
 }
 
 TEST(MemoryTimeline, StopEndsRecording) {
@@ -201,7 +205,7 @@ TEST(MemoryTimeline, WritesCsv) {
                         std::to_string(e.saved_bytes) + "," + std::to_string(e.saved_peak_bytes) +
                         "," + std::to_string(e.storage_bytes));
   }
-  EXPECT_EQ(i, 10u);  // start + 4 forward ops + 5 backward nodes
+  EXPECT_EQ(i, 11u);  // start + 4 forward ops + the seed + 5 backward nodes
   EXPECT_EQ(timeline.csv(), read_file(dir.path / "memory.csv"));
 }
 
