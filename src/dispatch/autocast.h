@@ -37,15 +37,6 @@ Tensor autocast_input(const Tensor& x, AutocastPolicy policy);
 /// convolutions check that input and weight share a dtype).
 DType autocast_target(DType d, AutocastPolicy policy);
 
-/// For composite functions (the losses, made of ops that follow their inputs, so no one op
-/// carries the policy): their inputs converted to float32 when autocast is on, unchanged
-/// otherwise.
-inline Tensor autocast_to_float32(const Tensor& x) {
-  if (tls_mode.autocast == 0) [[likely]]
-    return x;
-  return autocast_input(x, AutocastPolicy::Float32);
-}
-
 /// Sets the thread's autocast state for a scope (backward turns it off; a checkpointed region
 /// recomputes under the state its first run had).
 class AutocastStateScope {

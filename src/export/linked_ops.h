@@ -9,6 +9,7 @@ void link_ops_attention();
 void link_ops_batch_norm();
 void link_ops_binary();
 void link_ops_conversion();
+void link_ops_elementwise_losses();
 void link_ops_conv();
 void link_ops_factories();
 void link_ops_group_norm();
@@ -50,6 +51,7 @@ inline void link_every_ops_file() {
   link_ops_linalg_solve();
   link_ops_linalg_spectral();
   link_ops_losses();
+  link_ops_elementwise_losses();
   link_ops_nn();
   link_ops_pooling();
   link_ops_random();

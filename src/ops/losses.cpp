@@ -1,13 +1,14 @@
-// Loss functions. cross_entropy is one fused op (a single pass over the logits forward, the
-// fused cross_entropy_backward primitive as its VJP; all rules are written with ops, so it
-// differentiates twice); nll_loss, mse_loss and binary_cross_entropy_with_logits are
-// composites of ops and get their gradients from them.
+// Loss functions over class indices. cross_entropy is one fused op (a single pass over the
+// logits forward, the fused cross_entropy_backward primitive as its VJP; all rules are written
+// with ops, so it differentiates twice); nll_loss is one op too. Both are float32 under
+// autocast, by their op's policy. mse_loss and binary_cross_entropy_with_logits are in
+// elementwise_losses.cpp.
 #include <limits>
 
 #include "adjoint/error.h"
 #include "backend/nn_kernels.h"
 #include "core/op_fields.h"
-#include "dispatch/autocast.h"
+#include "core/tensor_factory.h"
 #include "ops/backward_ops.h"
 #include "ops/common.h"
 
@@ -15,18 +16,6 @@ namespace adjoint {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
-  switch (reduction) {
-    case Reduction::None:
-      return per_element;
-    case Reduction::Sum:
-      return sum(per_element);
-    case Reduction::Mean:
-      return mean(per_element);
-  }
-  return per_element;
-}
 
 // [N, C] bool: true at (i, target[i]) for rows whose target is not ignore_index.
 Tensor target_mask(const Tensor& target, int64_t classes, int64_t ignore_index) {
@@ -46,6 +35,12 @@ void check_class_specs(const detail::ValueSpec& x, const detail::ValueSpec& t, c
                 "expected floating logits [N, C], got ", describe(x));
   ADJOINT_CHECK(t.dtype == DType::Int64 && t.shape == Shape{x.shape[0]}, Shape, op,
                 "expected int64 targets [", x.shape[0], "], got ", describe(t));
+}
+
+// The rows whose target is not ignore_index (1 when there are none: their gradients are 0), as
+// a tensor computed from the target, for Mean's divisor in the rules.
+Tensor rows_counted(const Tensor& target, int64_t ignore_index, DType dtype) {
+  return clamp(sum(ne(target, ignore_index)).to(dtype), 1.0, std::nullopt);
 }
 
 struct CrossEntropyBackward {
@@ -135,7 +130,7 @@ struct CrossEntropy {
   // for whatever target a compiled replay gets, and per example under vmap, where the forward
   // that runs is the batching rule's.
   Tensor valid_rows(const Ctx& c, DType dtype) const {
-    return clamp(sum(ne(c.input(1), ignore_index)).to(dtype), 1.0, std::nullopt);
+    return rows_counted(c.input(1), ignore_index, dtype);
   }
 
   // d loss_i / d logits_i = softmax(logits_i) - one_hot(target_i); 0 on ignored rows
@@ -181,6 +176,88 @@ struct CrossEntropy {
   }
 };
 
+// loss_i = -log_probs[i, target_i], 0 on ignored rows. One op, so that autocast's float32
+// policy is its own (Note [Elementwise losses are ops] in elementwise_losses.cpp).
+struct NllLoss {
+  static constexpr const char* name = "nll_loss";
+  auto fields() { return std::tie(reduction, ignore_index); }
+  static constexpr AutocastPolicy autocast = AutocastPolicy::Float32;
+  static constexpr Save save = Save::Inputs;
+  Reduction reduction;
+  int64_t ignore_index;
+
+  detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
+    const detail::ValueSpec &x = spec_of(in, 0, name), &t = spec_of(in, 1, name);
+    check_class_specs(x, t, name);
+    ADJOINT_CHECK(
+        reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
+        Value, name, "unknown reduction ", static_cast<int>(reduction));
+    return {reduction == Reduction::None ? Shape{x.shape[0]} : Shape{}, x.dtype};
+  }
+  // Computed in float32 for 16-bit log-probabilities and rounded once; an ignored row reads
+  // class 0 and is then replaced by 0 (not multiplied: its log-probability may be -inf).
+  Tensor forward(const Tensor& log_probs, const Tensor& target) const {
+    const DType math = opmath_dtype(log_probs.dtype());
+    const Tensor x = log_probs.dtype() == math ? log_probs : kernels::cast(log_probs, math);
+    const int64_t rows = target.numel();
+    auto column = [rows](const Tensor& v) {  // [N] as [N, 1]
+      return make_view(v, {rows, 1}, {v.strides()[0], 1}, v.impl()->offset);
+    };
+    const Tensor keep = kernels::unary(Unary::NeScalar, target, static_cast<double>(ignore_index));
+    const Tensor counted = kernels::cast(keep, DType::Int64);
+    const Tensor read = kernels::binary(kernels::Binary::Mul, target, counted);
+    const Tensor picked =
+        kernels::unary(Unary::Neg, kernels::gather(x, 1, column(read), name));  // [N, 1]
+    Tensor zero = make_empty({rows, 1}, math, x.device());
+    kernels::fill(zero, 0);
+    Tensor per_row = kernels::where(column(keep), picked, zero);
+    per_row = make_view(per_row, {rows}, {per_row.strides()[0]}, per_row.impl()->offset);
+    Tensor loss = per_row;
+    if (reduction != Reduction::None) {
+      loss = kernels::reduce(kernels::Reduce::Sum, per_row, {}, false);
+      if (reduction == Reduction::Mean)  // NaN (0 / 0) when every row is ignored, as PyTorch
+        loss = kernels::binary(
+            kernels::Binary::Div, loss,
+            kernels::cast(kernels::reduce(kernels::Reduce::Sum, counted, {}, false), math));
+    }
+    return loss.dtype() == log_probs.dtype() ? loss : kernels::cast(loss, log_probs.dtype());
+  }
+  Tensor picked_of(const Ctx& c, const Tensor& values) const {  // where the loss reads
+    return where(target_mask(c.input(1), c.input(0).size(1), ignore_index), values, 0.0);
+  }
+  // d loss_i / d log_probs[i, c] = -1 at c = target_i on rows that count, 0 elsewhere
+  std::array<Tensor, 2> vjp(const Ctx& c, const Tensor& gy) const {
+    if (!c.needs_grad(0)) return {};
+    const Tensor w = reduction == Reduction::None ? gy.unsqueeze(1)
+                     : reduction == Reduction::Mean
+                         ? gy / rows_counted(c.input(1), ignore_index, gy.dtype())
+                         : gy;
+    return {picked_of(c, -w), Tensor()};
+  }
+  Tensor jvp(const Ctx& c, const Tensor& tx, const Tensor&) const {
+    const Tensor per_row = -sum(picked_of(c, tx), {1});
+    if (reduction == Reduction::None) return per_row;
+    const Tensor total = sum(per_row);
+    return reduction == Reduction::Mean
+               ? total / rows_counted(c.input(1), ignore_index, total.dtype())
+               : total;
+  }
+  // Batching: the examples' rows are rows of one problem, each example reducing its own rows
+  // (as CrossEntropy's rule).
+  Tensor vmap(const BatchArgs& b) const {
+    const Tensor x = b.with_batch(0), t = b.with_batch(1);
+    const int64_t examples = x.size(0), rows = x.size(1);
+    Tensor per_row = apply(NllLoss{Reduction::None, ignore_index},
+                           x.reshape({examples * rows, x.size(2)}), t.reshape({examples * rows}))
+                         .reshape({examples, rows});
+    if (reduction == Reduction::None) return per_row;
+    Tensor total = sum(per_row, {1});
+    if (reduction == Reduction::Sum) return total;
+    const Tensor count = sum(ne(t, ignore_index), {1}).to(per_row.dtype());
+    return where(gt(count, 0.0), total / clamp(count, 1.0, std::nullopt), kNaN);
+  }
+};
+
 // Checks shared by cross_entropy and nll_loss: input [N, C] with target [N], or [C] with a
 // 0-d target (returned as true, to be handled as one row).
 bool check_class_inputs(const Tensor& input, const Tensor& target, const char* op) {
@@ -199,10 +276,6 @@ bool check_class_inputs(const Tensor& input, const Tensor& target, const char* o
                 ", got ", describe(target));
   return false;
 }
-
-// A loss's floating input: float32 under autocast (the losses are on its float32 list), as it
-// is otherwise.
-Tensor loss_input(const Tensor& t) { return to_floating(detail::autocast_to_float32(t)); }
 
 }  // namespace
 
@@ -242,43 +315,9 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
     Tensor r = nll_loss(log_probs.unsqueeze(0), target.reshape({1}), reduction, ignore_index);
     return reduction == Reduction::None ? r.reshape({}) : r;
   }
-  const int64_t classes = log_probs.size(1);
-  kernels::check_class_targets(detail::all_examples(target), classes, ignore_index, "nll_loss");
-  // loss_i = -log_probs[i, target_i]: the gradient is -1 at the target, 0 elsewhere
-  Tensor picked = where(target_mask(target, classes, ignore_index), loss_input(log_probs), 0.0);
-  Tensor per_row = -sum(picked, {1});
-  if (reduction != Reduction::Mean) return reduce_loss(per_row, reduction);
-  // A tensor, not a number: under vmap each example counts its own rows. NaN (0 / 0) when
-  // every row is ignored, as PyTorch.
-  const Tensor valid = sum(ne(target, ignore_index)).to(per_row.dtype());
-  return sum(per_row) / valid;
-}
-
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  ADJOINT_CHECK(input.defined() && target.defined(), Value, "mse_loss", "got an undefined tensor");
-  ADJOINT_CHECK(input.shape() == target.shape(), Shape, "mse_loss",
-                "input and target must have the same shape: input ", describe(input), " vs target ",
-                describe(target));
-  // d/dx (x - t)^2 = 2 (x - t)
-  return reduce_loss((loss_input(input) - loss_input(target)).square(), reduction);
-}
-
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction reduction) {
-  const char* op = "binary_cross_entropy_with_logits";
-  ADJOINT_CHECK(logits.defined() && target.defined(), Value, op, "got an undefined tensor");
-  ADJOINT_CHECK(logits.shape() == target.shape(), Shape, op,
-                "logits and target must have the same shape: logits ", describe(logits),
-                " vs target ", describe(target));
-  Tensor x = loss_input(logits);
-  Tensor t = loss_input(target);
-  // loss = max(x, 0) - x t + log1p(exp(-|x|)), written per sign of x as two smooth pieces,
-  //   x >= 0: x (1 - t) + softplus(-x);   x < 0: softplus(x) - x t,
-  // so that no term cancels and every derivative is exact, also at x = 0 (where max and |x|
-  // have kinks whose one-sided rules would give dloss/dx = -t instead of 1/2 - t).
-  // dloss/dx = sigmoid(x) - t, dloss/dt = -x
-  Tensor per = where(ge(x, 0.0), x * (1 - t) + softplus(-x), softplus(x) - x * t);
-  return reduce_loss(per, reduction);
+  kernels::check_class_targets(detail::all_examples(target), log_probs.size(1), ignore_index,
+                               "nll_loss");
+  return apply(NllLoss{reduction, ignore_index}, to_floating(log_probs), target);
 }
 
 }  // namespace adjoint
