@@ -636,6 +636,8 @@ class TypedOpCall final : public OpCall {
     }
   }
   bool makes_constant() const override { return op_makes_constant<Op>; }
+  bool writes_in_place() const override { return false; }
+  Tensor run_out_of_place() override { return Tensor(); }  // (only in-place calls are asked)
   ExternalExport constant_recipe() const override {
     if constexpr (op_makes_constant<Op>) {
       return op_.constant_recipe();

@@ -164,6 +164,13 @@ class OpCall {
   virtual bool makes_constant() const = 0;
   /// A factory's recipe for compile's dynamic sizes (OpTracer::constant_made); no key: none.
   virtual ExternalExport constant_recipe() const = 0;
+  /// Whether the op writes its first input in place (Note [In-place ops in the stack] in
+  /// src/ops/inplace.cpp): the Trace layer records its new value as a write, and a
+  /// checkpointed region's OpCache neither logs it nor hands back a kept result for it.
+  virtual bool writes_in_place() const = 0;
+  /// An in-place op's new value of its first input, computed with ops out of place, in that
+  /// input's dtype, writing nothing (for the Trace layer). Only in-place calls are asked.
+  virtual Tensor run_out_of_place() = 0;
   /// A copy of the op struct (its attributes, and members its forward set).
   virtual std::any op() const = 0;
   /// Replaces the op struct with a copy made by op() (a kept result's).

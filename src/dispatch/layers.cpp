@@ -28,10 +28,19 @@ class AutocastLayer final : public DispatchLayer {
 // rule's calls on the physical values come back through the stack and are. Nor is a random
 // draw under an open vmap: the Batching layer draws it per example, and that physical draw
 // comes back through the stack with vmap off, and is. A factory's result is a constant of the
-// graph, not a node (Note [Factories in the stack] in src/ops/factories.cpp).
+// graph, not a node (Note [Factories in the stack] in src/ops/factories.cpp). An in-place op
+// writes nothing: its out-of-place value is recorded with ops and the tracer takes it as the
+// tensor's new value (Note [In-place ops under compile] in src/compile/trace.cpp), except in a
+// custom function's forward, which runs eagerly at each replay.
 class TraceLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
+    if (call.writes_in_place()) {
+      if (tls_op_tracer->watching()) return call.next(Layer::Trace);
+      const Tensor self = call.inputs()[0];
+      tls_op_tracer->record_write(self, call.run_out_of_place(), call.name());
+      return self;
+    }
     if (call.makes_constant()) {
       Tensor t = call.next(Layer::Trace);
       tls_op_tracer->constant_made(t, call.constant_recipe());
@@ -76,10 +85,13 @@ class AutogradLayer final : public DispatchLayer {
 
 // A checkpointed region logs the op and may keep its result, or hands back the result it kept
 // in the first run instead of running the op again (Note [Op log] in src/checkpoint/region.h).
-// It sits below Autograd, so a recomputation records its node around the kept result.
+// It sits below Autograd, so a recomputation records its node around the kept result. An
+// in-place op passes: its write must happen at each run (the ops of its recorded way are
+// logged as any others).
 class OpCacheLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
+    if (call.writes_in_place()) return call.next(Layer::OpCache);
     OpCache& cache = *tls_op_cache;
     if (std::optional<KeptOpResult> kept = cache.before_op(call.name())) {
       call.saved() = std::move(kept->extras);

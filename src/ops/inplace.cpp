@@ -1,5 +1,6 @@
 // In-place ops (add_, mul_, zero_, copy_, ...). Every one bumps the storage's version, so
-// nodes that saved the old values notice (see Note [Saved tensor versions]).
+// nodes that saved the old values notice (see Note [Saved tensor versions]). They pass the
+// dispatch stack (Note [In-place ops in the stack]), whose layers choose between the ways:
 // - Nothing to record (grad mode off, or no input requires grad): the kernel writes straight
 //   into the tensor, with no temporary (optimizer steps, zero_grad, gradient accumulation).
 // - Recorded: the out-of-place op runs on a clone of the old value (it may save it), the
@@ -7,16 +8,19 @@
 // - Forward mode: when the tensor or the operand has a tangent at a visible dual level, the
 //   op goes the out-of-place way as well, recorded or not, and the tensor takes the result's
 //   tangents. See Note [In-place ops on dual tensors] in src/autograd/forward_ad.h.
+// - vmap: an operand batched by vmap sends the op the out-of-place way too, the result
+//   written through the physical values (vmap/batched.h write_batched).
 // - compile: while a function is traced, the out-of-place op is recorded and the tracer takes
 //   its result as the tensor's new value, writing nothing (Note [In-place ops under compile]
 //   in src/compile/trace.cpp).
+#include <array>
 #include <cmath>
 
 #include "adjoint/error.h"
 #include "autograd/view_tracking.h"
-#include "core/op_tracer.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
+#include "dispatch/layer.h"
 #include "ops/common.h"
 #include "vmap/batched.h"
 
@@ -34,20 +38,10 @@ bool batched_with(const Tensor& self, const Tensor* other) {
          (detail::batch_level(self) != 0 || (other && detail::batch_level(*other) != 0));
 }
 
-// Whether the op is recorded into a traced graph as the out-of-place op and a write.
-bool traced() { return detail::tracing_writes(); }
-
 // Whether the op changes tangents: see Note [In-place ops on dual tensors].
 bool dual_with(const Tensor& self, const Tensor* other) {
   return tls_mode.dual_visible != 0 &&
          (detail::has_visible_tangent(self) || (other && detail::has_visible_tangent(*other)));
-}
-
-// Whether the op goes the out-of-place way (functional, below) rather than the kernel writing
-// self directly: recorded, dual, batched or traced (the header comment lists the four).
-bool out_of_place(const Tensor& self, const Tensor* other) {
-  return recording_with(self, other) || dual_with(self, other) || batched_with(self, other) ||
-         traced();
 }
 
 // Throws, before anything is written, when the tangents self gets from `result` (zero where
@@ -195,14 +189,13 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
   return self;
 }
 
-// Under compile: the out-of-place op on self itself (nothing is overwritten, so no clone is
-// needed), converted to self's dtype as the write would, handed to the tracer.
-Tensor& traced_write(Tensor& self, const Tensor& result, const char* op) {
+// An in-place op's new value of self computed out of place (`result`), as the write would
+// store it: checked, and converted to self's dtype.
+Tensor new_value(const Tensor& self, const Tensor& result, const char* op) {
   ADJOINT_CHECK(result.shape() == self.shape(), Shape, op, "the result has shape ", result.shape(),
                 " but the tensor being modified is ", describe(self));
   check_storable(result.dtype(), self, op);
-  detail::tls_op_tracer->record_write(self, cast_to(result, self.dtype()), op);
-  return self;
+  return cast_to(result, self.dtype());
 }
 
 // The out-of-place way: recorded when a graph is, and giving the new tangents when some
@@ -211,11 +204,8 @@ Tensor& traced_write(Tensor& self, const Tensor& result, const char* op) {
 // the write: a clone, so that what backward saves of it is not the tensor being overwritten
 // (whose new history would then hold it: a reference cycle, and a version error).
 template <class Compute>
-Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute compute) {
-  const bool recording = recording_with(self, other);
-  check_inplace(self, recording, op);
-  if (traced()) [[unlikely]]
-    return traced_write(self, compute(self, other ? *other : Tensor()), op);
+Tensor& functional(Tensor& self, const Tensor* other, bool recording, const char* op,
+                   Compute& compute) {
   const Tensor old_other =
       other && other->defined() && other->shares_storage(self) ? other->clone() : Tensor();
   Tensor result = compute(self.clone(), old_other.defined() ? old_other
@@ -224,47 +214,265 @@ Tensor& functional(Tensor& self, const Tensor* other, const char* op, Compute co
   return commit(self, result, recording, op);
 }
 
+// Note [In-place ops in the stack]
+// While some optional layer is on, an in-place op passes the dispatch stack as an InplaceCall
+// (below), and each layer handles its own part of it, in its own file:
+// - Trace: records the op's value, computed out of place with ops, as a write; nothing is
+//   written (OpCall::writes_in_place, run_out_of_place).
+// - Observe: profiles, memory timelines and FLOP counts see add_, mul_, fill_, copy_, ..., the
+//   optimizer's updates among them.
+// - Autograd: a recorded op, or one whose tensors have a tangent, goes the out-of-place way
+//   (the ways' autograd).
+// - OpCache: passes it on; its write happens at every run of a checkpointed region.
+// - Batching: an operand batched by vmap sends it the out-of-place way, written through the
+//   physical values.
+// - Kernel: the kernel writes the tensor.
+// With every optional layer off (the eager path) no call is built: the Autograd way runs with
+// the kernel right below it, as apply<Op> does. The checks (a leaf that requires grad, an
+// expanded tensor, a view's rules) come first, the same whichever layers are on.
+
+// What one in-place op does in each layer that handles it.
+class InplaceWays {
+ public:
+  /// The new value of self, out of place, in self's dtype (for the Trace layer).
+  virtual Tensor value() = 0;
+  /// The Autograd layer: the out-of-place way when recording or dual, else call.next().
+  virtual void autograd(detail::OpCall& call) = 0;
+  /// The Batching layer: an operand is batched by an open vmap.
+  virtual void batched() = 0;
+  /// The kernel writes self.
+  virtual void direct() = 0;
+
+ protected:
+  ~InplaceWays() = default;
+};
+
+class InplaceCall final : public detail::OpCall {
+ public:
+  InplaceCall(const char* op, const Tensor& self, const Tensor* other, InplaceWays& ways)
+      : OpCall(op, AutocastPolicy::Follow, detail::layers_for(AutocastPolicy::Follow)),
+        ways_(ways),
+        count_(other ? 2 : 1) {
+    inputs_[0] = self;
+    if (other) inputs_[1] = *other;
+  }
+  std::span<Tensor> inputs() override { return {inputs_.data(), count_}; }
+  std::vector<Tensor>& saved() override { return saved_; }
+  Tensor run_kernel() override {
+    ways_.direct();
+    return inputs_[0];
+  }
+  Tensor run_batching_rule(int /*level*/) override {
+    ways_.batched();
+    return inputs_[0];
+  }
+  Tensor run_autograd() override {
+    ways_.autograd(*this);
+    return inputs_[0];
+  }
+  Generator* generator() const override { return nullptr; }
+  Tensor run_batched_draw() override { return Tensor(); }  // (only draws are asked)
+  bool makes_constant() const override { return false; }
+  detail::ExternalExport constant_recipe() const override { return {}; }
+  bool writes_in_place() const override { return true; }
+  Tensor run_out_of_place() override { return ways_.value(); }
+  std::any op() const override { return {}; }
+  void set_op(const std::any& /*op*/) override {}
+  std::shared_ptr<const detail::TracedOp> traced_op() const override { return nullptr; }
+
+ private:
+  InplaceWays& ways_;
+  std::array<Tensor, 2> inputs_;
+  std::size_t count_;
+  std::vector<Tensor> saved_;
+};
+
+// Whether some optional layer that in-place ops take part in is on.
+bool stack_on() { return (tls_mode.layers & detail::layers_for(AutocastPolicy::Follow)) != 0; }
+
+// Runs an in-place op through the stack when it is on, else its Autograd way with the kernel
+// below it.
+template <class Ways>
+Tensor& run_inplace(Tensor& self, const Tensor* other, const char* op, Ways& ways) {
+  if (stack_on()) [[unlikely]] {
+    InplaceCall call(op, self, other, ways);
+    (void)call.dispatch();
+    return self;
+  }
+  ways.autograd_then([&] { ways.direct(); });
+  return self;
+}
+
+// An op whose new value is compute(self, other): the arithmetic ops and clamp_.
+template <class Compute, class Direct>
+class UpdateWays final : public InplaceWays {
+ public:
+  UpdateWays(Tensor& self, const Tensor* other, bool recording, const char* op, Compute& compute,
+             Direct& direct)
+      : self_(self),
+        other_(other),
+        recording_(recording),
+        op_(op),
+        compute_(compute),
+        direct_(direct) {}
+  Tensor value() override {
+    return new_value(self_, compute_(self_, other_ ? *other_ : Tensor()), op_);
+  }
+  template <class Below>
+  void autograd_then(Below below) {
+    if (recording_ || dual_with(self_, other_)) {
+      functional(self_, other_, recording_, op_, compute_);
+    } else {
+      below();
+    }
+  }
+  void autograd(detail::OpCall& call) override {
+    autograd_then([&] { (void)call.next(Layer::Autograd); });
+  }
+  void batched() override { functional(self_, other_, false, op_, compute_); }
+  void direct() override { direct_(); }
+
+ private:
+  Tensor& self_;
+  const Tensor* other_;
+  bool recording_;
+  const char* op_;
+  Compute& compute_;
+  Direct& direct_;
+};
+
+template <class Compute, class Direct>
+Tensor& update(Tensor& self, const Tensor* other, const char* op, Compute compute, Direct direct) {
+  const bool recording = recording_with(self, other);
+  check_inplace(self, recording, op);
+  UpdateWays<Compute, Direct> ways(self, other, recording, op, compute, direct);
+  return run_inplace(self, other, op, ways);
+}
+
+// fill_ and zero_: the value is a constant, so nothing flows back to the old one.
+class FillWays final : public InplaceWays {
+ public:
+  FillWays(Tensor& self, Scalar v, bool recording) : self_(self), v_(v), recording_(recording) {}
+  Tensor value() override { return full_like(self_, v_); }
+  template <class Below>
+  void autograd_then(Below below) {
+    check_dual_inplace(self_, nullptr, "fill_");
+    if (recording_ && detail::is_tracked_view(self_)) {
+      // The view's window of the base becomes a constant (Note [Views and in-place ops]).
+      commit(self_, full_like(self_, v_), true, "fill_");
+      return;
+    }
+    if (recording_) self_.detach_();  // a tensor with history loses it
+    below();
+    update_tangents(self_, nullptr);  // a constant: a dual's tangent becomes zero
+  }
+  void autograd(detail::OpCall& call) override {
+    autograd_then([&] { (void)call.next(Layer::Autograd); });
+  }
+  void batched() override {
+    detail::write_batched(self_, full_like(self_, v_), "fill_");
+    bump(self_);
+  }
+  void direct() override {
+    kernels::fill(unique_elements(self_), v_);
+    bump(self_);
+  }
+
+ private:
+  Tensor& self_;
+  Scalar v_;
+  bool recording_;
+};
+
+// copy_: the value is the source's, so a recorded copy gives self the source's history.
+class CopyWays final : public InplaceWays {
+ public:
+  CopyWays(Tensor& self, const Tensor& src, bool recording)
+      : self_(self), src_(src), recording_(recording) {}
+  Tensor value() override {
+    return new_value(self_, adjoint::expand(src_, self_.shape()), "copy_");
+  }
+  template <class Below>
+  void autograd_then(Below below) {
+    if (recording_ || dual_with(self_, &src_)) {
+      write_value(recording_);
+    } else {
+      below();
+    }
+  }
+  void autograd(detail::OpCall& call) override {
+    autograd_then([&] { (void)call.next(Layer::Autograd); });
+  }
+  void batched() override { write_value(false); }
+  void direct() override {
+    kernels::copy_into(self_, unaliased(self_, src_));  // Note [Operands that overlap ...]
+    bump(self_);
+  }
+
+ private:
+  // The source as copy_ writes it, read before the write (a clone, recorded when recording).
+  void write_value(bool recording) {
+    Tensor value = cast_to(adjoint::expand(src_, self_.shape()), self_.dtype());
+    if (value.shares_storage(self_)) value = value.clone();
+    if (!recording) {
+      commit(self_, value, false, "copy_");
+      return;
+    }
+    check_dual_inplace(self_, &value, "copy_");  // before detach_: an error changes nothing
+    if (!value.requires_grad() && !detail::is_tracked_view(self_)) self_.detach_();
+    commit(self_, value, true, "copy_");
+  }
+
+  Tensor& self_;
+  const Tensor& src_;
+  bool recording_;
+};
+
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "add_");
-  if (out_of_place(*this, &o))
-    return functional(*this, &o, "add_",
-                      [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); });
-  check_inplace(*this, false, "add_");
-  if (alpha.to_double() != 1) return direct_add_scaled(*this, o, alpha.to_double(), "add_");
-  return direct_binary(*this, Binary::Add, o, "add_");
+  return update(
+      *this, &o, "add_",
+      [&](const Tensor& s, const Tensor& b) { return adjoint::add(s, b, alpha); },
+      [&] {
+        if (alpha.to_double() != 1) {
+          direct_add_scaled(*this, o, alpha.to_double(), "add_");
+        } else {
+          direct_binary(*this, Binary::Add, o, "add_");
+        }
+      });
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
   check_alpha(result_type(*this, o), alpha, "sub_");
-  if (out_of_place(*this, &o))
-    return functional(*this, &o, "sub_",
-                      [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); });
-  check_inplace(*this, false, "sub_");
-  if (alpha.to_double() != 1) return direct_add_scaled(*this, o, -alpha.to_double(), "sub_");
-  return direct_binary(*this, Binary::Sub, o, "sub_");
+  return update(
+      *this, &o, "sub_",
+      [&](const Tensor& s, const Tensor& b) { return adjoint::sub(s, b, alpha); },
+      [&] {
+        if (alpha.to_double() != 1) {
+          direct_add_scaled(*this, o, -alpha.to_double(), "sub_");
+        } else {
+          direct_binary(*this, Binary::Sub, o, "sub_");
+        }
+      });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (out_of_place(*this, &o))
-    return functional(*this, &o, "mul_",
-                      [&](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); });
-  check_inplace(*this, false, "mul_");
-  return direct_binary(*this, Binary::Mul, o, "mul_");
+  return update(
+      *this, &o, "mul_", [](const Tensor& s, const Tensor& b) { return adjoint::mul(s, b); },
+      [&] { direct_binary(*this, Binary::Mul, o, "mul_"); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (out_of_place(*this, &o))
-    return functional(*this, &o, "div_",
-                      [&](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); });
-  check_inplace(*this, false, "div_");
-  check_storable(kDefaultFloat, *this, "div_");  // true division gives floats
-  return direct_binary(*this, Binary::Div, o, "div_");
+  return update(
+      *this, &o, "div_", [](const Tensor& s, const Tensor& b) { return adjoint::div(s, b); },
+      [&] {
+        check_storable(kDefaultFloat, *this, "div_");  // true division gives floats
+        direct_binary(*this, Binary::Div, o, "div_");
+      });
 }
 Tensor& Tensor::add_(Scalar o) {
-  if (out_of_place(*this, nullptr))
-    return functional(*this, nullptr, "add_",
-                      [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); });
-  check_inplace(*this, false, "add_");
-  return direct_unary(*this, Unary::AddScalar, o, "add_");
+  return update(
+      *this, nullptr, "add_", [&](const Tensor& s, const Tensor&) { return adjoint::add(s, o); },
+      [&] { direct_unary(*this, Unary::AddScalar, o, "add_"); });
 }
 Tensor& Tensor::sub_(Scalar o) {
   if (o.is_floating()) return add_(-o.to_double());
@@ -272,39 +480,37 @@ Tensor& Tensor::sub_(Scalar o) {
   return add_(static_cast<int64_t>(0 - static_cast<uint64_t>(o.to_int())));
 }
 Tensor& Tensor::mul_(Scalar o) {
-  if (out_of_place(*this, nullptr))
-    return functional(*this, nullptr, "mul_",
-                      [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); });
-  check_inplace(*this, false, "mul_");
-  return direct_unary(*this, Unary::MulScalar, o, "mul_");
+  return update(
+      *this, nullptr, "mul_", [&](const Tensor& s, const Tensor&) { return adjoint::mul(s, o); },
+      [&] { direct_unary(*this, Unary::MulScalar, o, "mul_"); });
 }
 Tensor& Tensor::div_(Scalar o) {
-  if (out_of_place(*this, nullptr))
-    return functional(*this, nullptr, "div_",
-                      [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); });
-  check_inplace(*this, false, "div_");
-  check_storable(kDefaultFloat, *this, "div_");
-  return direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
+  return update(
+      *this, nullptr, "div_", [&](const Tensor& s, const Tensor&) { return adjoint::div(s, o); },
+      [&] {
+        check_storable(kDefaultFloat, *this, "div_");
+        direct_unary(*this, Unary::MulScalar, 1.0 / o.to_double(), "div_");
+      });
 }
 Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
-  if (out_of_place(*this, nullptr))
-    return functional(*this, nullptr, "clamp_",
-                      [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); });
-  check_inplace(*this, false, "clamp_");
-  ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
-  ADJOINT_CHECK(dtype() != DType::Bool, DType, "clamp_", "not supported for bool tensors (",
-                describe(*this), ")");
-  auto integral = [](std::optional<double> v) {
-    return !v || (detail::fits_int64(*v) && *v == std::trunc(*v));
-  };
-  ADJOINT_CHECK(is_floating(dtype()) || (integral(lo) && integral(hi)), DType, "clamp_",
-                "a bound that is not an integer gives a floating result, which cannot be stored "
-                "in ",
-                describe(*this));
-  if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
-  if (hi) kernels::unary_into(Unary::ClampMax, *this, *this, *hi);
-  bump(*this);
-  return *this;
+  return update(
+      *this, nullptr, "clamp_",
+      [&](const Tensor& s, const Tensor&) { return adjoint::clamp(s, lo, hi); },
+      [&] {
+        ADJOINT_CHECK(lo || hi, Value, "clamp_", "at least one of min and max must be given");
+        ADJOINT_CHECK(dtype() != DType::Bool, DType, "clamp_", "not supported for bool tensors (",
+                      describe(*this), ")");
+        auto integral = [](std::optional<double> v) {
+          return !v || (detail::fits_int64(*v) && *v == std::trunc(*v));
+        };
+        ADJOINT_CHECK(is_floating(dtype()) || (integral(lo) && integral(hi)), DType, "clamp_",
+                      "a bound that is not an integer gives a floating result, which cannot be "
+                      "stored in ",
+                      describe(*this));
+        if (lo) kernels::unary_into(Unary::ClampMin, *this, *this, *lo);
+        if (hi) kernels::unary_into(Unary::ClampMax, *this, *this, *hi);
+        bump(*this);
+      });
 }
 
 // fill_, zero_ and copy_ replace the value: nothing flows back to the old one, so a tensor
@@ -313,45 +519,16 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(Scalar v) {
   const bool recording = recording_with(*this, nullptr);
   check_inplace(*this, recording, "fill_", Overlap::Allow);
-  if (traced()) [[unlikely]]
-    return traced_write(*this, full_like(*this, v), "fill_");
-  check_dual_inplace(*this, nullptr, "fill_");
-  if (recording && detail::is_tracked_view(*this)) {
-    // The view's window of the base becomes a constant (Note [Views and in-place ops]).
-    Tensor value = full_like(*this, v);
-    return commit(*this, value, true, "fill_");
-  }
-  if (recording) detach_();
-  if (batched_with(*this, nullptr)) [[unlikely]] {
-    detail::write_batched(*this, full_like(*this, v), "fill_");
-    bump(*this);
-    update_tangents(*this, nullptr);
-    return *this;
-  }
-  kernels::fill(unique_elements(*this), v);
-  bump(*this);
-  update_tangents(*this, nullptr);  // a constant: a dual's tangent becomes zero
-  return *this;
+  FillWays ways(*this, v, recording);
+  return run_inplace(*this, nullptr, "fill_", ways);
 }
 Tensor& Tensor::copy_(const Tensor& src) {
   ADJOINT_CHECK(src.defined(), Value, "copy_", "source is an undefined tensor");
   check_broadcast_into(*this, src, "copy_");
   const bool recording = recording_with(*this, &src);
   check_inplace(*this, recording, "copy_");
-  if (traced()) [[unlikely]]
-    return traced_write(*this, adjoint::expand(src, shape()), "copy_");
-  if (!recording && !dual_with(*this, &src) && !batched_with(*this, &src)) {
-    kernels::copy_into(*this, unaliased(*this, src));  // Note [Operands that overlap ...]
-    bump(*this);
-    return *this;
-  }
-  // The source as copy_ writes it, read before the write (a clone, recorded when recording).
-  Tensor value = cast_to(adjoint::expand(src, shape()), dtype());
-  if (value.shares_storage(*this)) value = value.clone();
-  if (!recording) return commit(*this, value, false, "copy_");
-  check_dual_inplace(*this, &value, "copy_");  // before detach_: an error changes nothing
-  if (!value.requires_grad() && !detail::is_tracked_view(*this)) detach_();
-  return commit(*this, value, true, "copy_");
+  CopyWays ways(*this, src, recording);
+  return run_inplace(*this, &src, "copy_", ways);
 }
 
 }  // namespace adjoint

@@ -1,9 +1,10 @@
-// Ops without derivatives (comparisons, logical ops, argmax/argmin), random draws and factories
-// pass the dispatch stack as every op does (Note [Ops without derivatives] in
+// Ops without derivatives (comparisons, logical ops, argmax/argmin), random draws, factories
+// and in-place ops pass the dispatch stack as every op does (Note [Ops without derivatives] in
 // src/ops/no_derivative.h, Note [Random draws in the stack] in src/ops/random.cpp, Note
-// [Factories in the stack] in src/ops/factories.cpp): observers see them, their results carry
+// [Factories in the stack] in src/ops/factories.cpp, Note [In-place ops in the stack] in
+// src/ops/inplace.cpp): observers see them, their results carry
 // no history, vmap batches them in its layer and compile records them as graph nodes (draws)
-// or constants (factories).
+// or constants (factories), in-place ops as writes.
 // The oracles are eager code: loops of draws from the same seed, the unbatched op per example.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "adjoint/adjoint.h"
+#include "adjoint/optim.h"
 #include "autograd/memory_hooks.h"
 
 namespace adjoint {
@@ -273,6 +275,73 @@ TEST(TotalStack, FactoriesOnMetaFromBlobAndErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("full"), std::string::npos) << e.what();
   }
+}
+
+// In-place ops pass the stack too (Note [In-place ops in the stack] in src/ops/inplace.cpp):
+// observers see each one, the optimizer's updates among them.
+TEST(TotalStack, ObserversSeeInPlaceOpsAndOptimizerUpdates) {
+  Tensor x = randn({3, 4}, DType::Float64);
+  const Tensor y = randn({3, 4}, DType::Float64);
+  const Tensor expected = clamp((x + 1.0) * y, -0.5, 0.5);
+  OpNames names;
+  detail::set_op_observer(&names);
+  x.add_(1.0);
+  x.mul_(y);
+  x.clamp_(-0.5, 0.5);
+  detail::set_op_observer(nullptr);
+  EXPECT_EQ(max_diff(x, expected), 0);  // the observed writes are the eager ones
+  for (const char* op : {"add_", "mul_", "clamp_"})
+    EXPECT_TRUE(names.seen.count(op)) << op << " did not pass the Observe layer";
+
+  names.seen.clear();
+  detail::set_op_observer(&names);
+  x.copy_(y);
+  x.zero_();
+  detail::set_op_observer(nullptr);
+  EXPECT_TRUE(names.seen.count("copy_"));
+  EXPECT_TRUE(names.seen.count("fill_"));
+  EXPECT_EQ(abs(x).max().item<double>(), 0);
+
+  // An SGD step with momentum: p -= lr * (momentum buffer), each update an op of the stack.
+  Tensor p = randn({5}, DType::Float64).requires_grad_(true);
+  const Tensor p0 = p.detach().clone();
+  optim::SGDOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  optim::SGD sgd({p}, o);
+  (p * p).sum().backward();  // grad 2 p
+  names.seen.clear();
+  detail::set_op_observer(&names);
+  sgd.step();
+  detail::set_op_observer(nullptr);
+  EXPECT_TRUE(names.seen.count("add_")) << "the step's update was not seen";
+  EXPECT_EQ(max_diff(p, p0 - p0 * 2.0 * 0.1), 0);  // the first step's buffer is the gradient
+}
+
+// A checkpointed region with a policy turns the OpCache layer on: an in-place op inside it
+// passes that layer (its write happens in the recomputation too), and the gradients are those
+// of the region run without checkpointing.
+TEST(TotalStack, InPlaceOpsInASelectiveCheckpointMatchEagerCode) {
+  auto region = [](const std::vector<Tensor>& xs) {
+    Tensor h = xs[0] * 2.0;
+    h.add_(xs[1]);  // recorded: h has history
+    h.mul_(0.5);
+    Tensor scratch = zeros(h.shape(), h.dtype());
+    scratch.add_(xs[1].detach());              // not recorded: the kernel writes
+    return (sin(h) * h * exp(scratch)).sum();  // exp recomputed from the written scratch
+  };
+  const Tensor x = randn({6}, DType::Float64).requires_grad_(true);
+  const Tensor b = randn({6}, DType::Float64).requires_grad_(true);
+  const auto eager = autograd::grad({region({x, b})}, {x, b});
+  CheckpointOptions options;
+  // A policy that names in-place ops too: their writes are not results to keep, and must
+  // happen again in the recomputation.
+  options.policy = save_ops({"sin", "add_", "mul_"});
+  const Tensor loss = checkpoint(region, {x, b}, options);
+  EXPECT_EQ(max_diff(loss, region({x, b})), 0);
+  const auto got = autograd::grad({loss}, {x, b});
+  EXPECT_EQ(max_diff(got[0], eager[0]), 0);
+  EXPECT_EQ(max_diff(got[1], eager[1]), 0);
 }
 
 }  // namespace

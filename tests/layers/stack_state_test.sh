@@ -24,7 +24,7 @@ declare -A known=(
   [src/autograd/view_tracking.cpp]="views of batched tensors keep their base's batch dim"
   [src/core/generator.cpp]="the tracer learns of generators made or reseeded inside the function"
   [src/core/storage.cpp]="the tracer learns of storage made inside the function"
-  [src/ops/inplace.cpp]="the in-place lane chooses the out-of-place path itself"
+  [src/ops/inplace.cpp]="commit writes a batched result through the physical values (write_batched)"
 )
 
 pattern='vmap_depth|batch_level\(|batched_pointwise|tracing\(\)|tracing_writes\(\)|tls_op_tracer'
