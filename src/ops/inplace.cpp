@@ -20,8 +20,8 @@
 #include "autograd/view_tracking.h"
 #include "core/scalar_convert.h"
 #include "core/tensor_factory.h"
-#include "dispatch/layer.h"
 #include "ops/common.h"
+#include "ops/inplace_call.h"
 #include "vmap/batched.h"
 
 namespace adjoint {
@@ -231,71 +231,13 @@ Tensor& functional(Tensor& self, const Tensor* other, bool recording, const char
 // the kernel right below it, as apply<Op> does. The checks (a leaf that requires grad, an
 // expanded tensor, a view's rules) come first, the same whichever layers are on.
 
-// What one in-place op does in each layer that handles it.
-class InplaceWays {
- public:
-  /// The new value of self, out of place, in self's dtype (for the Trace layer).
-  virtual Tensor value() = 0;
-  /// The Autograd layer: the out-of-place way when recording or dual, else call.next().
-  virtual void autograd(detail::OpCall& call) = 0;
-  /// The Batching layer: an operand is batched by an open vmap.
-  virtual void batched() = 0;
-  /// The kernel writes self.
-  virtual void direct() = 0;
-
- protected:
-  ~InplaceWays() = default;
-};
-
-class InplaceCall final : public detail::OpCall {
- public:
-  InplaceCall(const char* op, const Tensor& self, const Tensor* other, InplaceWays& ways)
-      : OpCall(op, AutocastPolicy::Follow, detail::layers_for(AutocastPolicy::Follow)),
-        ways_(ways),
-        count_(other ? 2 : 1) {
-    inputs_[0] = self;
-    if (other) inputs_[1] = *other;
-  }
-  std::span<Tensor> inputs() override { return {inputs_.data(), count_}; }
-  std::vector<Tensor>& saved() override { return saved_; }
-  Tensor run_kernel() override {
-    ways_.direct();
-    return inputs_[0];
-  }
-  Tensor run_batching_rule(int /*level*/) override {
-    ways_.batched();
-    return inputs_[0];
-  }
-  Tensor run_autograd() override {
-    ways_.autograd(*this);
-    return inputs_[0];
-  }
-  Generator* generator() const override { return nullptr; }
-  Tensor run_batched_draw() override { return Tensor(); }  // (only draws are asked)
-  bool makes_constant() const override { return false; }
-  detail::ExternalExport constant_recipe() const override { return {}; }
-  bool writes_in_place() const override { return true; }
-  Tensor run_out_of_place() override { return ways_.value(); }
-  std::any op() const override { return {}; }
-  void set_op(const std::any& /*op*/) override {}
-  std::shared_ptr<const detail::TracedOp> traced_op() const override { return nullptr; }
-
- private:
-  InplaceWays& ways_;
-  std::array<Tensor, 2> inputs_;
-  std::size_t count_;
-  std::vector<Tensor> saved_;
-};
-
-// Whether some optional layer that in-place ops take part in is on.
-bool stack_on() { return (tls_mode.layers & detail::layers_for(AutocastPolicy::Follow)) != 0; }
-
 // Runs an in-place op through the stack when it is on, else its Autograd way with the kernel
 // below it.
 template <class Ways>
 Tensor& run_inplace(Tensor& self, const Tensor* other, const char* op, Ways& ways) {
-  if (stack_on()) [[unlikely]] {
-    InplaceCall call(op, self, other, ways);
+  if (detail::inplace_stack_on()) [[unlikely]] {
+    const std::array<Tensor, 2> tensors{self, other ? *other : Tensor()};
+    detail::InplaceCall call(op, std::span(tensors.data(), other ? 2 : 1), ways);
     (void)call.dispatch();
     return self;
   }
@@ -305,7 +247,7 @@ Tensor& run_inplace(Tensor& self, const Tensor* other, const char* op, Ways& way
 
 // An op whose new value is compute(self, other): the arithmetic ops and clamp_.
 template <class Compute, class Direct>
-class UpdateWays final : public InplaceWays {
+class UpdateWays final : public detail::InplaceWays {
  public:
   UpdateWays(Tensor& self, const Tensor* other, bool recording, const char* op, Compute& compute,
              Direct& direct)
@@ -350,7 +292,7 @@ Tensor& update(Tensor& self, const Tensor* other, const char* op, Compute comput
 }
 
 // fill_ and zero_: the value is a constant, so nothing flows back to the old one.
-class FillWays final : public InplaceWays {
+class FillWays final : public detail::InplaceWays {
  public:
   FillWays(Tensor& self, Scalar v, bool recording) : self_(self), v_(v), recording_(recording) {}
   Tensor value() override { return full_like(self_, v_); }
@@ -385,7 +327,7 @@ class FillWays final : public InplaceWays {
 };
 
 // copy_: the value is the source's, so a recorded copy gives self the source's history.
-class CopyWays final : public InplaceWays {
+class CopyWays final : public detail::InplaceWays {
  public:
   CopyWays(Tensor& self, const Tensor& src, bool recording)
       : self_(self), src_(src), recording_(recording) {}

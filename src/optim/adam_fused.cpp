@@ -12,6 +12,7 @@
 #include "backend/optim_kernels.h"
 #include "core/mode_state.h"
 #include "core/op_tracer.h"
+#include "ops/inplace_call.h"
 
 // Note [Fused Adam is bitwise the op-by-op update]
 // Resuming from a checkpoint must reproduce an uninterrupted run bit for bit, and runs must be
@@ -86,7 +87,10 @@ bool fused_applies(const Tensor& param, const Tensor& grad, const Tensor& exp_av
   // (or throw), which the kernel does not do.
   // Under compile the op-by-op update is traced instead: this kernel writes raw memory, which
   // a graph cannot record (Note [In-place ops under compile] in src/compile/trace.cpp).
-  if (is_grad_enabled() || tls_mode.dual_visible != 0 || ::adjoint::detail::tracing()) return false;
+  // Under vmap (a batched parameter or state) the ops' batching rules apply.
+  if (is_grad_enabled() || tls_mode.dual_visible != 0 || ::adjoint::detail::tracing() ||
+      tls_mode.vmap_depth != 0)
+    return false;
   // A device whose kernel does not round as the ops do runs the ops; so does meta, which has
   // no memory to write (the step of a memory estimate, docs/devices.md).
   if (!kernels::adam_step_exact(param.device())) return false;
@@ -108,6 +112,33 @@ bool fused_applies(const Tensor& param, const Tensor& grad, const Tensor& exp_av
 void bump(const Tensor& t, int times) {
   for (int i = 0; i < times; ++i) t.impl()->storage->bump_version();
 }
+
+// The fused step as one in-place op of the dispatch stack, "adam_step", so that profiles and
+// memory timelines see the optimizer's update as they see the op-by-op one (Note [In-place
+// ops in the stack] in src/ops/inplace.cpp). fused_applies() lets it run only with grad mode
+// off, no forward-mode level, no trace and no vmap, so the kernel is its only way.
+class FusedAdamWays final : public ::adjoint::detail::InplaceWays {
+ public:
+  FusedAdamWays(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const AdamStep& s)
+      : param_(param), grad_(grad), exp_avg_(exp_avg), exp_avg_sq_(exp_avg_sq), s_(s) {}
+  Tensor value() override { return Tensor(); }  // (never traced)
+  void autograd(::adjoint::detail::OpCall& call) override {
+    (void)call.next(::adjoint::Layer::Autograd);  // nothing to record
+  }
+  void batched() override {}  // (never under vmap)
+  void direct() override {
+    kernels::adam_step(param_, grad_, exp_avg_, exp_avg_sq_, kernel_scalars(s_));
+    // As many version bumps as the in-place ops make, so versions read the same either way.
+    bump(param_, s_.weight_decay != 0 && s_.decoupled ? 2 : 1);  // [mul_,] add_
+    bump(exp_avg_, 1 - s_.beta1 < 0.5 ? 1 : 2);                  // add_, or copy_ + sub_
+    bump(exp_avg_sq_, 2);                                        // mul_, add_
+  }
+
+ private:
+  const Tensor &param_, &grad_, &exp_avg_, &exp_avg_sq_;
+  const AdamStep& s_;
+};
 
 }  // namespace
 
@@ -161,11 +192,13 @@ void adam_update_ops(Tensor& param, const Tensor& grad_in, Tensor& m, Tensor& v,
 bool adam_update_fused(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                        const AdamStep& s) {
   if (!fused_applies(param, grad, exp_avg, exp_avg_sq)) return false;
-  kernels::adam_step(param, grad, exp_avg, exp_avg_sq, kernel_scalars(s));
-  // As many version bumps as the in-place ops make, so versions read the same either way.
-  bump(param, s.weight_decay != 0 && s.decoupled ? 2 : 1);  // [mul_,] add_
-  bump(exp_avg, 1 - s.beta1 < 0.5 ? 1 : 2);                 // add_, or copy_ + sub_
-  bump(exp_avg_sq, 2);                                      // mul_, add_
+  FusedAdamWays ways(param, grad, exp_avg, exp_avg_sq, s);
+  if (::adjoint::detail::inplace_stack_on()) [[unlikely]] {
+    const Tensor tensors[] = {param, grad, exp_avg, exp_avg_sq};
+    ::adjoint::detail::InplaceCall("adam_step", tensors, ways).dispatch();
+  } else {
+    ways.direct();
+  }
   return true;
 }
 

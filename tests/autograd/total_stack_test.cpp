@@ -14,6 +14,7 @@
 #include "adjoint/adjoint.h"
 #include "adjoint/optim.h"
 #include "autograd/memory_hooks.h"
+#include "optim/adam_fused.h"
 
 namespace adjoint {
 namespace {
@@ -316,6 +317,22 @@ TEST(TotalStack, ObserversSeeInPlaceOpsAndOptimizerUpdates) {
   detail::set_op_observer(nullptr);
   EXPECT_TRUE(names.seen.count("add_")) << "the step's update was not seen";
   EXPECT_EQ(max_diff(p, p0 - p0 * 2.0 * 0.1), 0);  // the first step's buffer is the gradient
+
+  // Adam's fused step (float32, contiguous) is one op, "adam_step", with the bits of the step
+  // taken unobserved.
+  Tensor q = randn({7}).requires_grad_(true), r = q.detach().clone().requires_grad_(true);
+  optim::Adam seen({q}), unseen({r});
+  (q * q).sum().backward();
+  (r * r).sum().backward();
+  names.seen.clear();
+  detail::set_op_observer(&names);
+  seen.step();
+  detail::set_op_observer(nullptr);
+  unseen.step();
+  // (the op-by-op update where this CPU's kernel does not round as the ops do)
+  EXPECT_TRUE(names.seen.count(optim::detail::adam_fused_available() ? "adam_step" : "add_"))
+      << "Adam's update was not seen";
+  EXPECT_EQ(max_diff(q, r), 0);
 }
 
 // A checkpointed region with a policy turns the OpCache layer on: an in-place op inside it
