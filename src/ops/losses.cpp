@@ -43,6 +43,35 @@ Tensor rows_counted(const Tensor& target, int64_t ignore_index, DType dtype) {
   return clamp(sum(ne(target, ignore_index)).to(dtype), 1.0, std::nullopt);
 }
 
+// What cross_entropy() and nll_loss() hand their op (see check_class_specs) and what it gives.
+detail::OutputSpec class_loss_spec(std::span<const detail::ValueSpec> in, Reduction reduction,
+                                   const char* op) {
+  const detail::ValueSpec &x = spec_of(in, 0, op), &t = spec_of(in, 1, op);
+  check_class_specs(x, t, op);
+  ADJOINT_CHECK(
+      reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
+      Value, op, "unknown reduction ", static_cast<int>(reduction));
+  return {reduction == Reduction::None ? Shape{x.shape[0]} : Shape{}, x.dtype};
+}
+
+// The batching rule of a loss over class indices: the per-row losses of all examples' rows at
+// once (the examples' rows are rows of one problem), then each example reduces its own rows.
+template <class Loss>
+Tensor batched_class_loss(Reduction reduction, int64_t ignore_index, const BatchArgs& b) {
+  const Tensor x = b.with_batch(0), t = b.with_batch(1);
+  const int64_t examples = x.size(0), rows = x.size(1);
+  Tensor per_row = apply(Loss{Reduction::None, ignore_index},
+                         x.reshape({examples * rows, x.size(2)}), t.reshape({examples * rows}))
+                       .reshape({examples, rows});
+  if (reduction == Reduction::None) return per_row;
+  Tensor total = sum(per_row, {1});
+  if (reduction == Reduction::Sum) return total;
+  // NaN for an example whose rows are all ignored, as unbatched, with the unbatched rule's
+  // zero gradient (the mean divides by at least 1; where gives the NaN branch none).
+  const Tensor count = sum(ne(t, ignore_index), {1}).to(per_row.dtype());
+  return where(gt(count, 0.0), total / clamp(count, 1.0, std::nullopt), kNaN);
+}
+
 struct CrossEntropyBackward {
   static constexpr const char* name = "cross_entropy_backward";
   auto fields() { return std::tie(ignore_index); }
@@ -108,12 +137,7 @@ struct CrossEntropy {
   int64_t ignore_index;
 
   detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
-    const detail::ValueSpec &x = spec_of(in, 0, name), &t = spec_of(in, 1, name);
-    check_class_specs(x, t, name);
-    ADJOINT_CHECK(
-        reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
-        Value, name, "unknown reduction ", static_cast<int>(reduction));
-    return {reduction == Reduction::None ? Shape{x.shape[0]} : Shape{}, x.dtype};
+    return class_loss_spec(in, reduction, name);
   }
   Tensor forward(const Tensor& logits, const Tensor& target) const {
     kernels::CrossEntropyForward r = kernels::cross_entropy(logits, target, ignore_index);
@@ -161,18 +185,7 @@ struct CrossEntropy {
   // own rows (Mean divides by its own count of rows not ignored). The rule, not the public
   // function, makes that choice, so a trace replayed under vmap (vmap(compile(f))) makes it too.
   Tensor vmap(const BatchArgs& b) const {
-    const Tensor x = b.with_batch(0), t = b.with_batch(1);
-    const int64_t examples = x.size(0), rows = x.size(1);
-    Tensor per_row = apply(CrossEntropy{Reduction::None, ignore_index},
-                           x.reshape({examples * rows, x.size(2)}), t.reshape({examples * rows}))
-                         .reshape({examples, rows});
-    if (reduction == Reduction::None) return per_row;
-    Tensor total = sum(per_row, {1});
-    if (reduction == Reduction::Sum) return total;
-    // NaN for an example whose rows are all ignored, as unbatched, with the unbatched rule's
-    // zero gradient (the mean divides by at least 1; where gives the NaN branch none).
-    const Tensor count = sum(ne(t, ignore_index), {1}).to(per_row.dtype());
-    return where(gt(count, 0.0), total / clamp(count, 1.0, std::nullopt), kNaN);
+    return batched_class_loss<CrossEntropy>(reduction, ignore_index, b);
   }
 };
 
@@ -187,12 +200,7 @@ struct NllLoss {
   int64_t ignore_index;
 
   detail::OutputSpec infer(std::span<const detail::ValueSpec> in) const {
-    const detail::ValueSpec &x = spec_of(in, 0, name), &t = spec_of(in, 1, name);
-    check_class_specs(x, t, name);
-    ADJOINT_CHECK(
-        reduction == Reduction::None || reduction == Reduction::Mean || reduction == Reduction::Sum,
-        Value, name, "unknown reduction ", static_cast<int>(reduction));
-    return {reduction == Reduction::None ? Shape{x.shape[0]} : Shape{}, x.dtype};
+    return class_loss_spec(in, reduction, name);
   }
   // Computed in float32 for 16-bit log-probabilities and rounded once; an ignored row reads
   // class 0 and is then replaced by 0 (not multiplied: its log-probability may be -inf).
@@ -242,19 +250,9 @@ struct NllLoss {
                ? total / rows_counted(c.input(1), ignore_index, total.dtype())
                : total;
   }
-  // Batching: the examples' rows are rows of one problem, each example reducing its own rows
-  // (as CrossEntropy's rule).
+  // Batching: as CrossEntropy's rule.
   Tensor vmap(const BatchArgs& b) const {
-    const Tensor x = b.with_batch(0), t = b.with_batch(1);
-    const int64_t examples = x.size(0), rows = x.size(1);
-    Tensor per_row = apply(NllLoss{Reduction::None, ignore_index},
-                           x.reshape({examples * rows, x.size(2)}), t.reshape({examples * rows}))
-                         .reshape({examples, rows});
-    if (reduction == Reduction::None) return per_row;
-    Tensor total = sum(per_row, {1});
-    if (reduction == Reduction::Sum) return total;
-    const Tensor count = sum(ne(t, ignore_index), {1}).to(per_row.dtype());
-    return where(gt(count, 0.0), total / clamp(count, 1.0, std::nullopt), kNaN);
+    return batched_class_loss<NllLoss>(reduction, ignore_index, b);
   }
 };
 
