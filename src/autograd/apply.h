@@ -637,7 +637,10 @@ class TypedOpCall final : public OpCall {
   }
   bool makes_constant() const override { return op_makes_constant<Op>; }
   bool writes_in_place() const override { return false; }
-  Tensor run_out_of_place() override { return Tensor(); }  // (only in-place calls are asked)
+  Tensor run_out_of_place() override {  // only in-place calls are asked
+    ADJOINT_ASSERT(false, Op::name, " is not an in-place op");
+    return Tensor();
+  }
   ExternalExport constant_recipe() const override {
     if constexpr (op_makes_constant<Op>) {
       return op_.constant_recipe();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <span>
 
+#include "adjoint/error.h"
 #include "adjoint/tensor.h"
 #include "dispatch/layer.h"
 
@@ -60,7 +61,10 @@ class InplaceCall final : public OpCall {
     return inputs_[0];
   }
   Generator* generator() const override { return nullptr; }
-  Tensor run_batched_draw() override { return Tensor(); }  // (only draws are asked)
+  Tensor run_batched_draw() override {  // only draws are asked
+    ADJOINT_ASSERT(false, name(), " is not a random draw");
+    return Tensor();
+  }
   bool makes_constant() const override { return false; }
   ExternalExport constant_recipe() const override { return {}; }
   bool writes_in_place() const override { return true; }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
@@ -122,11 +123,16 @@ class FusedAdamWays final : public ::adjoint::detail::InplaceWays {
   FusedAdamWays(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamStep& s)
       : param_(param), grad_(grad), exp_avg_(exp_avg), exp_avg_sq_(exp_avg_sq), s_(s) {}
-  Tensor value() override { return Tensor(); }  // (never traced)
+  Tensor value() override {
+    ADJOINT_ASSERT(false, "adam_step is never traced (fused_applies)");
+    return Tensor();
+  }
   void autograd(::adjoint::detail::OpCall& call) override {
     (void)call.next(::adjoint::Layer::Autograd);  // nothing to record
   }
-  void batched() override {}  // (never under vmap)
+  void batched() override {
+    ADJOINT_ASSERT(false, "adam_step never runs under vmap (fused_applies)");
+  }
   void direct() override {
     kernels::adam_step(param_, grad_, exp_avg_, exp_avg_sq_, kernel_scalars(s_));
     // As many version bumps as the in-place ops make, so versions read the same either way.

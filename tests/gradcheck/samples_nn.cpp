@@ -89,6 +89,9 @@ ADJOINT_REGISTER_SAMPLES(nn) {
              [r](const Inputs& x) { return nll_loss(x[0], x[1], r); },
              {randn64({3, 4}), targets({3, -100, 1})});
   }
+  sink.add("nn/nll_loss/transposed_log_probs",
+           [](const Inputs& x) { return nll_loss(x[0].t(), x[1]); },
+           {randn64({4, 3}), targets({3, 0, 1})});
   sink.add("nn/nll_loss/of_log_softmax",
            [](const Inputs& x) { return nll_loss(log_softmax(x[0], 1), x[1]); },
            {randn64({3, 4}), targets({2, 2, 0})});
@@ -103,6 +106,10 @@ ADJOINT_REGISTER_SAMPLES(nn) {
            {randn64({5}), constant(randn64({5}))});
   sink.add("nn/mse_loss/scalar", [](const Inputs& x) { return mse_loss(x[0], x[1]); },
            {randn64({}), randn64({})});
+  // Non-contiguous operands: the forward kernels read strided views.
+  sink.add("nn/mse_loss/transposed_view",
+           [](const Inputs& x) { return mse_loss(x[0].t(), x[1], Reduction::Sum); },
+           {randn64({4, 3}), randn64({3, 4})});
 
   // ---- binary_cross_entropy_with_logits ----
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
@@ -110,6 +117,9 @@ ADJOINT_REGISTER_SAMPLES(nn) {
              [r](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1], r); },
              {randn_scaled({3, 4}, 3), uniform64({3, 4}, 0, 1)});
   }
+  sink.add("nn/bce_with_logits/transposed_view",
+           [](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1].t()); },
+           {randn_scaled({3, 4}, 3), uniform64({4, 3}, 0, 1)});
   sink.add("nn/bce_with_logits/constant_target",
            [](const Inputs& x) { return binary_cross_entropy_with_logits(x[0], x[1]); },
            {randn_scaled({6}, 4), constant(uniform64({6}, 0, 1))});

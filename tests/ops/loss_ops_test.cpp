@@ -154,6 +154,20 @@ TEST(LossOps, NllIgnoresRowsWhoseLogProbabilitiesAreInfinite) {
   EXPECT_TRUE(std::isnan(nll_loss(lp, full({4}, -100, DType::Int64)).item<double>()));
 }
 
+TEST(LossOps, EmptyInputsReduceAsPyTorch) {
+  const Tensor x = randn({0, 3}, kF64).requires_grad_(true), t = randn({0, 3}, kF64);
+  const Tensor none_classes = tensor(std::vector<int64_t>{});
+  for (const Tensor& loss :
+       {mse_loss(x, t), binary_cross_entropy_with_logits(x, t), nll_loss(x, none_classes)}) {
+    EXPECT_TRUE(std::isnan(loss.item<double>()));  // Mean of nothing: 0 / 0
+    const Tensor g = autograd::grad({loss}, {x})[0];
+    EXPECT_EQ(g.shape(), x.shape());
+  }
+  EXPECT_EQ(mse_loss(x, t, Reduction::Sum).item<double>(), 0);
+  EXPECT_EQ(nll_loss(x, none_classes, Reduction::Sum).item<double>(), 0);
+  EXPECT_EQ(binary_cross_entropy_with_logits(x, t, Reduction::None).shape(), x.shape());
+}
+
 TEST(LossOps, BadShapesNameTheLoss) {
   const Tensor x = randn({3, 4});
   adjoint::testing::expect_error(
