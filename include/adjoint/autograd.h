@@ -226,18 +226,31 @@ void collect_tensors(std::vector<Tensor>&, const T&) {}
 // While `compile` traces, a custom function is one node of the graph: its forward is a loop
 // over values that a trace could not follow (an iterative solver stops on its residual), so the
 // tracer does not look inside it. The node keeps a copy of the call's non-tensor arguments and,
-// at each replay, calls the function again on the replay's tensors, through apply (so vmap, jvp
-// and a recording backward of the compiled function meet its rules). Its backward is traced by
-// running it, as every op's VJP is. The arguments are copied at the trace, as an op's C++
+// at each replay, calls the function again on the replay's tensors, through the stack (so vmap,
+// jvp and a recording backward of the compiled function meet its rules). Its backward is traced
+// by running it, as every op's VJP is. The arguments are copied at the trace, as an op's C++
 // parameters are: a replay does not see later changes to them.
-/// Whether a custom function called now is recorded by compile's tracer (the slow path).
-bool custom_function_traced();
-/// Records a custom function's call while tracing: `rerun` computes its output from new
-/// tensor inputs (in collect_tensors order); `traceable` is false (with `why`) for a call the
-/// node cannot hold, which then stops the trace.
 using CustomRerun = std::function<Tensor(std::span<const Tensor>)>;
-Tensor trace_custom_function(const std::string& name, const std::vector<Tensor>& inputs,
-                             CustomRerun rerun, const char* why_not);
+
+/// One call of a custom function, as Function<Derived>::apply hands it to the dispatch stack
+/// (Note [Custom functions in the stack] in src/autograd/function.cpp).
+struct CustomFunctionCall {
+  std::string name;
+  std::shared_ptr<FunctionCtx> ctx;
+  /// The tensor arguments, in collect_tensors order.
+  std::vector<Tensor> inputs;
+  /// The user's forward on these tensors (a layer may have replaced the inputs), with the
+  /// call's other arguments; it runs once, below every layer.
+  std::function<std::vector<Tensor>(std::span<const Tensor>)> forward;
+  CustomBackward backward;
+  CustomJvp jvp;
+  /// For compile's tracer alone: the call again on a replay's tensors, which copies the other
+  /// arguments; null with `why_not` for a call a node cannot hold.
+  std::function<CustomRerun()> make_rerun;
+  const char* why_not = nullptr;
+};
+/// Runs the call through the dispatch stack; its outputs.
+std::vector<Tensor> call_custom_function(CustomFunctionCall call);
 
 /// What a custom function node keeps of an argument: a tensor's place in the inputs, or a copy.
 struct TensorSlot {};
@@ -263,6 +276,18 @@ template <class T>
 const T& from_slot(const T& value, std::span<const Tensor>, std::size_t&) {
   return value;
 }
+/// An argument of a custom function's call as its forward gets it: a tensor (or a list of
+/// them) from the stack's inputs, anything else as the caller passed it.
+template <class T>
+decltype(auto) from_arg(T&& value, std::span<const Tensor> in, std::size_t& k) {
+  if constexpr (std::is_same_v<std::decay_t<T>, Tensor>) {
+    return Tensor(in[k++]);
+  } else if constexpr (std::is_same_v<std::decay_t<T>, std::vector<Tensor>>) {
+    return from_slot(TensorListSlot{value.size()}, in, k);
+  } else {
+    return std::forward<T>(value);
+  }
+}
 }  // namespace detail
 
 /// Base for user-defined differentiable functions, in libtorch's style:
@@ -287,38 +312,45 @@ template <class Derived>
 struct Function {
   template <class... Args>
   static auto apply(Args&&... args) {
-    auto ctx = std::make_shared<FunctionCtx>();
-    using Out = decltype(Derived::forward(*ctx, std::forward<Args>(args)...));
-    std::vector<Tensor> inputs;
-    (detail::collect_tensors(inputs, args), ...);
-    if (detail::custom_function_traced()) [[unlikely]] {
-      Tensor out = traced(inputs, std::forward<Args>(args)...);
-      if constexpr (std::is_same_v<Out, Tensor>) {
-        return out;
-      } else {
-        return Out{out};  // not reached: traced() stops the trace for several outputs
-      }
-    }
-    detail::begin_custom_function(*ctx, inputs);
-    std::vector<Tensor> outs;
-    {
-      // Forward runs untraced in both modes: backward and jvp give its derivatives.
-      NoGradGuard no_grad;
-      NoForwardGradGuard no_forward_grad;
-      if constexpr (std::is_same_v<Out, Tensor>) {
-        outs.push_back(Derived::forward(*ctx, std::forward<Args>(args)...));
-      } else {
-        outs = Derived::forward(*ctx, std::forward<Args>(args)...);
-      }
-    }
-    detail::CustomJvp jvp;
+    using Out =
+        decltype(Derived::forward(std::declval<FunctionCtx&>(), std::forward<Args>(args)...));
+    detail::CustomFunctionCall call;
+    call.name = Derived::name();
+    call.ctx = std::make_shared<FunctionCtx>();
+    (detail::collect_tensors(call.inputs, args), ...);
+    // The arguments again with the stack's tensors in their places (the others as they are).
+    call.forward = [&args..., ctx = call.ctx.get()](std::span<const Tensor> in) {
+      std::size_t k = 0;
+      // Braces: the arguments are read left to right, tensors in collect_tensors order.
+      std::tuple<decltype(detail::from_arg(std::forward<Args>(args), in, k))...> again{
+          detail::from_arg(std::forward<Args>(args), in, k)...};
+      return std::apply(
+          [ctx](auto&&... a) {
+            if constexpr (std::is_same_v<Out, Tensor>) {
+              return std::vector<Tensor>{Derived::forward(*ctx, std::forward<decltype(a)>(a)...)};
+            } else {
+              return std::vector<Tensor>(Derived::forward(*ctx, std::forward<decltype(a)>(a)...));
+            }
+          },
+          std::move(again));
+    };
+    call.backward = [](FunctionCtx& c, std::vector<Tensor> g) {
+      return Derived::backward(c, std::move(g));
+    };
     if constexpr (requires(FunctionCtx & c, std::vector<Tensor> t) { Derived::jvp(c, t); }) {
-      jvp = [](FunctionCtx& c, std::vector<Tensor> t) { return Derived::jvp(c, std::move(t)); };
+      call.jvp = [](FunctionCtx& c, std::vector<Tensor> t) {
+        return Derived::jvp(c, std::move(t));
+      };
     }
-    outs = detail::record_custom_function(
-        Derived::name(), ctx, inputs, std::move(outs),
-        [](FunctionCtx& c, std::vector<Tensor> g) { return Derived::backward(c, std::move(g)); },
-        std::move(jvp));
+    using Slots = std::tuple<decltype(detail::slot_of(std::forward<Args>(args)))...>;
+    if constexpr (!std::is_same_v<Out, Tensor>) {
+      call.why_not = "it returns several tensors, which a node cannot";
+    } else if constexpr (!std::is_copy_constructible_v<Slots>) {
+      call.why_not = "an argument of it cannot be copied into the graph";
+    } else {
+      call.make_rerun = [&args...]() -> detail::CustomRerun { return rerun(args...); };
+    }
+    std::vector<Tensor> outs = detail::call_custom_function(std::move(call));
     if constexpr (std::is_same_v<Out, Tensor>) {
       return outs[0];
     } else {
@@ -329,33 +361,22 @@ struct Function {
   static std::string name() { return "CustomFunction"; }
 
  private:
-  // One node of a traced graph (Note [Custom functions under compile]).
+  // What a traced graph's node calls at each replay (Note [Custom functions under compile]):
+  // the call again with copies of the non-tensor arguments and the replay's tensors.
   template <class... Args>
-  static Tensor traced(const std::vector<Tensor>& inputs, Args&&... args) {
-    using Out =
-        decltype(Derived::forward(std::declval<FunctionCtx&>(), std::forward<Args>(args)...));
-    using Slots = std::tuple<decltype(detail::slot_of(std::forward<Args>(args)))...>;
-    if constexpr (!std::is_same_v<Out, Tensor>) {
-      return detail::trace_custom_function(Derived::name(), inputs, {},
-                                           "it returns several tensors, which a node cannot");
-    } else if constexpr (!std::is_copy_constructible_v<Slots>) {
-      return detail::trace_custom_function(Derived::name(), inputs, {},
-                                           "an argument of it cannot be copied into the graph");
-    } else {
-      detail::CustomRerun rerun = [slots = Slots{detail::slot_of(std::forward<Args>(args))...}](
-                                      std::span<const Tensor> in) {
-        return std::apply(
-            [&](const auto&... slot) {
-              std::size_t k = 0;
-              // Braces: the slots are read left to right, tensors in collect_tensors order.
-              std::tuple<decltype(detail::from_slot(slot, in, k))...> again{
-                  detail::from_slot(slot, in, k)...};
-              return std::apply([](const auto&... a) { return Derived::apply(a...); }, again);
-            },
-            slots);
-      };
-      return detail::trace_custom_function(Derived::name(), inputs, std::move(rerun), nullptr);
-    }
+  static detail::CustomRerun rerun(const Args&... args) {
+    using Slots = std::tuple<decltype(detail::slot_of(args))...>;
+    return [slots = Slots{detail::slot_of(args)...}](std::span<const Tensor> in) {
+      return std::apply(
+          [&](const auto&... slot) {
+            std::size_t k = 0;
+            // Braces: the slots are read left to right, tensors in collect_tensors order.
+            std::tuple<decltype(detail::from_slot(slot, in, k))...> again{
+                detail::from_slot(slot, in, k)...};
+            return std::apply([](const auto&... a) { return Derived::apply(a...); }, again);
+          },
+          slots);
+    };
   }
 };
 

@@ -641,6 +641,11 @@ class TypedOpCall final : public OpCall {
     ADJOINT_ASSERT(false, Op::name, " is not an in-place op");
     return Tensor();
   }
+  bool custom_function() const override { return false; }
+  CustomReplay custom_replay() override {  // only custom function calls are asked
+    ADJOINT_ASSERT(false, Op::name, " is not a custom function");
+    return {};
+  }
   ExternalExport constant_recipe() const override {
     if constexpr (op_makes_constant<Op>) {
       return op_.constant_recipe();

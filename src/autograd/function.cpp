@@ -1,4 +1,5 @@
-// Custom functions: the node that runs a user's backward, and FunctionCtx's saved tensors.
+// Custom functions: their call through the dispatch stack, the node that runs a user's backward,
+// and FunctionCtx's saved tensors.
 #include <mutex>
 #include <optional>
 #include <string>
@@ -12,7 +13,7 @@
 #include "autograd/forward_ad.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
-#include "core/op_tracer.h"
+#include "dispatch/layer.h"
 
 namespace adjoint {
 
@@ -148,34 +149,6 @@ void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs) 
   st.needs_input_grad.clear();
   for (const Tensor& x : inputs)
     st.needs_input_grad.push_back(grad_mode && x.defined() && x.requires_grad());
-}
-
-bool custom_function_traced() { return tracing() && !tls_op_tracer->watching(); }
-
-Tensor trace_custom_function(const std::string& name, const std::vector<Tensor>& inputs,
-                             CustomRerun rerun, const char* why_not) {
-  // The name outlives the graph that holds it (the node's name is a const char*).
-  static std::mutex names_mutex;
-  static std::unordered_set<std::string> names;
-  const char* op = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(names_mutex);
-    op = names.insert(name).first->c_str();
-  }
-  if (why_not) tls_op_tracer->untraceable(op, why_not);
-  for (const Tensor& x : inputs) {
-    // The node replays on plain values: a batched input would need the vmap level rebuilt
-    // around the call, and a tangent the jvp rule's ops, which run unseen by the tracer.
-    if (x.defined() && x.impl()->batched)
-      tls_op_tracer->untraceable(op,
-                                 "a custom function under vmap is not traced (vmap of the "
-                                 "compiled function is)");
-    if (has_visible_tangent(x))
-      tls_op_tracer->untraceable(op,
-                                 "a custom function under jvp is not traced (jvp of the "
-                                 "compiled function is)");
-  }
-  return tls_op_tracer->record_custom(op, inputs, std::move(rerun));
 }
 
 void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
@@ -316,6 +289,90 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
     for (auto& [t, is_out] : st.to_save) st.saved.emplace_back(t, is_out);
   st.to_save.clear();
   return outputs;
+}
+
+// Note [Custom functions in the stack]
+// Function<Derived>::apply hands its call to the dispatch stack as a CustomCall, so every layer
+// sees it as it sees an op: the profiler and the memory timeline under the function's name,
+// compile's Trace layer as one node that calls it again at each replay (Note [Custom functions
+// under compile] in adjoint/autograd.h). The Autograd layer fills ctx.needs_input_grad, runs
+// the layers below and records the CustomNode and the jvp's tangents around the outputs. Below
+// Autograd the function has no rule of its own: OpCache and Batching pass it to its forward,
+// whose ops a checkpointed region logs and a vmap batches (a custom function under vmap is
+// its forward on the batched values, and its backward on batched gradients), and the kernel
+// runs the user's forward with recording off in both modes, since backward and jvp give its
+// derivatives. A function returns several tensors: next() and dispatch() carry the first, as
+// the layers that look at a result need (a traced node refuses several), and the call keeps
+// them all for apply.
+namespace {
+
+class CustomCall final : public OpCall {
+ public:
+  CustomCall(const char* name, CustomFunctionCall& call)
+      : OpCall(name, AutocastPolicy::Follow, layers_for(AutocastPolicy::Follow)), call_(call) {}
+
+  std::span<Tensor> inputs() override { return call_.inputs; }
+  std::vector<Tensor>& saved() override { return saved_; }
+  Tensor run_kernel() override {
+    NoGradGuard no_grad;
+    NoForwardGradGuard no_forward_grad;
+    outputs_ = call_.forward(call_.inputs);
+    ADJOINT_CHECK(!outputs_.empty(), Value, call_.name, "forward returned no tensors");
+    return outputs_[0];
+  }
+  // Its forward is its batching rule: the ops in it meet the batched values.
+  Tensor run_batching_rule(int /*level*/) override { return next(Layer::Batching); }
+  Tensor run_autograd() override {
+    begin_custom_function(*call_.ctx, call_.inputs);
+    next(Layer::Autograd);
+    outputs_ = record_custom_function(call_.name, call_.ctx, call_.inputs, std::move(outputs_),
+                                      std::move(call_.backward), std::move(call_.jvp));
+    return outputs_[0];
+  }
+  Generator* generator() const override { return nullptr; }
+  Tensor run_batched_draw() override {  // only draws are asked
+    ADJOINT_ASSERT(false, name(), " is not a random draw");
+    return Tensor();
+  }
+  bool makes_constant() const override { return false; }
+  ExternalExport constant_recipe() const override { return {}; }
+  bool writes_in_place() const override { return false; }
+  Tensor run_out_of_place() override {  // only in-place calls are asked
+    ADJOINT_ASSERT(false, name(), " is not an in-place op");
+    return Tensor();
+  }
+  bool custom_function() const override { return true; }
+  CustomReplay custom_replay() override {
+    if (!call_.make_rerun) return {nullptr, call_.why_not};
+    return {call_.make_rerun(), nullptr};
+  }
+  std::any op() const override { return {}; }
+  void set_op(const std::any& /*op*/) override {}
+  std::shared_ptr<const TracedOp> traced_op() const override { return nullptr; }
+
+  std::vector<Tensor>& outputs() { return outputs_; }
+
+ private:
+  CustomFunctionCall& call_;
+  std::vector<Tensor> outputs_;
+  std::vector<Tensor> saved_;
+};
+
+// The function's name as the call and a traced graph's node keep it (a const char* that
+// outlives both).
+const char* interned(const std::string& name) {
+  static std::mutex names_mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(names_mutex);
+  return names.insert(name).first->c_str();
+}
+
+}  // namespace
+
+std::vector<Tensor> call_custom_function(CustomFunctionCall call) {
+  CustomCall c(interned(call.name), call);
+  c.dispatch();
+  return std::move(c.outputs());
 }
 
 }  // namespace detail

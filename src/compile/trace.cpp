@@ -182,12 +182,25 @@ class Tracer final : public OpTracer {
     return local;
   }
 
-  Tensor record_custom(const char* name, std::span<const Tensor> inputs, ExternalFn run) override {
+  Tensor record_custom(OpCall& call) override {
+    const char* const name = call.name();
+    CustomReplay replay = call.custom_replay();
+    if (replay.why_not) untraceable(name, replay.why_not);
+    for (const Tensor& x : call.inputs()) {
+      // The node replays on plain values: a batched input would need the vmap level rebuilt
+      // around the call, and a tangent the jvp rule's ops, which run unseen by the tracer.
+      if (batch_level(x) != 0)
+        untraceable(name,
+                    "a custom function under vmap is not traced (vmap of the compiled function "
+                    "is)");
+      if (has_visible_tangent(x))
+        untraceable(name,
+                    "a custom function under jvp is not traced (jvp of the compiled function is)");
+    }
     std::vector<int> ins;
-    std::vector<Tensor> args(inputs.begin(), inputs.end());
-    for (Tensor& x : args) ins.push_back(use(x, name));
+    for (Tensor& x : call.inputs()) ins.push_back(use(x, name));
     Watched watched{name, {}};
-    for (const Tensor& x : args)
+    for (const Tensor& x : call.inputs())
       if (x.defined()) watched.storages.insert(x.impl()->storage.get());
     Tensor out;
     {
@@ -196,10 +209,10 @@ class Tracer final : public OpTracer {
         const Watched*& w;
         ~Unwatch() { w = nullptr; }
       } unwatch{watching_};
-      out = run(args);
+      out = call.next(Layer::Trace);
     }
     const auto arity = static_cast<std::ptrdiff_t>(ins.size());
-    add_node(std::make_shared<ExternalOp>(name, std::move(run), ExternalExport{}, arity),
+    add_node(std::make_shared<ExternalOp>(name, std::move(replay.run), ExternalExport{}, arity),
              std::move(ins), out, {}, false);
     return out;
   }

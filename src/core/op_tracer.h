@@ -63,10 +63,10 @@ class OpTracer {
   /// afterwards. Not run while tracing.
   virtual void record_effect(const char* name, std::span<const Tensor> inputs,
                              std::span<const Tensor> changes, ExternalFn run) = 0;
-  /// A custom function's call (Note [Custom functions under compile] in adjoint/autograd.h):
-  /// runs `run` on `inputs` as one node, watching (below) while it runs.
-  virtual Tensor record_custom(const char* name, std::span<const Tensor> inputs,
-                               ExternalFn run) = 0;
+  /// The Trace layer, for a custom function's call (Note [Custom functions under compile] in
+  /// adjoint/autograd.h): records it as one node that makes it again with
+  /// call.custom_replay(), and passes it on, watching (below) while its forward runs.
+  virtual Tensor record_custom(OpCall& call) = 0;
   /// While a custom function's forward runs inside record_custom: nothing it does is recorded
   /// or stops the trace (each replay runs it again), except reading a traced tensor that is
   /// not one of its arguments, which a replay could not hand it.

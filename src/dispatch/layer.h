@@ -130,6 +130,13 @@ class TracedOp {
   }
 };
 
+/// How a traced graph calls a custom function again (OpCall::custom_replay): `run` makes its
+/// output from a replay's tensors; null with `why_not` for a call a node cannot hold.
+struct CustomReplay {
+  ExternalFn run;
+  const char* why_not = nullptr;
+};
+
 /// One op call as the layers see it. apply<Op> builds it (TypedOpCall in
 /// src/autograd/apply.h) only when some optional layer is on.
 class OpCall {
@@ -171,6 +178,13 @@ class OpCall {
   /// An in-place op's new value of its first input, computed with ops out of place, in that
   /// input's dtype, writing nothing (for the Trace layer). Only in-place calls are asked.
   virtual Tensor run_out_of_place() = 0;
+  /// Whether the call is a custom function's (Note [Custom functions in the stack] in
+  /// src/autograd/function.cpp). It makes several results: next() and dispatch() return the
+  /// first, and the call keeps them all. The Trace layer records it as one node that calls it
+  /// again at each replay; OpCache and Batching hand it to its forward, whose ops they see.
+  virtual bool custom_function() const = 0;
+  /// A custom function's replay for a traced graph. Only custom function calls are asked.
+  virtual CustomReplay custom_replay() = 0;
   /// A copy of the op struct (its attributes, and members its forward set).
   virtual std::any op() const = 0;
   /// Replaces the op struct with a copy made by op() (a kept result's).

@@ -31,7 +31,8 @@ class AutocastLayer final : public DispatchLayer {
 // graph, not a node (Note [Factories in the stack] in src/ops/factories.cpp). An in-place op
 // writes nothing: its out-of-place value is recorded with ops and the tracer takes it as the
 // tensor's new value (Note [In-place ops under compile] in src/compile/trace.cpp), except in a
-// custom function's forward, which runs eagerly at each replay.
+// custom function's forward, which runs eagerly at each replay. A custom function is one node
+// that calls it again (Note [Custom functions under compile] in adjoint/autograd.h).
 class TraceLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
@@ -40,6 +41,10 @@ class TraceLayer final : public DispatchLayer {
       const Tensor self = call.inputs()[0];
       tls_op_tracer->record_write(self, call.run_out_of_place(), call.name());
       return self;
+    }
+    if (call.custom_function()) {
+      if (tls_op_tracer->watching()) return call.next(Layer::Trace);
+      return tls_op_tracer->record_custom(call);
     }
     if (call.makes_constant()) {
       Tensor t = call.next(Layer::Trace);
@@ -87,11 +92,11 @@ class AutogradLayer final : public DispatchLayer {
 // in the first run instead of running the op again (Note [Op log] in src/checkpoint/region.h).
 // It sits below Autograd, so a recomputation records its node around the kept result. An
 // in-place op passes: its write must happen at each run (the ops of its recorded way are
-// logged as any others).
+// logged as any others). So does a custom function: the ops of its forward are logged.
 class OpCacheLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
-    if (call.writes_in_place()) return call.next(Layer::OpCache);
+    if (call.writes_in_place() || call.custom_function()) return call.next(Layer::OpCache);
     OpCache& cache = *tls_op_cache;
     if (std::optional<KeptOpResult> kept = cache.before_op(call.name())) {
       call.saved() = std::move(kept->extras);

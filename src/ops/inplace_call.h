@@ -67,6 +67,11 @@ class InplaceCall final : public OpCall {
   }
   bool makes_constant() const override { return false; }
   ExternalExport constant_recipe() const override { return {}; }
+  bool custom_function() const override { return false; }
+  CustomReplay custom_replay() override {  // only custom function calls are asked
+    ADJOINT_ASSERT(false, name(), " is not a custom function");
+    return {};
+  }
   bool writes_in_place() const override { return true; }
   Tensor run_out_of_place() override { return ways_.value(); }
   std::any op() const override { return {}; }

@@ -19,7 +19,6 @@ declare -A defines=(
 declare -A known=(
   [src/autograd/accumulate_grad.cpp]="a per-example gradient (vmap of grad) summed into an unbatched leaf"
   [src/autograd/engine.cpp]="backward() inside a compiled function goes to the tracer"
-  [src/autograd/function.cpp]="custom functions record their own node (not op structs yet)"
   [src/autograd/tensor_autograd.cpp]=".grad reads and writes inside a compiled function go to the tracer"
   [src/autograd/view_tracking.cpp]="views of batched tensors keep their base's batch dim"
   [src/core/generator.cpp]="the tracer learns of generators made or reseeded inside the function"
