@@ -208,15 +208,9 @@ class FunctionCtx {
 };
 
 namespace detail {
-/// Wires the outputs of a custom function into the graph (see src/autograd/function.cpp).
+/// A custom function's backward and jvp (Function<Derived>::backward and ::jvp).
 using CustomBackward = std::function<std::vector<Tensor>(FunctionCtx&, std::vector<Tensor>)>;
 using CustomJvp = std::function<std::vector<Tensor>(FunctionCtx&, std::vector<Tensor>)>;
-std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<FunctionCtx> ctx,
-                                           const std::vector<Tensor>& inputs,
-                                           std::vector<Tensor> outputs, CustomBackward backward,
-                                           CustomJvp jvp);
-/// Fills ctx.needs_input_grad before forward runs, so forward can read it (as in PyTorch).
-void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs);
 void collect_tensors(std::vector<Tensor>& out, const Tensor& t);
 void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts);
 template <class T>

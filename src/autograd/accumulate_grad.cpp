@@ -37,14 +37,9 @@ TensorList AccumulateGrad::apply(TensorList&& grads, const BackwardRun& run) {
     if (s && s->added_into) run_post_accumulate_hooks();
     return {};
   }
-  // backward() inside vmap (torch.func's rule): a leaf that is not batched would get a
-  // per-example gradient, which its .grad cannot hold (it would escape the vmap).
-  if (g.impl()->batched && detail::batch_level(g) > detail::batch_level(Tensor(leaf_))) [[unlikely]]
-    throw Error(ErrorKind::Autograd, "backward",
-                detail::str("inside vmap, the gradient of ", describe(Tensor(leaf_)),
-                            ", which is not batched, is a different value for every example, and "
-                            ".grad cannot hold it; take per-example gradients with grad() or "
-                            "vjp() inside vmap, or call backward() outside it"));
+  // backward() inside vmap: vmap's rule says whether a batched gradient fits the leaf.
+  if (g.impl()->batched) [[unlikely]]
+    detail::check_grad_fits_leaf(g, Tensor(leaf_));
   AutogradMeta& m = leaf_->meta();
   run_hooks(g);  // outside the lock: a hook is user code and may take its time
   const bool create_graph = run.create_graph;

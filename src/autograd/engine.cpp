@@ -17,8 +17,8 @@
 #include "autograd/graph_task.h"
 #include "autograd/memory_hooks.h"
 #include "core/mode_state.h"
-#include "core/op_tracer.h"
 #include "dispatch/autocast.h"
+#include "dispatch/stack_events.h"
 
 namespace adjoint {
 namespace {
@@ -295,12 +295,10 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
               std::optional<bool> retain_graph, bool create_graph) {
   std::vector<Edge> roots = root_edges(outputs, "backward");
   std::vector<Tensor> seeds = seeds_for(outputs, grad_outputs, "backward");
-  // Inside a compiled function: the gradients become ops of the graph and its .grad writes
-  // are made at each replay (Note [Training steps under compile] in src/compile/trace.cpp).
-  if (detail::tracing_writes()) [[unlikely]] {
-    detail::tls_op_tracer->record_backward(outputs, seeds, create_graph);
+  // Inside a compiled function the Trace layer takes it: the gradients become ops of the
+  // graph and its .grad writes are made at each replay (Note [Calls that are not ops]).
+  if (detail::stack_takes_backward(outputs, seeds, create_graph)) [[unlikely]]
     return;
-  }
   std::vector<Capture> none;
   run_backward(roots, std::move(seeds), retain_graph.value_or(create_graph), create_graph, none);
 }

@@ -143,6 +143,14 @@ class CustomNode final : public Node {
 
 namespace detail {
 
+void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
+void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+
+namespace {
+
+// Fills ctx.needs_input_grad before forward runs, so forward can read it (as in PyTorch).
 void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs) {
   FunctionCtx::State& st = ctx.state();
   const bool grad_mode = is_grad_enabled();
@@ -151,12 +159,6 @@ void begin_custom_function(FunctionCtx& ctx, const std::vector<Tensor>& inputs) 
     st.needs_input_grad.push_back(grad_mode && x.defined() && x.requires_grad());
 }
 
-void collect_tensors(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
-void collect_tensors(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
-  out.insert(out.end(), ts.begin(), ts.end());
-}
-
-namespace {
 // get_saved() answers from State::for_jvp while the user's jvp runs.
 struct JvpScope {
   FunctionCtx::State& st;
@@ -168,8 +170,9 @@ struct JvpScope {
   JvpScope(const JvpScope&) = delete;
   JvpScope& operator=(const JvpScope&) = delete;
 };
-}  // namespace
 
+// Wires the outputs of a custom function into the graph: its CustomNode, and the tangents its
+// jvp gives at every visible dual level.
 std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<FunctionCtx> ctx,
                                            const std::vector<Tensor>& inputs,
                                            std::vector<Tensor> outputs, CustomBackward backward,
@@ -304,8 +307,6 @@ std::vector<Tensor> record_custom_function(std::string name, std::shared_ptr<Fun
 // derivatives. A function returns several tensors: next() and dispatch() carry the first, as
 // the layers that look at a result need (a traced node refuses several), and the call keeps
 // them all for apply.
-namespace {
-
 class CustomCall final : public OpCall {
  public:
   CustomCall(const char* name, CustomFunctionCall& call)

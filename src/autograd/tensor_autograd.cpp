@@ -10,7 +10,7 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/apply.h"
 #include "autograd/view_tracking.h"
-#include "core/op_tracer.h"
+#include "dispatch/stack_events.h"
 
 namespace adjoint {
 namespace {
@@ -76,10 +76,10 @@ bool Tensor::is_leaf() const {
 }
 
 Tensor Tensor::grad() const {
-  // Inside a compiled function: the gradient the trace computed (Note [Training steps under
-  // compile] in src/compile/trace.cpp).
-  if (detail::tracing_writes()) [[unlikely]]
-    return detail::tls_op_tracer->traced_grad(*this);
+  // Inside a compiled function: the gradient the trace computed (Note [Calls that are not
+  // ops] in src/dispatch/stack_events.h).
+  if (std::optional<Tensor> taken = detail::stack_grad(*this)) [[unlikely]]
+    return *std::move(taken);
   AutogradMeta* m = meta_of(*this);
   return m ? m->grad : Tensor();
 }
@@ -88,10 +88,8 @@ void Tensor::set_grad(const Tensor& g) const {
   ADJOINT_CHECK(defined(), Value, "set_grad", "called on an undefined tensor");
   ADJOINT_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), Shape, "set_grad",
                 "gradient ", describe(g), " does not match the tensor ", describe(*this));
-  if (detail::tracing_writes()) [[unlikely]] {
-    detail::tls_op_tracer->set_traced_grad(*this, g);
+  if (detail::stack_takes_set_grad(*this, g)) [[unlikely]]
     return;
-  }
   // A gradient whose elements share memory (an expanded tensor) would be accumulated into
   // in place, adding to each shared slot several times: keep a copy of it instead.
   bool overlapping = false;
@@ -101,10 +99,8 @@ void Tensor::set_grad(const Tensor& g) const {
 }
 
 void Tensor::zero_grad(bool set_to_none) const {
-  if (detail::tracing_writes()) [[unlikely]] {
-    detail::tls_op_tracer->zero_traced_grad(*this, set_to_none);
+  if (detail::stack_takes_zero_grad(*this, set_to_none)) [[unlikely]]
     return;
-  }
   AutogradMeta* m = meta_of(*this);
   if (!m || !m->grad.defined()) return;
   if (set_to_none) {

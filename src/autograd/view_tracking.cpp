@@ -182,15 +182,9 @@ struct ViewMap {
 };
 
 ViewMap view_map(const Tensor& base, const Tensor& view, const char* op) {
-  const int level = batch_level(view);
-  if (level == 0 && batch_level(base) == 0) return {base_index_map(*base.impl(), *view.impl()), {}};
-  ADJOINT_CHECK(batch_level(base) == level, NotImplemented, op, "vmap: ", describe(view),
-                " is batched differently from the tensor it views (", describe(base),
-                "); writing into it in place is not supported");
-  const Tensor pb = batch_front(base, level), pv = batch_front(view, level);
-  ADJOINT_CHECK(batch_level(pb) == 0 && batch_level(pv) == 0, NotImplemented, op,
-                "vmap: an in-place write into a view of ", describe(base),
-                " recorded by a transform inside nested vmaps is not supported yet");
+  const std::optional<std::pair<Tensor, Tensor>> physical = physical_base_and_view(base, view, op);
+  if (!physical) return {base_index_map(*base.impl(), *view.impl()), {}};
+  const auto& [pb, pv] = *physical;
   NoGradGuard no_grad;
   NoForwardGradGuard no_forward_grad;
   Tensor first = base_index_map(*pb.select(0, 0).impl(), *pv.select(0, 0).impl());
@@ -257,11 +251,7 @@ void commit_to_view(const Tensor& self, const Tensor& result) {
   const Tensor base(self.impl()->view_base);
   const Tensor base_before = alias_with_history(base);  // its history before the write
   const ViewMap m = view_map(base, self, "in-place");
-  if (m.physical_view.defined() || batch_level(result) != 0) {
-    write_batched(self, result, "in-place");  // through the physical values
-  } else {
-    kernels::copy_into(self, result);
-  }
+  write_logical(self, result, "in-place");  // through the physical values under vmap
   self.impl()->storage->bump_version();
   Tensor scattered;
   {

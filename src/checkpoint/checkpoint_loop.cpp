@@ -220,41 +220,43 @@ std::vector<Tensor> checkpoint_loop(const LoopStep& step, const std::vector<Tens
     return x;
   }
 
+  // One custom function's call through the dispatch stack (Note [Custom functions in the
+  // stack] in src/autograd/function.cpp): observers see it as checkpoint_loop, and the forward
+  // reads the tensors the stack hands it.
   auto loop = std::make_shared<Loop>();
   loop->step = step;
   loop->steps = steps;
   loop->free_slots = snapshots - 1;
-  for (const Tensor& t : initial) loop->initial.push_back(detail::detach_alias(t));
-  for (const Tensor& p : params) {
-    loop->params.push_back(detail::detach_alias(p));
-    loop->param_needs.push_back(p.requires_grad());
-  }
-
-  auto ctx = std::make_shared<FunctionCtx>();
-  detail::begin_custom_function(*ctx, inputs);
-  ctx->save_for_backward(inputs);  // in-place edits of the inputs before backward still throw
-  State out;
-  {
-    NoGradGuard no_grad;
-    NoForwardGradGuard no_forward_grad;
+  const std::size_t n_state = initial.size();
+  detail::CustomFunctionCall call;
+  call.name = kOp;
+  call.ctx = std::make_shared<FunctionCtx>();
+  call.inputs = std::move(inputs);
+  call.forward = [loop, n_state, ctx = call.ctx.get()](std::span<const Tensor> in) {
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      (k < n_state ? loop->initial : loop->params).push_back(detail::detach_alias(in[k]));
+      if (k >= n_state) loop->param_needs.push_back(in[k].requires_grad());
+    }
+    // In-place edits of the inputs before backward still throw.
+    ctx->save_for_backward(std::vector<Tensor>(in.begin(), in.end()));
     State x = loop->initial;
-    const std::vector<int64_t> positions = forward_positions(steps, loop->free_slots);
+    const std::vector<int64_t> positions = forward_positions(loop->steps, loop->free_slots);
     std::size_t next = 0;
-    for (int64_t i = 0; i < steps; ++i) {
+    for (int64_t i = 0; i < loop->steps; ++i) {
       if (next < positions.size() && positions[next] == i) {
         loop->stored[i] = x;
         ++next;
       }
-      State y = step(i, x, loop->params);
+      State y = loop->step(i, x, loop->params);
       check_state(y, x, i);
       x = std::move(y);
     }
     // Fresh handles: an output must not alias a stored snapshot or an input.
+    State out;
     for (const Tensor& t : x) out.push_back(t.clone());
-  }
-
-  const std::size_t n_state = initial.size();
-  auto backward = [loop, n_state](FunctionCtx& c, std::vector<Tensor> grads) {
+    return out;
+  };
+  call.backward = [loop, n_state](FunctionCtx& c, std::vector<Tensor> grads) {
     ADJOINT_CHECK(!is_grad_enabled(), NotImplemented, kOp,
                   "double backward (create_graph) through a checkpointed loop is not supported");
     c.get_saved();  // the version check of the inputs
@@ -269,8 +271,8 @@ std::vector<Tensor> checkpoint_loop(const LoopStep& step, const std::vector<Tens
       result.push_back(c.needs_input_grad(n_state + j) ? pgrad[j] : Tensor());
     return result;
   };
-  return detail::record_custom_function("CheckpointLoopBackward", ctx, inputs, std::move(out),
-                                        backward, {});
+  call.why_not = "it returns several tensors, which a node cannot";
+  return detail::call_custom_function(std::move(call));
 }
 
 CheckpointLoopPlan checkpoint_loop_plan(int64_t steps, int64_t snapshots) {

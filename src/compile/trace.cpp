@@ -11,6 +11,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
+#include "core/made_watcher.h"
 #include "core/op_tracer.h"
 #include "dispatch/external_op.h"
 
@@ -95,7 +96,7 @@ bool same_layout(const TensorImpl& a, const TensorImpl& b) {
   return a.shape == b.shape && a.strides == b.strides && a.offset == b.offset && a.dtype == b.dtype;
 }
 
-class Tracer final : public OpTracer {
+class Tracer final : public OpTracer, public MadeWatcher {
  public:
   /// Throws GraphBreak, and remembers why: a function that catches adjoint::Error and goes on
   /// (a loop that tries ops and skips those that fail) must still not be taken as traced.
@@ -106,12 +107,18 @@ class Tracer final : public OpTracer {
   /// Why the trace broke, or empty.
   const std::string& broken() const { return broken_; }
 
-  explicit Tracer(Graph& g) : g_(g), previous_(tls_op_tracer), previous_layers_(tls_mode.layers) {
+  explicit Tracer(Graph& g)
+      : g_(g),
+        previous_(tls_op_tracer),
+        previous_watcher_(tls_made_watcher),
+        previous_layers_(tls_mode.layers) {
     tls_op_tracer = this;
+    tls_made_watcher = this;
     set_layer_active(Layer::Trace, true);
   }
   ~Tracer() override {
     tls_op_tracer = previous_;
+    tls_made_watcher = previous_watcher_;
     tls_mode.layers = previous_layers_;
     for (auto& [gen, state] : generators_) gen->set_state(state);
   }
@@ -369,9 +376,14 @@ class Tracer final : public OpTracer {
     if (watching_ != nullptr) return;  // inside a custom function: made again at each replay
     constants_[t.impl()] = {std::move(recipe), t.impl()->storage->version()};
   }
-  void generator_made(const Generator* gen) override { local_generators_.insert(gen); }
+  // Memory made while tracing counts, paused or not (Note [Things made below the stack] in
+  // src/core/made_watcher.h); generators only while the trace is on (not paused, as inside
+  // the tracer's own work).
+  void generator_made(const Generator* gen) override {
+    if (tracing()) local_generators_.insert(gen);
+  }
   void generator_reseeded(const Generator* gen) override {
-    if (!local_generators_.contains(gen) && watching_ == nullptr)
+    if (tracing() && !local_generators_.contains(gen) && watching_ == nullptr)
       break_trace(
           "the function seeds or sets the state of a generator made outside it; a replay "
           "would not do that again (seed it outside, or make the generator inside)");
@@ -597,6 +609,7 @@ class Tracer final : public OpTracer {
   const Watched* watching_ = nullptr;
   Graph& g_;
   OpTracer* previous_;
+  MadeWatcher* previous_watcher_;
   uint8_t previous_layers_;
   bool backward_ = false;
   std::unordered_map<const TensorImpl*, Known> known_;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/op_tracer.h"
+#include "core/made_watcher.h"
 
 namespace adjoint {
 namespace {
@@ -17,18 +17,17 @@ uint64_t splitmix64(uint64_t& x) {
 uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
-// While compile traces, a generator made inside the function is noted: its draws are then
+// A watcher hears of generators made and seeded (Note [Things made below the stack] in
+// src/core/made_watcher.h): while compile traces, a generator made inside the function draws
 // the same at every call (constants of the graph); seeding one made outside cannot be
 // replayed (Note [Tracing] in src/compile/trace.cpp).
 Generator::Generator(uint64_t seed) {
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->generator_made(this);
+  detail::note_generator_made(this);
   manual_seed(seed);
 }
 
 void Generator::manual_seed(uint64_t seed) {
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->generator_reseeded(this);
+  detail::note_generator_reseeded(this);
   seed_ = seed;
   uint64_t x = seed;
   s0_ = splitmix64(x);
@@ -61,8 +60,7 @@ double Generator::next_normal() {
 }
 
 void Generator::set_state(const State& st) {
-  if (detail::tracing()) [[unlikely]]
-    detail::tls_op_tracer->generator_reseeded(this);
+  detail::note_generator_reseeded(this);
   s0_ = st.s0;
   s1_ = st.s1;
   seed_ = st.seed;
@@ -71,12 +69,12 @@ void Generator::set_state(const State& st) {
 }
 
 Generator& default_generator() {
-  // Made with tracing off even when first needed inside a traced function: it is not local.
+  // Made unwatched even when first needed inside a traced function: it is not local to it.
   static Generator gen = [] {
-    const uint8_t layers = tls_mode.layers;
-    set_layer_active(Layer::Trace, false);
+    detail::MadeWatcher* const watcher = detail::tls_made_watcher;
+    detail::tls_made_watcher = nullptr;
     Generator g(0);
-    tls_mode.layers = layers;
+    detail::tls_made_watcher = watcher;
     return g;
   }();
   return gen;

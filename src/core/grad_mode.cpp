@@ -1,6 +1,7 @@
 // Thread-local grad, inference and forward-mode switches.
 #include "adjoint/grad_mode.h"
 
+#include "core/made_watcher.h"
 #include "core/mode_state.h"
 #include "core/op_tracer.h"
 
@@ -8,6 +9,7 @@ namespace adjoint {
 
 constinit thread_local ModeState tls_mode;
 constinit thread_local detail::OpTracer* detail::tls_op_tracer = nullptr;
+constinit thread_local detail::MadeWatcher* detail::tls_made_watcher = nullptr;
 
 bool is_grad_enabled() { return tls_mode.grad_enabled; }
 void set_grad_enabled(bool enabled) { tls_mode.grad_enabled = enabled; }

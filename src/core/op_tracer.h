@@ -78,12 +78,6 @@ class OpTracer {
   /// `recipe` (key "factory"), when the factory gives one, makes it again from its arguments
   /// (constant_from_recipe), so that compile's dynamic sizes can make it at other sizes.
   virtual void constant_made(const Tensor& t, ExternalExport recipe) = 0;
-  /// Memory for a tensor was allocated while tracing (by a traced op or not): a tensor made
-  /// from traced values by code the tracer does not see must not be taken for a constant.
-  virtual void storage_made(const StorageImpl* s) = 0;
-  /// A generator was made (its draws are then constants of the trace) or seeded.
-  virtual void generator_made(const Generator* gen) = 0;
-  virtual void generator_reseeded(const Generator* gen) = 0;
 };
 
 /// The thread's tracer (null when nothing is being traced); its layer bit is Layer::Trace.

@@ -3,13 +3,12 @@
 
 #include "adjoint/allocator.h"
 #include "adjoint/error.h"
-#include "core/op_tracer.h"
+#include "core/made_watcher.h"
 
 namespace adjoint {
 
 StorageImpl::StorageImpl(std::size_t nbytes) : data_(detail::allocate(nbytes)), nbytes_(nbytes) {
-  if (detail::tls_op_tracer) [[unlikely]]  // while compile traces, paused or not
-    detail::tls_op_tracer->storage_made(this);
+  detail::note_storage_made(this);
 }
 
 StorageImpl::StorageImpl(std::size_t nbytes, Device device)
@@ -23,14 +22,12 @@ StorageImpl::StorageImpl(std::size_t nbytes, Device device)
                 detail::str("this build of adjoint has no ", device,
                             " backend (built: cpu, meta); docs/devices.md says what one adds"));
   }
-  if (detail::tls_op_tracer) [[unlikely]]
-    detail::tls_op_tracer->storage_made(this);
+  detail::note_storage_made(this);
 }
 
 StorageImpl::StorageImpl(void* data, std::size_t nbytes, void (*release)(void*, void*), void* ctx)
     : data_(data), nbytes_(nbytes), release_(release), release_ctx_(ctx) {
-  if (detail::tls_op_tracer) [[unlikely]]  // while compile traces, paused or not
-    detail::tls_op_tracer->storage_made(this);
+  detail::note_storage_made(this);
 }
 
 StorageImpl::~StorageImpl() {

@@ -31,13 +31,6 @@ bool recording_with(const Tensor& self, const Tensor* other) {
   return is_grad_enabled() && (self.requires_grad() || (other && other->requires_grad()));
 }
 
-// Whether an operand is batched by vmap: the op then goes the out-of-place way and the result
-// is written through the physical values (vmap/batched.h write_batched).
-bool batched_with(const Tensor& self, const Tensor* other) {
-  return tls_mode.vmap_depth != 0 &&
-         (detail::batch_level(self) != 0 || (other && detail::batch_level(*other) != 0));
-}
-
 // Whether the op changes tangents: see Note [In-place ops on dual tensors].
 bool dual_with(const Tensor& self, const Tensor* other) {
   return tls_mode.dual_visible != 0 &&
@@ -177,11 +170,7 @@ Tensor& commit(Tensor& self, const Tensor& result, bool recording, const char* o
     update_tangents(self, &result);
     return self;
   }
-  if (batched_with(self, &result)) [[unlikely]] {
-    detail::write_batched(self, result, op);
-  } else {
-    kernels::copy_into(self, result);
-  }
+  detail::write_logical(self, result, op);  // through the physical values under vmap
   bump(self);
   if (recording && result.requires_grad())
     detail::take_history(self, autograd::gradient_edge(result));

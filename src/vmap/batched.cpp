@@ -5,6 +5,7 @@
 #include "adjoint/detail/pool.h"
 #include "adjoint/error.h"
 #include "adjoint/ops.h"
+#include "backend/kernels.h"
 #include "core/op_scope.h"
 
 namespace adjoint::detail {
@@ -127,6 +128,39 @@ Tensor draw_at(std::size_t depth, const Shape& shape, const char* op,
 Tensor draw_random(const Shape& shape, const char* op,
                    const std::function<Tensor(const Shape&)>& draw) {
   return draw_at(vmap_levels().size(), shape, op, draw);
+}
+
+void write_logical(const Tensor& self, const Tensor& value, const char* op) {
+  if (tls_mode.vmap_depth != 0 && (batch_level(self) != 0 || batch_level(value) != 0))
+      [[unlikely]] {
+    write_batched(self, value, op);
+  } else {
+    kernels::copy_into(self, value);
+  }
+}
+
+std::optional<std::pair<Tensor, Tensor>> physical_base_and_view(const Tensor& base,
+                                                                const Tensor& view,
+                                                                const char* op) {
+  const int level = batch_level(view);
+  if (level == 0 && batch_level(base) == 0) return std::nullopt;
+  ADJOINT_CHECK(batch_level(base) == level, NotImplemented, op, "vmap: ", describe(view),
+                " is batched differently from the tensor it views (", describe(base),
+                "); writing into it in place is not supported");
+  Tensor pb = batch_front(base, level), pv = batch_front(view, level);
+  ADJOINT_CHECK(batch_level(pb) == 0 && batch_level(pv) == 0, NotImplemented, op,
+                "vmap: an in-place write into a view of ", describe(base),
+                " recorded by a transform inside nested vmaps is not supported yet");
+  return std::pair{std::move(pb), std::move(pv)};
+}
+
+void check_grad_fits_leaf(const Tensor& grad, const Tensor& leaf) {
+  if (batch_level(grad) > batch_level(leaf))
+    throw Error(ErrorKind::Autograd, "backward",
+                str("inside vmap, the gradient of ", describe(leaf),
+                    ", which is not batched, is a different value for every example, and .grad "
+                    "cannot hold it; take per-example gradients with grad() or vjp() inside "
+                    "vmap, or call backward() outside it"));
 }
 
 void write_batched(const Tensor& self, const Tensor& value, const char* op) {

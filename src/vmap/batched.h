@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "adjoint/tensor.h"
@@ -99,6 +101,22 @@ Tensor draw_random(const Shape& shape, const char* op,
 /// Writes `value` (self's logical shape) into the batched or unbatched `self` through their
 /// physical values; a batched value into an unbatched self is an error naming `op`.
 void write_batched(const Tensor& self, const Tensor& value, const char* op);
+
+/// Writes `value` into `self` as an in-place op's commit does: through the physical values
+/// when either is batched by an open vmap (write_batched), else by the copy kernel.
+void write_logical(const Tensor& self, const Tensor& value, const char* op);
+
+/// For an in-place write into `view` of `base` (Note [Views and in-place ops under vmap] in
+/// src/autograd/view_tracking.cpp): both physical values with the batch dim first, or nullopt
+/// when neither is batched. Errors naming `op` when they are batched differently, or by
+/// nested vmaps.
+std::optional<std::pair<Tensor, Tensor>> physical_base_and_view(const Tensor& base,
+                                                                const Tensor& view, const char* op);
+
+/// Throws when backward() inside vmap brings `grad`, batched at a level `leaf` is not, to the
+/// leaf's .grad (torch.func's rule): it would hold a different value for every example and
+/// escape the vmap.
+void check_grad_fits_leaf(const Tensor& grad, const Tensor& leaf);
 
 /// x with dim `from` moved to position `to` (a permute).
 Tensor move_dim(const Tensor& x, int64_t from, int64_t to);

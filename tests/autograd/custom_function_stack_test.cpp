@@ -102,6 +102,19 @@ TEST(CustomFunctionStack, ObserversSeeItAroundItsForwardsOps) {
   EXPECT_EQ(max_diff(y, x * x * x), 0);
 }
 
+// The graph recorder is an observer too: it meets the function's node as it is made (its
+// forward's ops run without recording and leave none), and its backward step runs.
+TEST(CustomFunctionStack, TheGraphRecorderSeesItsNode) {
+  const Tensor x = randn({3}, DType::Float64).requires_grad_(true);
+  GraphRecorder rec;
+  const Tensor y = (Cube::apply(x) * 2.0).sum();
+  rec.stop_forward();
+  EXPECT_EQ(rec.num_forward_ops(), 3u);  // cube, mul, sum
+  y.backward();
+  EXPECT_EQ(rec.num_backward_steps(), 4u);  // sum, mul, cube, x's accumulation
+  EXPECT_LT(max_diff(x.grad(), x * x * 6.0), 1e-14);
+}
+
 TEST(CustomFunctionStack, SeveralOutputsKeepTheirValuesAndGradients) {
   const Tensor x = randn({5}, DType::Float64).requires_grad_(true);
   OpEvents seen;

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "adjoint/adjoint.h"
+#include "dispatch/op_observer.h"
 #include "support/expect.h"
 
 using namespace adjoint;
@@ -239,4 +240,42 @@ TEST(CheckpointLoop, WithoutGradItIsThePlainLoop) {
   Tensor b = plain_loop(c.step(), {x0}, {w}, 17)[0];
   EXPECT_EQ(a.item<double>(), b.item<double>());
   EXPECT_FALSE(a.requires_grad());
+}
+
+// The loop is one custom function's call through the dispatch stack: observers see it by
+// name, and compile stops at it by name (a node holds one result, the loop's state is two),
+// running it eagerly with the plain loop's gradients.
+TEST(CheckpointLoop, IsOneCallOfTheStack) {
+  struct Names : detail::OpObserver {
+    std::vector<std::string> seen;
+    void before_forward_op(const char* op) override { seen.emplace_back(op); }
+  } names;
+  Projectile a;
+  detail::set_op_observer(&names);
+  (void)checkpoint_loop(projectile_step, a.state(), a.params(), 5, 2);
+  detail::set_op_observer(nullptr);
+  ASSERT_FALSE(names.seen.empty());
+  EXPECT_EQ(names.seen.front(), "checkpoint_loop");
+
+  auto f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{
+        miss(checkpoint_loop(projectile_step, {in[0], in[1]}, {in[2], in[3]}, 30, 3))};
+  };
+  CompileOptions throwing;
+  throwing.on_graph_break = OnGraphBreak::Throw;
+  throwing.warn = false;
+  Projectile b;
+  expect_error(
+      [&] {
+        compile(f, throwing)({b.pos, b.vel, b.drag, b.gravity});
+      },
+      ErrorKind::NotImplemented, {"checkpoint_loop", "several tensors"});
+  CompileOptions eager;
+  eager.warn = false;
+  CompiledFunction c = compile(f, eager);
+  const Tensor y = c({b.pos, b.vel, b.drag, b.gravity})[0];
+  const std::vector<Tensor> got = autograd::grad({y}, {b.vel, b.drag, b.gravity});
+  const std::vector<Tensor> want = autograd::grad(
+      {miss(plain_loop(projectile_step, a.state(), a.params(), 30))}, {a.vel, a.drag, a.gravity});
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same(got[i], want[i])) << i;
 }

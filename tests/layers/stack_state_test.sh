@@ -17,13 +17,6 @@ declare -A defines=(
 )
 # Known sites, each with why it is still there.
 declare -A known=(
-  [src/autograd/accumulate_grad.cpp]="a per-example gradient (vmap of grad) summed into an unbatched leaf"
-  [src/autograd/engine.cpp]="backward() inside a compiled function goes to the tracer"
-  [src/autograd/tensor_autograd.cpp]=".grad reads and writes inside a compiled function go to the tracer"
-  [src/autograd/view_tracking.cpp]="views of batched tensors keep their base's batch dim"
-  [src/core/generator.cpp]="the tracer learns of generators made or reseeded inside the function"
-  [src/core/storage.cpp]="the tracer learns of storage made inside the function"
-  [src/ops/inplace.cpp]="commit writes a batched result through the physical values (write_batched)"
 )
 
 pattern='vmap_depth|batch_level\(|batched_pointwise|tracing\(\)|tracing_writes\(\)|tls_op_tracer'
