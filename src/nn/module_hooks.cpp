@@ -107,7 +107,7 @@ struct ModuleInputHook : Function<ModuleInputHook> {
   static Tensor forward(FunctionCtx& ctx, const Tensor& x,
                         const std::shared_ptr<BackwardCall>& call) {
     ctx.saved_data["call"] = call;
-    return x;  // returned as a fresh alias (see record_custom_function in src/autograd/function.cpp)
+    return x;  // a fresh alias (record_custom_function in src/autograd/function.cpp)
   }
   static std::vector<Tensor> backward(FunctionCtx& ctx, std::vector<Tensor> g) {
     return {call_of(ctx)->fire(std::move(g[0]))};
