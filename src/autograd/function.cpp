@@ -10,6 +10,7 @@
 #include "adjoint/ops.h"
 #include "adjoint/tensor_impl.h"
 #include "autograd/apply.h"
+#include "autograd/custom_function.h"
 #include "autograd/forward_ad.h"
 #include "autograd/saved_tensor.h"
 #include "core/mode_state.h"
@@ -359,16 +360,32 @@ class CustomCall final : public OpCall {
   std::vector<Tensor> saved_;
 };
 
-// The function's name as the call and a traced graph's node keep it (a const char* that
-// outlives both).
+// The custom functions' names as their calls and a traced graph's nodes keep them (a const
+// char* that outlives both).
+struct CustomNames {
+  std::mutex mutex;
+  std::unordered_set<std::string> names;
+  std::unordered_set<const char*> kept;  // the c_str() of each
+};
+CustomNames& custom_names() {
+  static CustomNames names;
+  return names;
+}
 const char* interned(const std::string& name) {
-  static std::mutex names_mutex;
-  static std::unordered_set<std::string> names;
-  std::lock_guard<std::mutex> lock(names_mutex);
-  return names.insert(name).first->c_str();
+  CustomNames& n = custom_names();
+  std::lock_guard<std::mutex> lock(n.mutex);
+  const char* kept = n.names.insert(name).first->c_str();
+  n.kept.insert(kept);
+  return kept;
 }
 
 }  // namespace
+
+bool names_custom_function(const char* op) {
+  CustomNames& n = custom_names();
+  std::lock_guard<std::mutex> lock(n.mutex);
+  return n.kept.contains(op);
+}
 
 std::vector<Tensor> call_custom_function(CustomFunctionCall call) {
   CustomCall c(interned(call.name), call);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "autograd/custom_function.h"
+
 namespace adjoint::detail {
 namespace {
 uint64_t elements(const Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel()) : 0; }
@@ -18,6 +20,8 @@ uint64_t op_flops(std::string_view op, const Tensor* inputs, std::size_t n, cons
   }
   if (op == "view" || op == "permute" || op == "expand" || op == "slice" || op == "select")
     return 0;
+  // A custom function's work is its forward's ops, which observers count on their own.
+  if (names_custom_function(op.data())) return 0;
   uint64_t most = elements(out);
   for (std::size_t i = 0; i < n; ++i) most = std::max(most, elements(inputs[i]));
   return most;

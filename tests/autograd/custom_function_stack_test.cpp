@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "adjoint/adjoint.h"
+#include "autograd/op_cost.h"
 #include "dispatch/op_observer.h"
 #include "support/expect.h"
 
@@ -113,6 +114,26 @@ TEST(CustomFunctionStack, TheGraphRecorderSeesItsNode) {
   y.backward();
   EXPECT_EQ(rec.num_backward_steps(), 4u);  // sum, mul, cube, x's accumulation
   EXPECT_LT(max_diff(x.grad(), x * x * 6.0), 1e-14);
+}
+
+// A FLOP count through a custom function is its forward's: the call itself adds nothing.
+TEST(CustomFunctionStack, ItsFlopsAreItsForwardsOps) {
+  const Tensor x = randn({5});
+  struct Flops : detail::OpObserver {
+    uint64_t total = 0;
+    void forward_op_tensors(const char* op, const Tensor* in, std::size_t n,
+                            const Tensor& out) override {
+      total += detail::op_flops(op, in, n, out);
+    }
+  };
+  Flops through, direct;
+  detail::set_op_observer(&through);
+  (void)Cube::apply(x);
+  detail::set_op_observer(&direct);
+  (void)(x * x * x);
+  detail::set_op_observer(nullptr);
+  EXPECT_EQ(through.total, direct.total);
+  EXPECT_EQ(direct.total, 10u);  // two multiplications of 5 elements
 }
 
 TEST(CustomFunctionStack, SeveralOutputsKeepTheirValuesAndGradients) {
