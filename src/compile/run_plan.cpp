@@ -63,11 +63,12 @@ void check_recorded(const Graph& g, const GraphNode& n, std::size_t k, const Ten
                 v.dtype, " value of shape ", v.shape, " (value ", n.outputs[k], ")");
 }
 
-/// Runs a schedule's kernels over env. The kernels run below the dispatch stack, so its
-/// Observe layer never sees them; an installed observer (a profile, a memory timeline: Note [Op
-/// observer] in src/dispatch/op_observer.cpp) is told about each node here instead, under the
-/// node's name ("linear", "fused[mul, add, tanh]"). The backward's replay runs inside one node
-/// of the engine, which reports that node and silences the observer while it runs.
+/// Runs a schedule's kernels over env. The kernels run below the dispatch stack, so an
+/// installed observer (a profile, a memory timeline: Note [Op observer] in
+/// src/dispatch/op_observer.cpp) is told about each node here, by the Observe layer's own
+/// observe_op, under the node's name ("linear", "fused[mul, add, tanh]"). The backward's replay
+/// runs inside one node of the engine, which reports that node and silences the observer while
+/// it runs.
 void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
   OpObserver* const observer = tls_op_observer;
   std::vector<Tensor> args, extras;
@@ -77,15 +78,8 @@ void run_kernels(const Graph& g, const Schedule& s, std::vector<Tensor>& env) {
     for (int id : n.inputs) args.push_back(id >= 0 ? env[static_cast<std::size_t>(id)] : Tensor());
     Tensor& out = env[static_cast<std::size_t>(n.outputs[0])];
     if (observer) [[unlikely]] {
-      try {
-        observer->before_forward_op(n.op->name());
-        out = n.op->run_kernel(args, extras);
-        observer->forward_op_tensors(n.op->name(), args.data(), args.size(), out);
-        observer->after_forward_op(n.op->name());
-      } catch (...) {
-        observer->forward_op_failed(n.op->name());
-        throw;
-      }
+      out =
+          observe_op(*observer, n.op->name(), args, [&] { return n.op->run_kernel(args, extras); });
     } else {
       out = n.op->run_kernel(args, extras);
     }

@@ -64,20 +64,8 @@ class TraceLayer final : public DispatchLayer {
 class ObserveLayer final : public DispatchLayer {
  public:
   Tensor run(OpCall& call) override {
-    OpObserver* const observer = tls_op_observer;
-    // Whatever throws, an observer of the chain included (a recorder's copy out of memory),
-    // the chain hears that the op failed, so that profiles close what they opened.
-    try {
-      observer->before_forward_op(call.name());
-      Tensor out = call.next(Layer::Observe);
-      const std::span<Tensor> inputs = call.inputs();
-      observer->forward_op_tensors(call.name(), inputs.data(), inputs.size(), out);
-      observer->after_forward_op(call.name());
-      return out;
-    } catch (...) {
-      observer->forward_op_failed(call.name());
-      throw;
-    }
+    return observe_op(*tls_op_observer, call.name(), call.inputs(),
+                      [&] { return call.next(Layer::Observe); });
   }
 };
 

@@ -3,6 +3,7 @@
 // every node the backward engine runs. See Note [Op observer] in op_observer.cpp.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "adjoint/autograd.h"
@@ -63,6 +64,25 @@ extern constinit thread_local OpObserver* tls_op_observer;
 inline void set_op_observer(OpObserver* o) {
   tls_op_observer = o;
   set_layer_active(Layer::Observe, o != nullptr);
+}
+
+/// What the Observe layer does around one op: tells `observer`'s chain before `run()` runs,
+/// then `inputs` (read once it returned) and its result and the end, or that it failed,
+/// whatever threw (an observer of the chain included: a recorder's copy out of memory), so that
+/// profiles close what they opened. compile's replay of its kernels, which run below the
+/// stack, observes each node with it too.
+template <class Run>
+Tensor observe_op(OpObserver& observer, const char* op, std::span<const Tensor> inputs, Run&& run) {
+  try {
+    observer.before_forward_op(op);
+    Tensor out = run();
+    observer.forward_op_tensors(op, inputs.data(), inputs.size(), out);
+    observer.after_forward_op(op);
+    return out;
+  } catch (...) {
+    observer.forward_op_failed(op);
+    throw;
+  }
 }
 
 /// Hides the thread's observers while alive (what runs meanwhile is not an op of the
