@@ -3,6 +3,8 @@
 // unless RecurrentOptions::fused_gates is off (docs/sequence.md, "Speed"); the composite of ops
 // in nn::detail::lstm_gates (src/nn/rnn_gates.h) computes the same and is the tests' oracle.
 // Both ops are differentiable to any order, have JVPs, batch under vmap and trace under compile.
+// lstm_sequence runs a whole layer direction (every step's recurrent product and cell) as one op
+// on one kernel; nn::LSTM uses it (docs/sequence.md, "Speed").
 #pragma once
 
 #include "adjoint/tensor.h"
@@ -27,5 +29,22 @@ LSTMCellOutput lstm_cell_fused(const Tensor& gates, const Tensor& c);
 /// the result, as views of one flat tensor). The gates are recomputed from `gates`.
 LSTMCellOutput lstm_cell_fused_backward(const Tensor& grad_h, const Tensor& grad_c,
                                         const Tensor& gates, const Tensor& c);
+
+/// Every step of an LSTM layer direction.
+struct LSTMSequenceOutput {
+  Tensor h;  ///< [T, B, H]: h_t of every step, in time order
+  Tensor c;  ///< [T, B, H]: c_t of every step, in time order
+};
+
+/// An LSTM layer direction over a whole sequence: for t = 0 .. T-1 (T-1 down to 0 when
+/// `reverse`), gates_t = xp[t] + h_prev W_hhᵀ and (h_t, c_t) = lstm_cell_fused(gates_t, c_prev),
+/// from (h0, c0) at the first step. `xp` [T, B, 4H] is the input's share of the gate
+/// pre-activations with both biases (x W_ihᵀ + b_ih + b_hh, blocks i, f, g, o), `w_hh` [4H, H],
+/// `h0` and `c0` [B, H]; floating (promoted to one dtype), T and H at least 1. float16 and
+/// bfloat16 compute in float32, and autocast runs it in float32. The results are views of one
+/// [2, T, B, H] tensor. Its gradient is a reverse loop of lstm_cell_fused_backward with the
+/// weight's gradient as one product over all steps; it differentiates to any order.
+LSTMSequenceOutput lstm_sequence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0,
+                                 const Tensor& c0, bool reverse = false);
 
 }  // namespace adjoint

@@ -274,6 +274,10 @@ Tensor lstm_cell(const Tensor& gates, const Tensor& c) {
 Tensor lstm_cell_backward(const Tensor& grad, const Tensor& gates, const Tensor& c) {
   ADJOINT_ON_DEVICE(device_of(grad, gates, c), lstm_cell_backward(grad, gates, c));
 }
+LstmSequenceForward lstm_sequence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0,
+                                  const Tensor& c0, bool reverse) {
+  ADJOINT_ON_DEVICE(device_of(xp, w_hh, h0, c0), lstm_sequence(xp, w_hh, h0, c0, reverse));
+}
 
 // norm
 Tensor batch_norm_moments(const Tensor& x, int64_t correction) {

@@ -17,6 +17,11 @@ struct CrossEntropyForward {
   int64_t valid = 0;  ///< rows whose target is not ignore_index
 };
 
+struct LstmSequenceForward {
+  Tensor out;    ///< [2, T, B, H]: every step's h, then every step's c
+  Tensor gates;  ///< [T, B, 4H]: every step's gate pre-activations, for the gradient
+};
+
 struct LayerNormForward {
   Tensor y;     ///< x's shape: (x - mean) * rstd * weight + bias
   Tensor mean;  ///< x's leading dims, then 1 for each normalized dim (keepdim form)

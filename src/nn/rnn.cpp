@@ -1,6 +1,7 @@
 // nn::RNN, nn::LSTM and nn::GRU: PyTorch's parameters, the shape checks (naming the module), and
 // the sequence loop: per layer and direction one product for the input projection of all steps,
-// then per step one product on h and the gate arithmetic of rnn_gates.h.
+// then per step one product on h and the gate arithmetic of rnn_gates.h; an LSTM with fused gates
+// runs each direction's steps on the one op lstm_sequence (adjoint/rnn_ops.h) instead.
 #include "adjoint/nn/rnn.h"
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "adjoint/error.h"
 #include "adjoint/nn/init.h"
 #include "adjoint/ops.h"
+#include "adjoint/rnn_ops.h"
 #include "nn/rnn_gates.h"
 
 namespace adjoint::nn {
@@ -126,6 +128,16 @@ Tensor RecurrentLayer::initial_state(const Tensor& state, const Tensor& x_seq, b
 
 Tensor RecurrentLayer::run_direction(const RecurrentWeights& w, const Tensor& input, bool reverse,
                                      Tensor& h, Tensor& c) const {
+  if (kind_ == Kind::LSTM && options_.fused_gates) {
+    // The whole direction on one op: both biases go into the input projection.
+    const Tensor bias = w.bias_ih.defined() ? w.bias_ih + w.bias_hh : Tensor();
+    const LSTMSequenceOutput s =
+        lstm_sequence(linear(input, w.weight_ih, bias), w.weight_hh, h, c, reverse);
+    const int64_t last = reverse ? 0 : input.size(0) - 1;
+    h = s.h.select(0, last);
+    c = s.c.select(0, last);
+    return s.h;
+  }
   // One product for every step's input projection: [T, B, gates * H].
   const std::vector<Tensor> xp = unbind_steps(linear(input, w.weight_ih, w.bias_ih));
   const auto steps = static_cast<int64_t>(xp.size());
@@ -138,8 +150,7 @@ Tensor RecurrentLayer::run_direction(const RecurrentWeights& w, const Tensor& in
         h = detail::rnn_gates(xp[t], gh, options_.nonlinearity);
         break;
       case Kind::LSTM: {
-        LSTMState s = options_.fused_gates ? detail::lstm_gates_fused(xp[t], gh, c)
-                                           : detail::lstm_gates(xp[t], gh, c);
+        LSTMState s = detail::lstm_gates(xp[t], gh, c);
         h = std::move(s.h);
         c = std::move(s.c);
         break;

@@ -11,6 +11,7 @@
 #include "backend/nn_kernels.h"
 #include "core/op_fields.h"
 #include "ops/common.h"
+#include "ops/lstm_cell_tangent.h"
 
 namespace adjoint {
 namespace {
@@ -151,16 +152,8 @@ struct LstmCell {
     return out;
   }
 
-  // t c' = σ'_f t_f c + f t_c + σ'_i t_i g + i τ' t_g, t h' = σ'_o t_o tanh(c') + o T t c'
   Tensor jvp(const Ctx& ctx, const Tensor& t_gates, const Tensor& t_c) const {
-    const Tensor &gates = ctx.input(0), &c = ctx.input(1);
-    const Gates a(gates);
-    const std::vector<Tensor> ta = chunk(t_gates, 4, -1);
-    const Tensor t = tanh(a.f * c + a.i * a.g);
-    const Tensor tcn = a.f * (1.0 - a.f) * ta[1] * c + a.f * t_c + a.i * (1.0 - a.i) * ta[0] * a.g +
-                       a.i * (1.0 - a.g * a.g) * ta[2];
-    const Tensor th = a.o * (1.0 - a.o) * ta[3] * t + a.o * (1.0 - t * t) * tcn;
-    return stack({th, tcn}, 0);
+    return detail::lstm_cell_tangent(ctx.input(0), ctx.input(1), t_gates, t_c);
   }
 
   // Batching: the vmap dim is one more leading dim of the rows; the result [2, B, *, H] puts
@@ -186,6 +179,18 @@ std::pair<Tensor, Tensor> prepare(const Tensor& gates, const Tensor& c, const ch
 }
 
 }  // namespace
+
+// t c' = σ'_f t_f c + f t_c + σ'_i t_i g + i τ' t_g, t h' = σ'_o t_o tanh(c') + o T t c'
+Tensor detail::lstm_cell_tangent(const Tensor& gates, const Tensor& c, const Tensor& t_gates,
+                                 const Tensor& t_c) {
+  const Gates a(gates);
+  const std::vector<Tensor> ta = chunk(t_gates, 4, -1);
+  const Tensor t = tanh(a.f * c + a.i * a.g);
+  const Tensor tcn = a.f * (1.0 - a.f) * ta[1] * c + a.f * t_c + a.i * (1.0 - a.i) * ta[0] * a.g +
+                     a.i * (1.0 - a.g * a.g) * ta[2];
+  const Tensor th = a.o * (1.0 - a.o) * ta[3] * t + a.o * (1.0 - t * t) * tcn;
+  return stack({th, tcn}, 0);
+}
 
 LSTMCellOutput lstm_cell_fused(const Tensor& gates_in, const Tensor& c_in) {
   const auto [gates, c] = prepare(gates_in, c_in, "lstm_cell_fused");

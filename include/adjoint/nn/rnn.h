@@ -27,9 +27,9 @@ struct RecurrentOptions {
   bool bidirectional = false;
   /// nn::RNN only: tanh or relu.
   RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;
-  /// nn::LSTM only: each step's gates on the fused op lstm_cell_fused (adjoint/rnn_ops.h)
-  /// instead of the composite of ops (the same values within rounding; faster: see
-  /// docs/sequence.md, "Speed").
+  /// nn::LSTM only: each direction's whole loop of steps on the fused op lstm_sequence
+  /// (adjoint/rnn_ops.h) instead of a loop of ops per step (the same values within rounding;
+  /// faster: see docs/sequence.md, "Speed").
   bool fused_gates = true;
   /// Draws the initial weights and seeds the dropout generator (the default generator when null).
   Generator* gen = nullptr;

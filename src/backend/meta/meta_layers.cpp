@@ -98,6 +98,12 @@ Tensor lstm_cell_backward(const Tensor&, const Tensor& gates, const Tensor& c) {
   return result({gates.numel() + c.numel()}, c.dtype());
 }
 
+LstmSequenceForward lstm_sequence(const Tensor& xp, const Tensor&, const Tensor& h0, const Tensor&,
+                                  bool) {
+  const int64_t steps = xp.shape()[0], batch = h0.shape()[0], hidden = h0.shape()[1];
+  return {result({2, steps, batch, hidden}, xp.dtype()), result(xp.shape(), xp.dtype())};
+}
+
 // ---- batch and group norm ----
 Tensor batch_norm_moments(const Tensor& x, int64_t) { return result({2, x.shape()[1]}, x.dtype()); }
 BatchNormForward batch_norm(const Tensor& x, const Tensor&, const Tensor&, double) {
