@@ -1,6 +1,7 @@
 // The `lstm` workload of ../shared/bench/README.md: a training step of a character LSTM language
 // model (Embedding(256, 128), a 2-layer nn::LSTM with hidden 512, batch_first, Linear(512, 256),
-// cross-entropy, AdamW) on [32, 64] tokens, each step's gates on the fused op lstm_cell_fused.
+// cross-entropy, AdamW) on [32, 64] tokens, each layer's whole time loop on the fused op
+// lstm_sequence.
 // `lstm-unfused` runs the same layer with the gates as a composite of ops (fused_gates off), and
 // `lstm-select` the same model with the time steps
 // taken by one select each from the input projection, the naive loop that Note [Unbinding the
@@ -103,8 +104,8 @@ void run(const Opts& o, Json& j, Impl impl) {
   j.str("precision", o.precision);
   j.str("lstm_impl", select_steps ? "ops: per-step select of the input projection"
                      : impl == Impl::Fused
-                         ? "nn::LSTM: one input product per layer, halving unbind, "
-                           "per step linear(h) + lstm_cell_fused"
+                         ? "nn::LSTM: one input product per layer, then the time loop on one "
+                           "op (lstm_sequence)"
                          : "nn::LSTM: one input product per layer, halving unbind, "
                            "per step linear(h) + chunked gates (ops)");
   j.num("fwd_ms", times.fwd.median());
