@@ -43,8 +43,28 @@ struct LSTMSequenceOutput {
 /// `h0` and `c0` [B, H]; floating (promoted to one dtype), T and H at least 1. float16 and
 /// bfloat16 compute in float32, and autocast runs it in float32. The results are views of one
 /// [2, T, B, H] tensor. Its gradient is a reverse loop of lstm_cell_fused_backward with the
-/// weight's gradient as one product over all steps; it differentiates to any order.
+/// weight's gradient as one product over all steps (on one kernel, lstm_sequence_backward, where
+/// nothing differentiates it); it differentiates to any order.
 LSTMSequenceOutput lstm_sequence(const Tensor& xp, const Tensor& w_hh, const Tensor& h0,
                                  const Tensor& c0, bool reverse = false);
+
+/// The gradients of an LSTM sequence in xp, h0 and c0.
+struct LSTMSequenceGrad {
+  Tensor xp;  ///< [T, B, 4H]: the gates' pre-activations' gradient, step by step
+  Tensor h0;  ///< [B, H]
+  Tensor c0;  ///< [B, H]
+};
+
+/// lstm_sequence's gradient in (xp, h0, c0) for the cotangents `grad_h` and `grad_c` [T, B, H]
+/// of every step's h and c (either undefined: zero), from the forward's gate pre-activations
+/// `gates` [T, B, 4H] (xp + h_prev W_hhᵀ of every step), its cell states `c` [T, B, H] (each
+/// step's previous state is read from them or c0; the new one is recomputed from the gates, as
+/// lstm_cell_fused_backward does), c0 and w_hh, with the forward's `reverse`: backpropagation
+/// through time on one kernel. (W_hh's gradient is Σ_t gates' gradient_tᵀ h_prev, one product.)
+/// Differentiable in the cotangents only (its VJP is lstm_sequence's forward mode); a derivative in
+/// the other inputs is an error.
+LSTMSequenceGrad lstm_sequence_backward(const Tensor& grad_h, const Tensor& grad_c,
+                                        const Tensor& gates, const Tensor& c, const Tensor& c0,
+                                        const Tensor& w_hh, bool reverse = false);
 
 }  // namespace adjoint

@@ -278,6 +278,11 @@ LstmSequenceForward lstm_sequence(const Tensor& xp, const Tensor& w_hh, const Te
                                   const Tensor& c0, bool reverse) {
   ADJOINT_ON_DEVICE(device_of(xp, w_hh, h0, c0), lstm_sequence(xp, w_hh, h0, c0, reverse));
 }
+Tensor lstm_sequence_backward(const Tensor& grad, const Tensor& gates, const Tensor& cs,
+                              const Tensor& c0, const Tensor& w_hh, bool reverse) {
+  ADJOINT_ON_DEVICE(device_of(grad, gates, cs, c0, w_hh),
+                    lstm_sequence_backward(grad, gates, cs, c0, w_hh, reverse));
+}
 
 // norm
 Tensor batch_norm_moments(const Tensor& x, int64_t correction) {

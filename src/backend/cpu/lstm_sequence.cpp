@@ -3,7 +3,6 @@
 // two per step (Note [The LSTM sequence kernel]). The gate arithmetic is lstm_cell.cpp's, on
 // the same vectorised nonlinearities and built, as it is, without FMA contraction
 // (CMakeLists.txt), so that each product rounds as the separate ops of the unfused gates do.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -11,8 +10,9 @@
 #include <vector>
 
 #include "adjoint/error.h"
+#include "backend/cpu/lstm_pieces.h"
 #include "backend/cpu/opmath.h"
-#include "backend/cpu/sgemm.h"
+#include "backend/cpu/reused_product.h"
 #include "backend/cpu/simd_math.h"
 #include "backend/cpu/single_threaded_blas.h"
 #include "backend/device_kernels.h"
@@ -32,27 +32,14 @@ namespace {
 // job per step and no other synchronisation. (Four products of (j1 - j0) columns each, straight
 // from W_hh, took 45 ms against 39 per forward of the lstm benchmark's layer, in one profile.) The
 // pieces are fixed by the thread count (parallel_for), and every element is one product over the
-// whole H, so results do not depend on scheduling. The pre-activations are kept for the gradient,
-// which recomputes the activations from them (lstm_cell_backward).
+// whole H, so results do not depend on scheduling. Each piece's product is made once per call
+// with its rows packed once (Note [Reused right operands]: 0.6 of OpenBLAS's time per call). The
+// pre-activations are kept for the gradient, which recomputes the activations from them
+// (lstm_cell_backward).
 
-Tensor contiguous_of(const Tensor& t) { return t.is_contiguous() ? t : cast(t, t.dtype()); }
-
-// c[m, n] += a[m, k] b[n, k]ᵀ, row-major, on the calling thread.
-void add_product(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                 int64_t ldb, float* c, int64_t ldc) {
-  sgemm(false, true, m, n, k, a, lda, b, ldb, 1.0f, c, ldc);
-}
-void add_product(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-                 int64_t ldb, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, ldc);
-}
-
-struct Sizes {
-  int64_t steps, batch, hidden;
-};
-
-// The hidden units of piece p of `pieces`: [hidden p / pieces, hidden (p + 1) / pieces).
-int64_t piece_start(int64_t hidden, int64_t p, int64_t pieces) { return hidden * p / pieces; }
+using lstm::contiguous_of;
+using lstm::piece_start;
+using lstm::Sizes;
 
 // W_hh's rows regrouped piece by piece: piece p's four gate blocks of its units, contiguous, so
 // that its product is one call over 4 (j1 - j0) columns (Note [The LSTM sequence kernel]).
@@ -69,12 +56,22 @@ std::vector<T> rows_by_piece(const T* w, int64_t hidden, int64_t pieces) {
   return out;
 }
 
-// One step on units [j0, j1): their gate columns xp_t + h_prev W_hhᵀ in `local` [B, 4 width]
-// (one product with the piece's rows `w_piece`), copied into gates_t's own columns for the
-// gradient, then the cell.
+// The product of piece [j0, j1): local [B, 4 width] += h_prev W_pᵀ, W_p the piece's rows of
+// `by_piece` (rows_by_piece), made once per call (Note [Reused right operands]).
 template <class T>
-void step_units(const Sizes& z, const T* xp_t, const T* w_piece, const T* h_prev, const T* c_prev,
-                T* gates_t, T* h_t, T* c_t, int64_t j0, int64_t j1, std::vector<T>& local) {
+ReusedProduct<T> piece_product(const Sizes& z, const T* by_piece, int64_t j0, int64_t j1) {
+  const int64_t width = j1 - j0;
+  return ReusedProduct<T>(z.batch, 4 * width, z.hidden, by_piece + 4 * j0 * z.hidden, z.hidden,
+                          /*trans_b=*/true, z.hidden, 4 * width, /*accumulate=*/true);
+}
+
+// One step on units [j0, j1): their gate columns xp_t + h_prev W_hhᵀ in `local` [B, 4 width]
+// (one product with the piece's rows), copied into gates_t's own columns for the gradient, then
+// the cell.
+template <class T>
+void step_units(const Sizes& z, const T* xp_t, const ReusedProduct<T>& product, const T* h_prev,
+                const T* c_prev, T* gates_t, T* h_t, T* c_t, int64_t j0, int64_t j1,
+                std::vector<T>& local) {
   const int64_t h = z.hidden, width = j1 - j0, row = 4 * h, lrow = 4 * width;
   const auto bytes = static_cast<std::size_t>(width) * sizeof(T);
   local.resize(static_cast<std::size_t>(z.batch * lrow + 5 * width));
@@ -82,7 +79,7 @@ void step_units(const Sizes& z, const T* xp_t, const T* w_piece, const T* h_prev
   for (int64_t r = 0; r < z.batch; ++r)
     for (int64_t q = 0; q < 4; ++q)
       std::memcpy(l + r * lrow + q * width, xp_t + r * row + q * h + j0, bytes);
-  add_product(z.batch, lrow, h, h_prev, h, w_piece, h, l, lrow);
+  product.run(h_prev, l);
   T *i = l + z.batch * lrow, *f = i + width, *g = f + width, *o = g + width, *t = o + width;
   for (int64_t r = 0; r < z.batch; ++r) {
     const T* pre = l + r * lrow;
@@ -126,10 +123,12 @@ LstmSequenceForward cpu::lstm_sequence(const Tensor& xp, const Tensor& w_hh, con
     T* hs = out.out.data_ptr<T>();
     T* cs = hs + z.steps * z.batch * z.hidden;
     const int64_t state = z.batch * z.hidden, row = 4 * z.hidden;
-    // About 64 K multiply-adds per piece at least, and at least 16 units.
-    const int64_t grain = std::max<int64_t>(16, 65536 / std::max<int64_t>(z.batch * row, 1));
-    const int64_t pieces = std::max(parallel_chunks(z.hidden, grain), 1);
+    const int64_t pieces = lstm::piece_count(z);
     const std::vector<T> w = rows_by_piece(wc.data_ptr<T>(), z.hidden, pieces);
+    std::vector<ReusedProduct<T>> products;
+    for (int64_t p = 0; p < pieces; ++p)
+      products.push_back(piece_product(z, w.data(), piece_start(z.hidden, p, pieces),
+                                       piece_start(z.hidden, p + 1, pieces)));
     std::vector<std::vector<T>> local(static_cast<std::size_t>(pieces));
     const T* h_prev = hc.data_ptr<T>();
     const T* c_prev = cc.data_ptr<T>();
@@ -143,16 +142,10 @@ LstmSequenceForward cpu::lstm_sequence(const Tensor& xp, const Tensor& w_hh, con
       auto piece = [&](int64_t p) {
         const int64_t j0 = piece_start(z.hidden, p, pieces);
         const int64_t j1 = piece_start(z.hidden, p + 1, pieces);
-        step_units(z, xp_t, w.data() + 4 * j0 * z.hidden, h_prev, c_prev, gates_t, h_t, c_t, j0, j1,
-                   local[static_cast<std::size_t>(p)]);
+        step_units(z, xp_t, products[static_cast<std::size_t>(p)], h_prev, c_prev, gates_t, h_t,
+                   c_t, j0, j1, local[static_cast<std::size_t>(p)]);
       };
-      if (pieces == 1) {
-        piece(0);
-      } else {
-        parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-          for (int64_t p = p0; p < p1; ++p) piece(p);
-        });
-      }
+      lstm::for_each_piece(pieces, piece);
       h_prev = h_t;
       c_prev = c_t;
     }

@@ -103,6 +103,10 @@ LstmSequenceForward lstm_sequence(const Tensor& xp, const Tensor&, const Tensor&
   const int64_t steps = xp.shape()[0], batch = h0.shape()[0], hidden = h0.shape()[1];
   return {result({2, steps, batch, hidden}, xp.dtype()), result(xp.shape(), xp.dtype())};
 }
+Tensor lstm_sequence_backward(const Tensor&, const Tensor& gates, const Tensor&, const Tensor& c0,
+                              const Tensor&, bool) {
+  return result({gates.numel() + 2 * c0.numel()}, gates.dtype());
+}
 
 // ---- batch and group norm ----
 Tensor batch_norm_moments(const Tensor& x, int64_t) { return result({2, x.shape()[1]}, x.dtype()); }
