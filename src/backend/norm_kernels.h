@@ -1,9 +1,11 @@
 // Fused normalisation kernels over channels: batch norm's per-channel statistics of an input
 // [N, C, *] over every dim but the channel dim 1, the normalisation with them and its input
 // gradient; group norm's forward (its input gradient is layer_norm_backward's, nn_kernels.h). Like
-// the kernels in kernels.h they see plain tensors (no autograd), accept any strides (a strided
-// input, such as a channels-last view, is copied to [N, C, *] order first) and allocate contiguous
-// outputs. The gradient kernel is the forward of the differentiable primitive batch_norm_backward
+// the kernels in kernels.h they see plain tensors (no autograd) and accept any strides: batch
+// norm's read a channels-last input (core/memory_format.h) in place and give results of x's shape
+// channels-last too, as PyTorch's memory-format propagation does; other strided inputs (and every
+// input of group norm) are copied to [N, C, *] order first, and their outputs are contiguous. The
+// gradient kernel is the forward of the differentiable primitive batch_norm_backward
 // (src/ops/batch_norm.cpp), whose own rules are written with ops.
 #pragma once
 

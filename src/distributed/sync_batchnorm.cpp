@@ -3,6 +3,7 @@
 // statistics (see adjoint/distributed/sync_batchnorm.h).
 #include "adjoint/distributed/sync_batchnorm.h"
 
+#include <map>
 #include <vector>
 
 #include "adjoint/distributed/functional.h"
@@ -18,6 +19,11 @@ SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, std::optional<dou
                              bool affine, bool track_running_stats, dist::ProcessGroup* group)
     : BatchNormBase("SyncBatchNorm", num_features, eps, momentum, affine, track_running_stats),
       group_(group) {}
+
+SyncBatchNorm::SyncBatchNorm(const BatchNormBase& from, dist::ProcessGroup* group)
+    : BatchNormBase("SyncBatchNorm", from), group_(group) {
+  train(from.is_training());
+}
 
 void SyncBatchNorm::check_input_dim(const Tensor& x) const {
   ADJOINT_CHECK(x.dim() >= 2, Shape, op_name(), "expected at least 2D input (got ", x.dim(),
@@ -69,6 +75,45 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
         running_var, (var.detach() * (n / (n - 1))).to(running_var.dtype()), factor, op.c_str());
   }
   return y;
+}
+
+namespace {
+
+// The SyncBatchNorm for a batch norm to convert, or null for any other module; one per module
+// however many parents list it.
+using Converted = std::map<const Module*, std::shared_ptr<SyncBatchNorm>>;
+std::shared_ptr<SyncBatchNorm> sync_for(const std::shared_ptr<Module>& m, dist::ProcessGroup* group,
+                                        Converted& done) {
+  auto* bn = dynamic_cast<BatchNormBase*>(m.get());
+  if (bn == nullptr ||
+      (dynamic_cast<BatchNorm1d*>(bn) == nullptr && dynamic_cast<BatchNorm2d*>(bn) == nullptr))
+    return nullptr;
+  auto it = done.find(m.get());
+  if (it != done.end()) return it->second;
+  auto sync = std::make_shared<SyncBatchNorm>(*bn, group);
+  bn->forward_to(sync);  // for typed members that keep the old module
+  done.emplace(m.get(), sync);
+  return sync;
+}
+
+void convert_children(Module& parent, dist::ProcessGroup* group, Converted& done) {
+  for (const auto& [name, child] : parent.named_children()) {
+    if (auto sync = sync_for(child, group, done))
+      parent.replace_module(name, sync);
+    else
+      convert_children(*child, group, done);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Module> convert_sync_batchnorm(const std::shared_ptr<Module>& module,
+                                               dist::ProcessGroup* group) {
+  ADJOINT_CHECK(module != nullptr, Value, "convert_sync_batchnorm", "got a null module");
+  Converted done;
+  if (auto sync = sync_for(module, group, done)) return sync;
+  convert_children(*module, group, done);
+  return module;
 }
 
 }  // namespace adjoint::nn

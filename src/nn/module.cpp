@@ -3,6 +3,7 @@
 #include "adjoint/nn/module.h"
 
 #include <unordered_set>
+#include <utility>
 
 #include "adjoint/error.h"
 #include "adjoint/grad_mode.h"
@@ -129,6 +130,29 @@ void Module::add_child(std::string name, std::shared_ptr<Module> module) {
     module->parent_ = this;
     module->name_in_parent_ = std::move(name);
   }
+}
+
+std::shared_ptr<Module> Module::replace_module(const std::string& name,
+                                               std::shared_ptr<Module> module) {
+  const std::string op = "nn." + type_name_;
+  std::size_t i = 0;
+  while (i < children_.size() && children_[i].first != name) ++i;
+  ADJOINT_CHECK(i < children_.size(), Index, op, type_name_, " has no submodule '", name,
+                "' to replace");
+  ADJOINT_CHECK(module != nullptr, Value, op, "replacement for submodule '", name, "' of ",
+                type_name_, " is null");
+  ADJOINT_CHECK(!module->contains(this), Value, op, "cannot put a module in place of submodule '",
+                name, "' of ", type_name_, ": it contains ", type_name_,
+                " itself, which would make a cycle");
+  std::shared_ptr<Module> old = std::exchange(children_[i].second, module);
+  // The old child is no longer listed here, so it must not name this module as its parent.
+  if (old->parent_ == this) old->parent_ = nullptr;
+  if (module->parent_ == nullptr) {
+    module->parent_ = this;
+    module->name_in_parent_ = name;
+  }
+  child_replaced(i, module);
+  return old;
 }
 
 std::string Module::path() const {

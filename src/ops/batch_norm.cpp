@@ -11,6 +11,7 @@
 #include "adjoint/grad_mode.h"
 #include "adjoint/normalization_ops.h"
 #include "backend/norm_kernels.h"
+#include "core/memory_format.h"
 #include "core/op_fields.h"
 #include "ops/batch_norm_util.h"
 #include "ops/common.h"
@@ -46,6 +47,29 @@ Tensor fold_channels(const BatchArgs& b, std::size_t i) {  // [B, C] (or [C]) ->
   if (!b[i].defined()) return Tensor();
   const Tensor t = b.with_batch(i);
   return t.reshape({t.numel()});
+}
+
+// Note [Channels-last batch norm in ops]
+// The fused kernels keep a channels-last x channels-last (Note [Channels-last batch norm] in
+// backend/cpu/batch_norm_channels_last.cpp). What is written with ops follows: for such an x the
+// evaluation affine and the weight and bias gradients run on x's memory order [N, *sp, C], where
+// a [C] broadcasts over the last dim and the per-channel sums reduce rows of C, both reading
+// memory in order, and evaluation's result is permuted back, channels-last as its input. The
+// choice reads strides, never values; the results are those of the [N, C, *] ops up to rounding.
+std::vector<int64_t> to_memory_order(int64_t rank) {  // [N, C, *sp] -> [N, *sp, C]
+  std::vector<int64_t> perm{0};
+  for (int64_t d = 2; d < rank; ++d) perm.push_back(d);
+  perm.push_back(1);
+  return perm;
+}
+std::vector<int64_t> from_memory_order(int64_t rank) {  // [N, *sp, C] -> [N, C, *sp]
+  std::vector<int64_t> perm{0, rank - 1};
+  for (int64_t d = 1; d + 1 < rank; ++d) perm.push_back(d);
+  return perm;
+}
+// t [N, C, *sp] as rows [N prod(sp), C] in x's memory order (a view when t is channels-last).
+Tensor channel_rows(const Tensor& t) {
+  return t.permute(to_memory_order(t.dim())).reshape({t.numel() / t.size(1), t.size(1)});
 }
 
 // batch_norm_backward(gy, x, w, mean, rstd) = rstd (g - A - x̂ B) with x̂ = (x - mean) rstd,
@@ -153,6 +177,12 @@ struct BatchNorm {
     auto [mu, rstd] = stats(c);
     std::array<Tensor, 3> out;
     if (c.needs_grad(0)) out[0] = batch_norm_backward(gy, x, w, mu, rstd);
+    if (is_channels_last(x)) {  // See Note [Channels-last batch norm in ops].
+      const Tensor gr = channel_rows(gy);
+      if (c.needs_grad(1)) out[1] = sum(gr * ((channel_rows(x) - mu) * rstd), {0});
+      if (c.needs_grad(2)) out[2] = sum(gr, {0});
+      return out;
+    }
     if (c.needs_grad(1)) out[1] = ch.sum_c(gy * ((x - ch.bc(mu)) * ch.bc(rstd)));
     if (c.needs_grad(2)) out[2] = ch.sum_c(gy);
     return out;
@@ -328,6 +358,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   if (b.defined()) shift = shift + b;
   // In the running statistics' precision, the result in the input's and parameters' dtype, as in
   // training (float32 statistics of a bfloat16 model give bfloat16).
+  if (is_channels_last(x)) {  // See Note [Channels-last batch norm in ops].
+    const Tensor rows = x.permute(to_memory_order(x.dim()));
+    return cast_to(rows * scale + shift, dt).permute(from_memory_order(x.dim()));
+  }
   return cast_to(x * ch.bc(scale) + ch.bc(shift), dt);
 }
 

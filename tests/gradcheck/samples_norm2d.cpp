@@ -40,6 +40,8 @@ ADJOINT_REGISTER_SAMPLES(norm2d) {
            {randn64({4, 3, 2}).permute({2, 1, 0}), randn64({3}), randn64({3})});
   sink.add("norm2d/batch_norm/train_channels_last", train,
            {channels_last(2, 3, 3, 5), randn64({3}), randn64({3})});
+  sink.add("norm2d/batch_norm/train_channels_last_c17", train,
+           {channels_last(1, 17, 2, 3), randn64({17}), randn64({17})});
   sink.add("norm2d/batch_norm/train_empty_batch", train,
            {randn64({0, 3, 4}), randn64({3}), randn64({3})});
   sink.add("norm2d/batch_norm/train_eps",
@@ -64,6 +66,9 @@ ADJOINT_REGISTER_SAMPLES(norm2d) {
             randn64({3})});
   sink.add("norm2d/batch_norm/eval_channels_last_no_affine", eval,
            {channels_last(2, 3, 2, 3), randn64({3}), uniform64({3}, 0.5, 2)});
+  sink.add("norm2d/batch_norm/eval_channels_last", eval,
+           {channels_last(2, 3, 2, 3), randn64({3}), uniform64({3}, 0.5, 2), randn64({3}),
+            randn64({3})});
   sink.add("norm2d/batch_norm/eval_channels1", eval,
            {randn64({2, 1, 3}), randn64({1}), uniform64({1}, 0.5, 2), randn64({1}), randn64({1})});
   sink.add("norm2d/batch_norm/eval_empty_batch", eval,
@@ -83,6 +88,9 @@ ADJOINT_REGISTER_SAMPLES(norm2d) {
   sink.add("norm2d/batch_norm_backward/weight", backward,
            {randn64({3, 2, 4}), randn64({3, 2, 4}), randn64({2}), uniform64({2}, 0.5, 1.5),
             randn64({2})});
+  sink.add("norm2d/batch_norm_backward/channels_last", backward,
+           {channels_last(2, 3, 2, 2), channels_last(2, 3, 2, 2), randn64({3}),
+            uniform64({3}, 0.5, 1.5), randn64({3})});
   sink.add("norm2d/batch_norm_backward/no_weight", backward,
            {randn64({2, 3, 2, 2}), randn64({2, 3, 2, 2}), randn64({3}), uniform64({3}, 0.5, 1.5)});
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "adjoint/nn/module.h"
@@ -32,6 +33,12 @@ class BatchNormBase : public Module {
   bool affine() const { return weight.defined(); }
   bool track_running_stats() const { return running_mean.defined(); }
 
+  /// From now on forward(x) returns (*replacement)(x): how convert_sync_batchnorm
+  /// (distributed/sync_batchnorm.h) reaches a typed member that still holds this module after
+  /// the module tree got `replacement` in its place. The replacement shares this module's
+  /// tensors; its training flag and hooks are the ones that count.
+  void forward_to(std::shared_ptr<BatchNormBase> replacement);
+
   Tensor weight;               ///< undefined without affine
   Tensor bias;                 ///< undefined without affine
   Tensor running_mean;         ///< undefined without track_running_stats
@@ -41,6 +48,9 @@ class BatchNormBase : public Module {
  protected:
   BatchNormBase(const char* type_name, int64_t num_features, double eps,
                 std::optional<double> momentum, bool affine, bool track_running_stats);
+  /// The configuration of `from` with its tensors themselves (the same handles, registered
+  /// under the same names in the same order), not copies.
+  BatchNormBase(const char* type_name, const BatchNormBase& from);
   /// Throws a Shape error naming the module unless x has a rank this module takes.
   virtual void check_input_dim(const Tensor& x) const = 0;
   std::string op_name() const { return "nn." + type_name(); }
@@ -49,6 +59,7 @@ class BatchNormBase : public Module {
   int64_t num_features_;
   double eps_;
   std::optional<double> momentum_;
+  std::shared_ptr<BatchNormBase> forward_to_;  // see forward_to
 };
 
 /// Batch norm over [N, C] or [N, C, L] inputs (C = num_features), as torch.nn.BatchNorm1d.

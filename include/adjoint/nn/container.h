@@ -52,6 +52,9 @@ class Sequential : public Module {
  protected:
   /// For subclasses that are Sequentials with another name (MLP).
   explicit Sequential(std::string type_name) : Module(std::move(type_name)) {}
+  void child_replaced(std::size_t index, const std::shared_ptr<Module>& replacement) override {
+    if (index < modules_.size()) modules_[index] = replacement;  // children_ in modules_' order
+  }
 
  private:
   [[noreturn]] void throw_wrong_type(std::size_t i) const;

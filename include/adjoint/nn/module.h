@@ -111,6 +111,14 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
 
+  /// Puts `module` in place of the child registered as `name` (same name, same place in the
+  /// order), as libtorch's replace_module and PyTorch's assignment to a registered submodule, and
+  /// returns the child it replaced. Traversal, state_dict(), train() and containers' forward
+  /// (Sequential) see the new child from then on; a typed member that a subclass keeps (the
+  /// pointer register_module returned) still holds the old one. No child of that name is an Index
+  /// error, and a module that contains this one (a cycle) a Value error, both naming the module.
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> module);
+
   // ---- traversal (registration order, depth first; a tensor or module reachable along two
   // paths is listed once, under its first name) ----
 
@@ -172,6 +180,11 @@ class Module : public std::enable_shared_from_this<Module> {
   /// `device`, in place: how a module built on meta (DeviceGuard) is materialised, before its
   /// values are loaded (load_state_dict, io::load) or initialised again.
   Module& to_empty(Device device);
+
+ protected:
+  /// Called by replace_module after the child at `index` (registration order) became
+  /// `replacement`: a container that keeps its own list of children (Sequential) updates it.
+  virtual void child_replaced(std::size_t index, const std::shared_ptr<Module>& replacement) {}
 
  private:
   // A hook written to return void only observes: wrap it into one returning nullopt.

@@ -6,7 +6,7 @@
 // over one (n, c) segment of S contiguous elements are vectorised with Highway, built once per x86
 // instruction set and chosen at run time as in simd_math.cpp; segments shorter than a few
 // vectors (S = 1 for an input [N, C]) take the scalar loops, which a dispatched call would cost
-// more than.
+// more than. A channels-last input takes batch_norm_channels_last.cpp's kernels instead, in place.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -15,11 +15,13 @@
 #include <type_traits>
 
 #include "adjoint/error.h"
+#include "backend/cpu/batch_norm_channels_last.h"
 #include "backend/cpu/opmath.h"
 #include "backend/device_kernels.h"
 #include "backend/kernels.h"
 #include "backend/norm_kernels.h"
 #include "core/dispatch.h"
+#include "core/memory_format.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
 
@@ -256,6 +258,18 @@ void seg_affine2(const T* g, const T* x, T* o, int64_t n, T a, T b, T c) {
 
 Tensor contiguous_of(const Tensor& t) { return t.is_contiguous() ? t : cast(t, t.dtype()); }
 
+// widen and narrow_to (Note [Reduced-precision kernels]) that keep a channels-last tensor
+// channels-last, so a 16-bit channels-last input stays on the in-place kernels and its result
+// keeps the input's layout.
+Tensor widen_in_layout(const Tensor& t) {
+  if (!is_reduced(t) || !is_channels_last(t)) return widen(t);
+  return bn_cl::cast_keeping_layout(t, opmath_dtype(t.dtype()));
+}
+Tensor narrow_in_layout(const Tensor& t, DType dtype) {
+  if (!t.defined() || t.dtype() == dtype || !is_channels_last(t)) return narrow_to(t, dtype);
+  return bn_cl::cast_keeping_layout(t, dtype);
+}
+
 // x [N, C, *] as [N, C, S].
 struct Layout {
   int64_t n, c, s;
@@ -304,7 +318,8 @@ Tensor cpu::batch_norm_moments(const Tensor& x, int64_t correction) {
   const char* op = "batch_norm_stats";
   ADJOINT_ASSERT(x.dim() >= 2 && (correction == 0 || correction == 1));
   if (is_reduced(x))  // See Note [Reduced-precision kernels]
-    return narrow_to(batch_norm_moments(widen(x), correction), x.dtype());
+    return narrow_to(batch_norm_moments(widen_in_layout(x), correction), x.dtype());
+  if (is_channels_last(x)) return bn_cl::moments(x, correction);
   const Layout l(x);
   const Tensor xc = contiguous_of(x);
   Tensor out = make_empty({2, l.c}, x.dtype());
@@ -329,13 +344,14 @@ BatchNormForward cpu::batch_norm(const Tensor& x, const Tensor& weight, const Te
   const char* op = "batch_norm";
   ADJOINT_ASSERT(x.dim() >= 2);
   if (is_reduced(x)) {  // See Note [Reduced-precision kernels]
-    BatchNormForward wide = batch_norm(widen(x), widen(weight), widen(bias), eps);
-    return {narrow_to(wide.y, x.dtype()), narrow_to(wide.mean, x.dtype()),
+    BatchNormForward wide = batch_norm(widen_in_layout(x), widen(weight), widen(bias), eps);
+    return {narrow_in_layout(wide.y, x.dtype()), narrow_to(wide.mean, x.dtype()),
             narrow_to(wide.rstd, x.dtype())};
   }
   const Layout l(x);
   ADJOINT_ASSERT((!weight.defined() || weight.numel() == l.c) &&
                  (!bias.defined() || bias.numel() == l.c));
+  if (is_channels_last(x)) return bn_cl::forward(x, weight, bias, eps);
   const Tensor xc = contiguous_of(x);
   const Tensor w = weight.defined() ? contiguous_of(weight) : Tensor();
   const Tensor b = bias.defined() ? contiguous_of(bias) : Tensor();
@@ -376,9 +392,10 @@ Tensor cpu::batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor&
   ADJOINT_ASSERT(mean.numel() == l.c && rstd.numel() == l.c &&
                  (!weight.defined() || weight.numel() == l.c));
   if (is_reduced(x) || is_reduced(gy))  // See Note [Reduced-precision kernels]
-    return narrow_to(
-        batch_norm_backward(widen(gy), widen(x), widen(weight), widen(mean), widen(rstd)),
-        x.dtype());
+    return narrow_in_layout(batch_norm_backward(widen_in_layout(gy), widen_in_layout(x),
+                                                widen(weight), widen(mean), widen(rstd)),
+                            x.dtype());
+  if (is_channels_last(x)) return bn_cl::backward(gy, x, weight, mean, rstd);
   Tensor out = make_empty(x.shape(), x.dtype());
   if (out.numel() == 0) return out;
   const Tensor gc = contiguous_of(gy), xc = contiguous_of(x), mc = contiguous_of(mean),

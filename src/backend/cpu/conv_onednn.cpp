@@ -12,6 +12,7 @@
 #include "adjoint/error.h"
 #include "backend/cpu/conv_paths.h"
 #include "backend/kernels.h"
+#include "core/memory_format.h"
 #include "core/parallel.h"
 #include "core/tensor_factory.h"
 
@@ -54,42 +55,14 @@ bool isa_has_bf16() {
 
 int64_t volume(const std::array<int64_t, 3>& a) { return a[0] * a[1] * a[2]; }
 
-// Whether t [N, C, *sp] is dense with C innermost (channels-last); a single channel is plain.
-bool is_channels_last(const Tensor& t) {
-  const Shape& s = t.shape();
-  const Shape& st = t.strides();
-  if (s.size() < 3 || s[1] <= 1 || t.is_contiguous()) return false;
-  if (st[1] != 1) return false;
-  int64_t expect = s[1];
-  for (std::size_t d = s.size() - 1; d >= 2; --d) {
-    if (s[d] != 1 && st[d] != expect) return false;
-    expect *= s[d];
-  }
-  return s[0] == 1 || st[0] == expect;
-}
-
 // Element strides of a dense [N, C, *sp] tensor in the plain (NCHW) or channels-last layout.
 Shape layout_strides(const Shape& shape, bool channels_last) {
-  if (!channels_last) return contiguous_strides(shape);
-  Shape st(shape.size());
-  int64_t s = shape[1];
-  st[1] = 1;
-  for (std::size_t d = shape.size() - 1; d >= 2; --d) {
-    st[d] = s;
-    s *= shape[d];
-  }
-  st[0] = s;
-  return st;
+  return channels_last ? channels_last_strides(shape) : contiguous_strides(shape);
 }
 
 // A fresh tensor of `shape` laid out as asked (not a view: its own storage).
 Tensor empty_in_layout(const Shape& shape, DType dtype, bool channels_last) {
-  Tensor t = make_empty(shape, dtype);
-  if (channels_last) {
-    t.impl()->strides = layout_strides(shape, true);
-    t.impl()->refresh();
-  }
-  return t;
+  return channels_last ? empty_channels_last(shape, dtype) : make_empty(shape, dtype);
 }
 
 // t dense in the layout: itself when it is, else a copy.
