@@ -184,7 +184,8 @@ class Module : public std::enable_shared_from_this<Module> {
  protected:
   /// Called by replace_module after the child at `index` (registration order) became
   /// `replacement`: a container that keeps its own list of children (Sequential) updates it.
-  virtual void child_replaced(std::size_t index, const std::shared_ptr<Module>& replacement) {}
+  virtual void child_replaced(std::size_t /*index*/,
+                              const std::shared_ptr<Module>& /*replacement*/) {}
 
  private:
   // A hook written to return void only observes: wrap it into one returning nullopt.
