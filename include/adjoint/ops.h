@@ -159,6 +159,18 @@ Tensor norm(const Tensor& x, double p = 2, const std::vector<int64_t>& dims = {}
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// ---- scans along one dim (src/ops/scan.cpp) ----
+/// Cumulative sum along `dim`, as torch.cumsum: y_k = x_0 + ... + x_k. Integer and bool inputs
+/// give int64; floating ones keep their dtype and accumulate in float64 (autocast: float32).
+Tensor cumsum(const Tensor& x, int64_t dim);
+/// Cumulative product along `dim`, as torch.cumprod; its gradient is exact where x has zeros.
+Tensor cumprod(const Tensor& x, int64_t dim);
+/// The first-order linear recurrence along `dim`: h_k = a_k h_{k-1} + b_k from h_{-1} = 0, or,
+/// when `reverse`, h_k = a_k h_{k+1} + b_k from the last element (JAX's associative scan of
+/// affine maps). Floating a and b broadcast to one shape. cumsum is a = 1; the scans'
+/// derivatives are written with it, and it differentiates to any order.
+Tensor linear_recurrence(const Tensor& a, const Tensor& b, int64_t dim, bool reverse = false);
+
 // ---- linear algebra (src/ops/linalg.cpp) ----
 /// torch.matmul semantics: 1-d and 2-d operands, batched with broadcasting of batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -220,6 +220,8 @@ class Tensor {
   // ---- reductions (dims empty = all dims) ----
   Tensor sum() const;
   Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
   Tensor mean() const;
   Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
   Tensor var(const std::vector<int64_t>& dims = {}, int64_t correction = 1,

@@ -97,6 +97,15 @@ Tensor exclusive_products(const Tensor& x, const std::vector<int64_t>& dims) {
 Tensor arg_reduce(ArgReduce kind, const Tensor& x, int64_t dim, bool keepdim) {
   ADJOINT_ON_DEVICE(device_of(x), arg_reduce(kind, x, dim, keepdim));
 }
+Tensor cumsum(const Tensor& x, int64_t dim, bool reverse) {
+  ADJOINT_ON_DEVICE(device_of(x), cumsum(x, dim, reverse));
+}
+Tensor cumprod(const Tensor& x, int64_t dim, bool reverse) {
+  ADJOINT_ON_DEVICE(device_of(x), cumprod(x, dim, reverse));
+}
+Tensor linear_recurrence(const Tensor& a, const Tensor& b, int64_t dim, bool reverse) {
+  ADJOINT_ON_DEVICE(device_of(a, b), linear_recurrence(a, b, dim, reverse));
+}
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (tls_product_recorder) [[unlikely]]
     tls_product_recorder->record("matmul", {&a, &b}, "", [a, b] { (void)matmul(a, b); });

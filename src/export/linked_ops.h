@@ -30,6 +30,7 @@ void link_ops_reduce_stats();
 void link_ops_resample();
 void link_ops_rnn_cell();
 void link_ops_rnn_sequence();
+void link_ops_scan();
 void link_ops_shape();
 void link_ops_unary();
 void link_ops_view();
@@ -62,6 +63,7 @@ inline void link_every_ops_file() {
   link_ops_resample();
   link_ops_rnn_cell();
   link_ops_rnn_sequence();
+  link_ops_scan();
   link_ops_shape();
   link_ops_unary();
   link_ops_view();
